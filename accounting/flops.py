@@ -12,8 +12,8 @@ Only matmul-class work is counted; elementwise ops, sums and softmaxes are not.
 4096
 >>> linear_flops(tokens=1024, in_features=256, out_features=64, phase="step")
 100663296
->>> mfu(flops=4e14, seconds=1.0, peak_flops_per_second=989.4e12)
-0.4042854255508389
+>>> round(mfu(flops=4e14, seconds=1.0, peak_flops_per_second=989.4e12), 3)
+0.404
 """
 
 import math
