@@ -1,0 +1,15 @@
+"""``accounting report``: how fast this machine's matmuls and memory really are, and whether that is healthy.
+
+One module per job:
+
+- :mod:`~accounting.report.cli` — arguments, their one-line errors, and the run itself.
+- :mod:`~accounting.report.sweep` — the budgeted search for the most matmul FLOP/s.
+- :mod:`~accounting.report.measure` — timing products and a large copy on the device.
+- :mod:`~accounting.report.roofline` — arithmetic intensity, ridge point, compute- or memory-bound.
+- :mod:`~accounting.report.verdict` — healthy or not, per dtype, against the floors.
+- :mod:`~accounting.report.results` — the JSON document every other output is drawn from.
+- :mod:`~accounting.report.render` and :mod:`~accounting.report.plot` — the terminal table and the PNG.
+- :mod:`~accounting.report.progress` — the progress bar on stderr.
+
+Run it with ``python -m accounting report`` (or the ``accounting report`` console script).
+"""

@@ -1,0 +1,99 @@
+"""Healthy or not: each dtype's best MFU against its floor from ``benchmarks.json``.
+
+A pure function of numbers, so the logic is tested on crafted measurements.
+
+>>> from accounting.report.verdict import judge
+>>> print(judge("bfloat16", mfu=0.62, floor=0.5).message)
+healthy: MFU 0.620 is at or above its floor 0.500
+>>> v = judge("float32", mfu=0.30, floor=0.5, best_flops=1.5e11, peak_flops=5e11)
+>>> v.status, round(v.shortfall, 2)
+('below floor', 0.2)
+>>> print(v.message)
+below floor: MFU 0.300 < floor 0.500, short by 0.200 (40% under); best 0.150 TFLOP/s, the floor needs 0.250
+"""
+
+from dataclasses import dataclass
+
+from accounting._checks import check_non_negative
+
+HEALTHY = "healthy"
+BELOW_FLOOR = "below floor"
+UNKNOWN = "unknown"
+
+TERA = 1e12
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement on one dtype. ``healthy`` is ``None`` when it cannot be judged."""
+
+    dtype: str
+    status: str
+    healthy: bool | None
+    mfu: float | None
+    floor: float | None
+    shortfall: float | None
+    """``floor - mfu`` when below the floor (a fraction of peak), else ``None``."""
+    message: str
+
+    def as_dict(self) -> dict:
+        """Plain fields for the JSON report."""
+        return {
+            "status": self.status,
+            "healthy": self.healthy,
+            "mfu": self.mfu,
+            "floor": self.floor,
+            "shortfall": self.shortfall,
+            "message": self.message,
+        }
+
+
+def judge(dtype: str, mfu: float | None, floor: float | None, *, best_flops: float | None = None,
+          peak_flops: float | None = None, reason: str | None = None) -> Verdict:
+    """Judge one dtype: healthy when ``mfu >= floor``; otherwise say what fell short and by how much.
+
+    ``mfu`` is ``None`` when nothing was measured or the device has no spec peak for the
+    dtype; ``floor`` is ``None`` when ``benchmarks.json`` sets none. Either gives ``unknown``,
+    with ``reason`` (or a default) saying why.
+
+    >>> judge("float16", mfu=None, floor=0.4, reason="no spec peak for float16 on this chip").message
+    'unknown: no spec peak for float16 on this chip'
+    >>> judge("float16", mfu=0.7, floor=None).message
+    'unknown: MFU 0.700 but benchmarks.json sets no floor for float16 here'
+    """
+    if mfu is None:
+        why = reason or f"no MFU for {dtype} (nothing measured or no spec peak)"
+        return Verdict(dtype, UNKNOWN, None, None, floor, None, f"{UNKNOWN}: {why}")
+    mfu = check_non_negative(mfu, "mfu")
+    if floor is None:
+        why = reason or f"benchmarks.json sets no floor for {dtype} here"
+        return Verdict(dtype, UNKNOWN, None, mfu, None, None, f"{UNKNOWN}: MFU {mfu:.3f} but {why}")
+    floor = check_non_negative(floor, "floor")
+    if mfu >= floor:
+        message = f"{HEALTHY}: MFU {mfu:.3f} is at or above its floor {floor:.3f}"
+        return Verdict(dtype, HEALTHY, True, mfu, floor, None, message)
+    shortfall = floor - mfu
+    message = f"{BELOW_FLOOR}: MFU {mfu:.3f} < floor {floor:.3f}, short by {shortfall:.3f}"
+    if floor > 0:
+        message += f" ({shortfall / floor:.0%} under)"
+    if best_flops is not None and peak_flops is not None:
+        message += f"; best {best_flops / TERA:.3f} TFLOP/s, the floor needs {floor * peak_flops / TERA:.3f}"
+    return Verdict(dtype, BELOW_FLOOR, False, mfu, floor, shortfall, message)
+
+
+def overall(verdicts) -> str:
+    """One word for the machine: ``healthy`` only when every dtype is healthy.
+
+    >>> overall([judge("a", 0.6, 0.5), judge("b", 0.2, 0.5)])
+    'below floor'
+    >>> overall([judge("a", 0.6, 0.5), judge("b", None, 0.5)])
+    'unknown'
+    """
+    statuses = {verdict.status for verdict in verdicts}
+    if not statuses:
+        return UNKNOWN
+    if BELOW_FLOOR in statuses:
+        return BELOW_FLOOR
+    if statuses == {HEALTHY}:
+        return HEALTHY
+    return UNKNOWN
