@@ -180,10 +180,11 @@ def _axis_sizes(pattern, inputs, output, shapes) -> tuple[list[list[str]], list[
         batch = _broadcast(batch, shape, f'einsum pattern "{pattern}" at ...')
     for k, size in enumerate(reversed(batch), start=1):
         sizes[f"...{k}"] = size
-    # An ellipsis dim of size 1 that broadcasts against a larger one does not vary in that
-    # operand: treat it as absent there, as broadcasting does.
+    # A dim of size 1 does not vary, so like torch we treat it as absent: an ellipsis dim that
+    # broadcasts from 1 is absent from that operand, and an axis of size 1 is absent everywhere
+    # (contracting over it alone is an elementwise product).
     operands = [
-        {axis for axis in axes if own.get(axis, sizes[axis]) == sizes[axis] or sizes[axis] == 1}
+        {axis for axis in axes if own.get(axis, sizes[axis]) == sizes[axis] != 1}
         for axes, own in named_inputs
     ]
     out_axes = []
@@ -195,8 +196,8 @@ def _axis_sizes(pattern, inputs, output, shapes) -> tuple[list[list[str]], list[
 def einsum_flops(pattern: str, *shapes) -> int:
     """Matmul FLOPs of ``einops.einsum(*tensors, pattern)`` for tensors of these shapes.
 
-    Two operands: axes only in one operand and not in the output are summed away first
-    (no FLOPs, as torch does); if some axis is then contracted, the product costs
+    Two operands: axes of size 1 are ignored, and axes only in one operand and not in the
+    output are summed away first (no FLOPs, as torch does); if some axis is then contracted, the product costs
     2 × (product of the sizes of every remaining axis). If no axis is contracted the
     step is an elementwise or outer product: torch computes it with ``mul``, which is
     not matmul work, so it counts 0 here and in ``FlopCounterMode``.

@@ -96,7 +96,7 @@ AXIS_NAMES = [f"{letter}{letter}" for letter in string.ascii_lowercase[:6]]
 def einsum_cases(draw, operands: int = 2, allow_ellipsis: bool = True):
     """(pattern, shapes) for einops.einsum: each operand uses some of a pool of named
     axes in any order, the output a subset of their union, optionally with ``...``."""
-    axis_sizes = {name: draw(st.integers(1, 5)) for name in AXIS_NAMES[: draw(st.integers(1, 6))]}
+    axis_sizes = {name: draw(st.integers(0, 5)) for name in AXIS_NAMES[: draw(st.integers(1, 6))]}
     names = list(axis_sizes)
     operand_axes = [
         draw(st.permutations(names))[: draw(st.integers(0, len(names)))] for _ in range(operands)
