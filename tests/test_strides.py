@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from accounting import (
     AccountingError,
+    AccountingTypeError,
     contiguous_strides,
     element_offset,
     is_contiguous,
@@ -130,3 +131,21 @@ def test_view_of_a_transposed_matrix_is_refused_as_the_lecture_says():
 def test_impossible_views_are_errors_not_none(shape, strides, new_shape, message):
     with pytest.raises(AccountingError, match=message):
         view_strides(shape, strides, new_shape)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: contiguous_strides((2, -1)), AccountingError, r"shape \(2, -1\): entry 1 must be a non-negative integer, got -1", id="negative-size"),
+        pytest.param(lambda: contiguous_strides((2, 1.5)), AccountingTypeError, r"entry 1 must be a non-negative integer, got 1.5", id="float-size"),
+        pytest.param(lambda: contiguous_strides((True, 2)), AccountingTypeError, r"entry 0 must be a non-negative integer, got True", id="bool-size"),
+        pytest.param(lambda: contiguous_strides("23"), AccountingTypeError, r"shape must be a sequence of integers, got '23'", id="string-shape"),
+        pytest.param(lambda: element_offset((1, 2), (8, 1, 1)), AccountingError, r"index \(1, 2\) has 2 dims but strides \(8, 1, 1\) has 3", id="offset-rank"),
+        pytest.param(lambda: element_offset((1, 2), (8, 1), storage_offset=-3), AccountingError, r"storage_offset must be a non-negative integer, got -3", id="offset-negative"),
+        pytest.param(lambda: is_contiguous((2, 3), (3,)), AccountingError, r"shape \(2, 3\) has 2 dims but strides \(3,\) has 1", id="contiguous-rank"),
+        pytest.param(lambda: is_contiguous((2, 3), (3, -1)), AccountingError, r"strides \(3, -1\): entry 1 must be a non-negative integer, got -1", id="negative-stride"),
+    ],
+)
+def test_bad_layouts_are_named_in_the_error(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
