@@ -15,12 +15,11 @@ below floor: MFU 0.300 < floor 0.500, short by 0.200 (40% under); best 0.150 TFL
 from dataclasses import dataclass
 
 from accounting._checks import check_non_negative
+from accounting.report._format import tflops
 
 HEALTHY = "healthy"
 BELOW_FLOOR = "below floor"
 UNKNOWN = "unknown"
-
-TERA = 1e12
 
 
 @dataclass(frozen=True)
@@ -77,19 +76,19 @@ def judge(dtype: str, mfu: float | None, floor: float | None, *, best_flops: flo
     if floor > 0:
         message += f" ({shortfall / floor:.0%} under)"
     if best_flops is not None and peak_flops is not None:
-        message += f"; best {best_flops / TERA:.3f} TFLOP/s, the floor needs {floor * peak_flops / TERA:.3f}"
+        message += f"; best {tflops(best_flops)} TFLOP/s, the floor needs {tflops(floor * peak_flops)}"
     return Verdict(dtype, BELOW_FLOOR, False, mfu, floor, shortfall, message)
 
 
-def overall(verdicts) -> str:
-    """One word for the machine: ``healthy`` only when every dtype is healthy.
+def overall(statuses) -> str:
+    """One word for the machine from the dtypes' statuses: ``healthy`` only when every one is.
 
-    >>> overall([judge("a", 0.6, 0.5), judge("b", 0.2, 0.5)])
+    >>> overall([judge("a", 0.6, 0.5).status, judge("b", 0.2, 0.5).status])
     'below floor'
-    >>> overall([judge("a", 0.6, 0.5), judge("b", None, 0.5)])
+    >>> overall([HEALTHY, UNKNOWN])
     'unknown'
     """
-    statuses = {verdict.status for verdict in verdicts}
+    statuses = set(statuses)
     if not statuses:
         return UNKNOWN
     if BELOW_FLOOR in statuses:

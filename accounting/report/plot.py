@@ -1,0 +1,91 @@
+"""``--plot``: a PNG of achieved TFLOP/s against matrix size, one colour per dtype, its spec peak dashed.
+
+matplotlib is imported here only, on the headless ``Agg`` backend, so the report runs
+without a display and without matplotlib unless a plot is asked for.
+"""
+
+from accounting.errors import AccountingError
+from accounting.report._format import TERA
+LOG_Y_RATIO = 20.0
+"""Use a log y-axis when the largest value plotted is this many times the smallest."""
+
+FIGURE_SIZE_IN = (9.0, 5.5)
+DPI = 120
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise AccountingError("--plot needs matplotlib: pip install matplotlib") from error
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
+
+
+def write_plot(report: dict, path: str) -> None:
+    """Draw every dtype's measurements from ``report`` (see :mod:`accounting.report.results`) into ``path`` as PNG.
+
+    x is the edge of the square product with the same FLOPs, ``(m·k·n)^(1/3)``, on a log₂ scale;
+    ramp measurements are joined by a line, refine measurements are hollow markers, the best
+    is a star. Each dtype's spec peak is a dashed line of its colour.
+    """
+    pyplot = _pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+
+    figure, axes = pyplot.subplots(figsize=FIGURE_SIZE_IN, dpi=DPI)
+    colours = pyplot.rcParams["axes.prop_cycle"].by_key()["color"]
+    values, sizes = [], []
+    for position, (dtype, section) in enumerate(report["dtypes"].items()):
+        colour = colours[position % len(colours)]
+        rows = section["measurements"]
+        ramp = sorted((row for row in rows if row["phase"] == "ramp"), key=lambda row: row["size"])
+        refine = [row for row in rows if row["phase"] != "ramp"]
+        label = dtype
+        if section["mfu"] is not None:
+            label += f" (best {section['best']['tflops']:.3g} TFLOP/s, MFU {section['mfu']:.2f})"
+        elif section["best"] is not None:
+            label += f" (best {section['best']['tflops']:.3g} TFLOP/s)"
+        axes.plot([row["size"] for row in ramp], [row["tflops"] for row in ramp], "o-", color=colour,
+                  label=label, markersize=4, linewidth=1.6)
+        if refine:
+            axes.plot([row["size"] for row in refine], [row["tflops"] for row in refine], "o", color=colour,
+                      markerfacecolor="none", markersize=5, alpha=0.7)
+        if section["best"] is not None:
+            best = section["best"]
+            axes.plot([best["size"]], [best["tflops"]], "*", color=colour, markersize=14,
+                      markeredgecolor="black", markeredgewidth=0.6, zorder=5)
+        peak = section["peak_flops_per_s"]
+        if peak is not None:
+            axes.axhline(peak / TERA, color=colour, linestyle="--", linewidth=1.2, alpha=0.9,
+                         label=f"{dtype} spec peak {peak / TERA:.3g} TFLOP/s")
+            values.append(peak / TERA)
+        values += [row["tflops"] for row in rows]
+        sizes += [row["size"] for row in rows]
+
+    if values and max(values) / max(min(values), 1e-12) > LOG_Y_RATIO:
+        axes.set_yscale("log")
+        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_minor_locator(NullLocator())
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    else:
+        axes.set_ylim(bottom=0, top=max(values, default=1) * 1.1)
+    if sizes:
+        axes.set_xscale("log", base=2)
+        low, high = min(sizes), max(sizes)
+        axes.set_xlim(low / 1.15, high * 1.15)
+        ticks = [2**power for power in range(int(low).bit_length() - 1, int(high).bit_length() + 1) if low / 1.15 <= 2**power <= high * 1.15]
+        axes.xaxis.set_major_locator(FixedLocator(ticks))
+        axes.xaxis.set_minor_locator(NullLocator())
+        axes.set_xticklabels([str(tick) for tick in ticks])
+
+    device = report["machine"]["device"]
+    axes.set_title(f"Matmul throughput on {device['name']} ({device['kind']}), budget {report['settings']['budget_s']:g} s")
+    axes.set_xlabel("matrix size  (m·k·n)^(1/3)   — ○ refine shapes, ★ best")
+    axes.set_ylabel("achieved TFLOP/s")
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend(fontsize="small", loc="best", framealpha=0.9)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    pyplot.close(figure)

@@ -1,0 +1,125 @@
+"""The report as readable text for a terminal, drawn from the document in :mod:`~accounting.report.results`.
+
+>>> print(table(["dtype", "TFLOP/s"], [["float32", "0.237"], ["bfloat16", "1.93"]]))
+dtype     TFLOP/s
+--------  -------
+float32     0.237
+bfloat16     1.93
+"""
+
+from accounting.report._format import GB, GIB, NOT_KNOWN, fraction, tflops
+
+
+def table(header: list[str], rows: list[list[str]], *, indent: str = "") -> str:
+    """Columns padded to their widest cell; cells that look like numbers are right-aligned."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def numeric(cell: str) -> bool:
+        return cell[:1].isdigit() or cell == NOT_KNOWN
+
+    def line(cells, align_numbers=True):
+        parts = []
+        for cell, width in zip(cells, widths):
+            cell = str(cell)
+            parts.append(cell.rjust(width) if align_numbers and numeric(cell) else cell.ljust(width))
+        return (indent + "  ".join(parts)).rstrip()
+
+    lines = [line(header, align_numbers=False), indent + "  ".join("-" * width for width in widths)]
+    lines += [line(row) for row in rows]
+    return "\n".join(lines)
+
+
+def shape(row: dict) -> str:
+    """``m×k×n`` of a measurement row."""
+    return f"{row['m']}×{row['k']}×{row['n']}"
+
+
+def _device_lines(report: dict) -> list[str]:
+    device = report["machine"]["device"]
+    lines = [f"Device: {device['kind']}" + (f":{device['index']}" if device.get("index") is not None else "")
+             + f" — {device['name']}"]
+    details = []
+    if device.get("memory_bytes"):
+        details.append(f"memory {device['memory_bytes'] / GIB:.1f} GiB")
+    if device.get("cores"):
+        details.append(f"{device['cores']} cores")
+    if device.get("compute_capability"):
+        details.append("compute capability " + ".".join(str(part) for part in device["compute_capability"]))
+    if details:
+        lines.append("  " + ", ".join(details))
+    if device.get("cpu_flags"):
+        lines.append("  ISA flags: " + " ".join(device["cpu_flags"]))
+    machine = report["machine"]
+    lines.append(f"  torch {machine['torch']}, Python {machine['python']}, {machine['platform']}")
+    return lines
+
+
+def _peak_lines(report: dict) -> list[str]:
+    rows = []
+    for dtype, section in report["dtypes"].items():
+        rows.append([dtype, tflops(section["peak_flops_per_s"]), fraction(section["floor"], 2)])
+    spec = report["bandwidth"]["spec_bytes_per_s"]
+    lines = ["Spec figures it compares against:", table(["dtype", "peak TFLOP/s", "MFU floor"], rows, indent="  ")]
+    lines.append("  memory bandwidth: " + (f"{spec / GB:.0f} GB/s" if spec else "no spec figure known for this device"))
+    return lines
+
+
+def _bandwidth_lines(report: dict) -> list[str]:
+    bandwidth = report["bandwidth"]
+    if bandwidth["measured_bytes_per_s"] is None:
+        return ["Memory bandwidth: not measured"]
+    line = (f"Memory bandwidth: {bandwidth['measured_bytes_per_s'] / GB:.1f} GB/s "
+            f"(device copy, {bandwidth['bytes_moved'] / 2 / GIB:.2f} GiB read + written, median of {bandwidth['repeats']})")
+    if bandwidth["fraction_of_spec"] is not None:
+        line += f", {bandwidth['fraction_of_spec']:.0%} of spec {bandwidth['spec_bytes_per_s'] / GB:.0f} GB/s"
+    else:
+        line += ", spec unknown"
+    return [line]
+
+
+def _summary_lines(report: dict) -> list[str]:
+    rows = []
+    for dtype, section in report["dtypes"].items():
+        best = section["best"]
+        rows.append([
+            dtype, tflops(best and best["flops_per_s"]), shape(best) if best else NOT_KNOWN,
+            tflops(section["median_flops_per_s"]), fraction(section["mfu"]), fraction(section["median_mfu"]),
+            str(len(section["measurements"])),
+        ])
+    header = ["dtype", "best TFLOP/s", "at m×k×n", "median TFLOP/s", "MFU", "median MFU", "shapes"]
+    return [f"Matmul sweep (budget {report['settings']['budget_s']:g} s):", table(header, rows, indent="  ")]
+
+
+def _case_lines(dtype: str, section: dict) -> list[str]:
+    ridge = section["ridge_flop_per_byte"]
+    title = f"{dtype} cases"
+    if ridge is not None:
+        title += f" (ridge point {ridge:.1f} FLOP/byte from {section['ridge_basis']})"
+    rows = [
+        [shape(row), tflops(row["flops_per_s"]), fraction(row["mfu"]), f"{row['arithmetic_intensity']:.1f}",
+         row["bound"] or NOT_KNOWN, row["phase"]]
+        for row in sorted(section["measurements"], key=lambda row: (row["size"], row["m"], row["k"]))
+    ]
+    if not rows:
+        return [title + ": none measured"]
+    return [title + ":", table(["m×k×n", "TFLOP/s", "MFU", "FLOP/byte", "bound", "phase"], rows, indent="  ")]
+
+
+def _verdict_lines(report: dict) -> list[str]:
+    width = max((len(dtype) for dtype in report["dtypes"]), default=0)
+    lines = ["Verdict:"]
+    for dtype, section in report["dtypes"].items():
+        lines.append(f"  {dtype.ljust(width)}  {section['verdict']['message']}")
+    lines.append(f"  machine: {report['verdict']}")
+    return lines
+
+
+def render(report: dict, *, cases: bool = True) -> str:
+    """The whole report as text: device, spec figures, bandwidth, sweep summary, every case, verdicts."""
+    blocks = [_device_lines(report), _peak_lines(report), _bandwidth_lines(report), _summary_lines(report)]
+    if cases:
+        blocks += [_case_lines(dtype, section) for dtype, section in report["dtypes"].items()]
+    if report["notes"]:
+        blocks.append(["Notes:"] + [f"  - {note}" for note in report["notes"]])
+    blocks.append(_verdict_lines(report))
+    return "\n\n".join("\n".join(block) for block in blocks)

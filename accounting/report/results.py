@@ -1,0 +1,167 @@
+"""The report as one JSON-ready document: machine, settings, bandwidth, every matmul, verdicts.
+
+The terminal table, the PNG and ``--json`` are all drawn from this one dict, so they
+cannot disagree. Its fields (``SCHEMA`` names the version):
+
+- ``schema``, ``created_utc``, ``elapsed_s``
+- ``settings``: ``device``, ``dtypes``, ``budget_s``
+- ``machine``: ``platform``, ``python``, ``torch``, ``accounting``, ``device`` (``kind``,
+  ``name``, ``index``, ``memory_bytes``, ``compute_capability``, ``cpu_flags``, ``cores``)
+- ``bandwidth``: ``bytes_moved``, ``seconds``, ``iqr_s``, ``repeats``, ``measured_bytes_per_s``,
+  ``spec_bytes_per_s`` (``null`` where no spec figure is known, as for CPUs), ``fraction_of_spec``
+- ``dtypes``: per dtype ``peak_flops_per_s``, ``floor``, ``element_bytes``, ``ridge_flop_per_byte``,
+  ``ridge_basis``, ``best`` (a measurement), ``median_flops_per_s``, ``median_tflops``,
+  ``mfu`` (best ÷ peak), ``median_mfu``, ``measurements`` (each: ``m``, ``k``, ``n``, ``size``,
+  ``flops``, ``seconds``, ``iqr_s``, ``repeats``, ``flops_per_s``, ``tflops``, ``mfu``,
+  ``arithmetic_intensity``, ``bound``, ``phase``) and ``verdict`` (``status``, ``healthy``,
+  ``mfu``, ``floor``, ``shortfall``, ``message``)
+- ``notes``: things the reader should know (a dtype skipped, an unknown spec figure)
+- ``verdict``: ``healthy``, ``below floor`` or ``unknown`` for the machine as a whole
+"""
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+from dataclasses import dataclass
+
+from accounting.flops import mfu as model_flops_utilisation
+from accounting.report._format import TERA
+from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
+from accounting.report.sweep import summarise
+from accounting.report.verdict import judge, overall
+
+SCHEMA = "accounting-report/1"
+
+RIDGE_FROM_SPEC = "spec peak FLOP/s / spec bandwidth"
+RIDGE_FROM_MEASURED_BANDWIDTH = "spec peak FLOP/s / measured bandwidth"
+RIDGE_FROM_MEASUREMENTS = "best measured FLOP/s / measured bandwidth"
+
+
+@dataclass(frozen=True)
+class BandwidthMeasurement:
+    """A timed device copy: ``bytes_moved`` counts bytes read plus bytes written."""
+
+    bytes_moved: int
+    seconds: float
+    iqr_s: float
+    repeats: int
+
+    @property
+    def bytes_per_second(self) -> float:
+        """Achieved bandwidth: ``bytes_moved / seconds``."""
+        return self.bytes_moved / self.seconds
+
+
+def _measurement_row(done, peak, element_bytes, ridge) -> dict:
+    intensity = arithmetic_intensity(done.m, done.k, done.n, *element_bytes)
+    return {
+        "m": done.m, "k": done.k, "n": done.n, "size": done.size,
+        "flops": done.flops, "seconds": done.seconds, "iqr_s": done.iqr_s, "repeats": done.repeats,
+        "flops_per_s": done.flops_per_second, "tflops": done.flops_per_second / TERA,
+        "mfu": None if peak is None else model_flops_utilisation(done.flops, done.seconds, peak),
+        "arithmetic_intensity": intensity,
+        "bound": None if ridge is None else bound(intensity, ridge),
+        "phase": done.phase,
+    }
+
+
+def dtype_section(dtype: str, measurements, *, peak, floor, element_bytes, bandwidth, spec_bandwidth, reason=None) -> dict:
+    """Everything the report says about one dtype.
+
+    ``element_bytes`` is ``(input bytes, output bytes)``; ``bandwidth`` the measured bytes/s
+    (or ``None``); ``reason`` explains a missing peak in the verdict.
+    """
+    summary = summarise(measurements)
+    best = summary["best"]
+    memory_speed = spec_bandwidth or bandwidth
+    roof = peak if peak is not None else (best.flops_per_second if best else None)
+    ridge, basis = None, None
+    if roof and memory_speed:
+        ridge = ridge_point(roof, memory_speed)
+        basis = RIDGE_FROM_SPEC if spec_bandwidth and peak else (
+            RIDGE_FROM_MEASURED_BANDWIDTH if peak else RIDGE_FROM_MEASUREMENTS)
+    rows = [_measurement_row(done, peak, element_bytes, ridge) for done in measurements]
+    best_row = max(rows, key=lambda row: row["flops_per_s"]) if rows else None
+    median = summary["median_flops_per_second"]
+    best_mfu = best_row["mfu"] if best_row else None
+    if not rows:
+        reason = reason or "nothing measured: the budget ran out first"
+    elif peak is None:
+        reason = reason or f"no spec peak for {dtype} on this device (set ACCOUNTING_PEAK_TFLOPS)"
+    verdict = judge(dtype, best_mfu, floor, best_flops=best_row["flops_per_s"] if best_row else None,
+                    peak_flops=peak, reason=reason)
+    return {
+        "peak_flops_per_s": peak,
+        "floor": floor,
+        "element_bytes": list(element_bytes),
+        "ridge_flop_per_byte": ridge,
+        "ridge_basis": basis,
+        "best": best_row,
+        "median_flops_per_s": median,
+        "median_tflops": None if median is None else median / TERA,
+        "mfu": best_mfu,
+        "median_mfu": None if (median is None or peak is None) else median / peak,
+        "measurements": rows,
+        "verdict": verdict.as_dict(),
+    }
+
+
+def bandwidth_section(measured: "BandwidthMeasurement | None", spec_bytes_per_s: float | None) -> dict:
+    """The copy measurement next to the spec figure (``None`` where none is known).
+
+    >>> section = bandwidth_section(BandwidthMeasurement(2 * 2**28, 0.05, 0.001, 5), None)
+    >>> round(section["measured_bytes_per_s"] / 1e9, 2), section["fraction_of_spec"]
+    (10.74, None)
+    """
+    if measured is None:
+        return {"bytes_moved": None, "seconds": None, "iqr_s": None, "repeats": None,
+                "measured_bytes_per_s": None, "spec_bytes_per_s": spec_bytes_per_s, "fraction_of_spec": None}
+    speed = measured.bytes_per_second
+    return {
+        "bytes_moved": measured.bytes_moved, "seconds": measured.seconds, "iqr_s": measured.iqr_s,
+        "repeats": measured.repeats, "measured_bytes_per_s": speed, "spec_bytes_per_s": spec_bytes_per_s,
+        "fraction_of_spec": None if not spec_bytes_per_s else speed / spec_bytes_per_s,
+    }
+
+
+def machine_section(device: dict) -> dict:
+    """Versions and platform, around the device's own description."""
+    import torch
+
+    try:
+        accounting_version = importlib.metadata.version("accounting")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        accounting_version = None
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "accounting": accounting_version,
+        "device": device,
+    }
+
+
+def assemble(*, settings: dict, machine: dict, bandwidth: dict, dtypes: dict, elapsed_s: float, notes=()) -> dict:
+    """The whole document, with the machine-wide verdict computed from the dtypes'."""
+    return {
+        "schema": SCHEMA,
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "elapsed_s": elapsed_s,
+        "settings": settings,
+        "machine": machine,
+        "bandwidth": bandwidth,
+        "dtypes": dtypes,
+        "notes": list(notes),
+        "verdict": overall(section["verdict"]["status"] for section in dtypes.values()),
+    }
+
+
+def write_json(report: dict, path: str) -> None:
+    """Write ``report`` to ``path`` (atomically: a partial file never replaces a good one)."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as stream:
+        json.dump(report, stream, indent=2, allow_nan=False)
+        stream.write("\n")
+    os.replace(temporary, path)

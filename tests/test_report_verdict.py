@@ -1,0 +1,133 @@
+"""Verdicts and roofline figures on crafted measurements."""
+
+import math
+
+import pytest
+
+from accounting import AccountingError
+from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
+from accounting.report.roofline import arithmetic_intensity, attainable_flops, bound, matmul_bytes, ridge_point
+from accounting.report.sweep import MatmulMeasurement
+from accounting.report.verdict import BELOW_FLOOR, HEALTHY, UNKNOWN, judge, overall
+
+
+def measured(dtype, m, k, n, flops_per_second, phase="ramp"):
+    flops = 2 * m * k * n
+    return MatmulMeasurement(dtype, m, k, n, flops, flops / flops_per_second, 0.0, 5, phase=phase)
+
+
+@pytest.mark.parametrize(
+    "mfu, floor, status, healthy",
+    [
+        pytest.param(0.80, 0.50, HEALTHY, True, id="above"),
+        pytest.param(0.50, 0.50, HEALTHY, True, id="exactly-at-floor"),
+        pytest.param(0.49, 0.50, BELOW_FLOOR, False, id="just-below"),
+        pytest.param(0.00, 0.50, BELOW_FLOOR, False, id="zero"),
+        pytest.param(None, 0.50, UNKNOWN, None, id="no-mfu"),
+        pytest.param(0.70, None, UNKNOWN, None, id="no-floor"),
+    ],
+)
+def test_judge_status(mfu, floor, status, healthy):
+    verdict = judge("bfloat16", mfu, floor)
+    assert (verdict.status, verdict.healthy) == (status, healthy)
+    assert verdict.message.startswith(status + ":")
+
+
+def test_below_floor_says_by_how_much():
+    verdict = judge("float32", 0.3, 0.4, best_flops=3e11, peak_flops=1e12)
+    assert verdict.shortfall == pytest.approx(0.1)
+    assert verdict.message == (
+        "below floor: MFU 0.300 < floor 0.400, short by 0.100 (25% under); best 0.300 TFLOP/s, the floor needs 0.400"
+    )
+
+
+def test_judge_rejects_negative_mfu():
+    with pytest.raises(AccountingError, match=r"^mfu must be non-negative, got -0\.1$"):
+        judge("float32", -0.1, 0.5)
+
+
+@pytest.mark.parametrize(
+    "statuses, expected",
+    [
+        pytest.param([HEALTHY, HEALTHY], HEALTHY, id="all-healthy"),
+        pytest.param([HEALTHY, BELOW_FLOOR, UNKNOWN], BELOW_FLOOR, id="one-short"),
+        pytest.param([HEALTHY, UNKNOWN], UNKNOWN, id="one-unknown"),
+        pytest.param([], UNKNOWN, id="nothing"),
+    ],
+)
+def test_overall(statuses, expected):
+    assert overall(statuses) == expected
+
+
+def test_dtype_section_from_crafted_measurements():
+    runs = [
+        measured("bfloat16", 512, 512, 512, 2e11),
+        measured("bfloat16", 1024, 1024, 1024, 4e11),
+        measured("bfloat16", 1024, 1024, 1152, 5e11, phase="refine"),
+    ]
+    section = dtype_section("bfloat16", runs, peak=1e12, floor=0.6, element_bytes=(2, 2), bandwidth=1e10,
+                            spec_bandwidth=None)
+    assert (section["best"]["m"], section["best"]["n"]) == (1024, 1152)
+    assert section["mfu"] == pytest.approx(0.5)
+    assert section["median_flops_per_s"] == pytest.approx(4e11)
+    assert section["median_mfu"] == pytest.approx(0.4)
+    assert section["ridge_flop_per_byte"] == pytest.approx(100.0)
+    assert [row["bound"] for row in section["measurements"]] == ["compute", "compute", "compute"]
+    assert section["verdict"]["status"] == BELOW_FLOOR
+    assert section["verdict"]["shortfall"] == pytest.approx(0.1)
+
+
+def test_dtype_section_small_shapes_are_memory_bound_on_a_slow_memory():
+    runs = [measured("float32", 128, 128, 128, 1e10)]
+    section = dtype_section("float32", runs, peak=1e12, floor=0.1, element_bytes=(4, 4), bandwidth=1e9,
+                            spec_bandwidth=None)
+    assert section["measurements"][0]["arithmetic_intensity"] == pytest.approx(2 * 128**3 / (3 * 128 * 128 * 4))
+    assert section["measurements"][0]["bound"] == "memory"
+
+
+def test_dtype_section_without_peak_is_unknown_and_says_why():
+    section = dtype_section("float16", [measured("float16", 256, 256, 256, 1e11)], peak=None, floor=0.5,
+                            element_bytes=(2, 2), bandwidth=1e10, spec_bandwidth=None)
+    assert section["mfu"] is None
+    assert section["verdict"]["status"] == UNKNOWN
+    assert "no spec peak for float16" in section["verdict"]["message"]
+    assert section["ridge_basis"].startswith("best measured")
+
+
+def test_dtype_section_with_nothing_measured():
+    section = dtype_section("float32", [], peak=1e12, floor=0.5, element_bytes=(4, 4), bandwidth=None,
+                            spec_bandwidth=None)
+    assert section["best"] is None and section["measurements"] == []
+    assert section["verdict"]["message"] == "unknown: nothing measured: the budget ran out first"
+
+
+def test_bandwidth_against_spec():
+    section = bandwidth_section(BandwidthMeasurement(bytes_moved=2 * 10**9, seconds=1e-3, iqr_s=0.0, repeats=5),
+                                spec_bytes_per_s=3.35e12)
+    assert section["measured_bytes_per_s"] == pytest.approx(2e12)
+    assert section["fraction_of_spec"] == pytest.approx(2e12 / 3.35e12)
+
+
+@pytest.mark.parametrize(
+    "m, k, n, element_bytes, expected",
+    [
+        pytest.param(4096, 4096, 4096, 2, 2 * 4096**3 / (3 * 4096**2 * 2), id="square-bf16"),
+        pytest.param(8192, 8192, 1, 2, 2 * 8192 * 8192 / ((8192 * 8192 + 8192 + 8192) * 2), id="matrix-vector"),
+    ],
+)
+def test_arithmetic_intensity(m, k, n, element_bytes, expected):
+    assert arithmetic_intensity(m, k, n, element_bytes) == pytest.approx(expected)
+
+
+def test_roofline_on_h100_figures():
+    ridge = ridge_point(989.4e12, 3.35e12)
+    assert ridge == pytest.approx(295.34, rel=1e-3)
+    assert bound(arithmetic_intensity(8192, 8192, 8192, 2), ridge) == "compute"
+    assert bound(arithmetic_intensity(8192, 8192, 16, 2), ridge) == "memory"
+    assert attainable_flops(10.0, 989.4e12, 3.35e12) == pytest.approx(33.5e12)
+    assert math.isclose(matmul_bytes(8, 8, 8, 1, out_element_bytes=2), (64 + 64) + 128)
+
+
+def test_ridge_point_rejects_zero_bandwidth():
+    with pytest.raises(AccountingError, match=r"^bytes_per_second must be positive, got 0$"):
+        ridge_point(1e12, 0)
