@@ -1,0 +1,478 @@
+"""The device seam: what device is in use, how to wait for it, and how to time it.
+
+Everything that differs between a CPU and a CUDA (or ROCm) device lives here and only
+here: detection (:func:`detect_device`), waiting for queued work (:func:`synchronize`),
+the clock a timing loop reads (:func:`clock_for`), free memory and the L2 flush.
+``torch.cuda`` is touched only when CUDA is the device asked for (or, for
+``detect_device(None)``, to ask whether one exists).
+
+CPU facts come from the machine: ISA flags from ``/proc/cpuinfo`` joined with what
+torch's CPUID probe reports (``torch.cpu.get_capabilities()``; a VM's kernel may not
+list every flag — a KVM guest here lists no ``amx_fp16`` that oneDNN nonetheless
+uses), physical cores from the ``core id`` lines, and a clock (see
+:func:`cpu_clock_ghz` for which one and why).
+
+>>> info = detect_device("cpu")
+>>> info.kind, info.index, info.compute_capability
+('cpu', None, None)
+>>> info.cores >= 1 and info.memory_bytes > 0
+True
+"""
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from accounting.errors import AccountingError, AccountingTypeError
+
+CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
+"""Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
+
+_PROC_CPUINFO = Path("/proc/cpuinfo")
+_PROC_MEMINFO = Path("/proc/meminfo")
+_CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+_KHZ_PER_GHZ = 1e6
+_MHZ_PER_GHZ = 1e3
+
+L2_FLUSH_FACTOR = 2
+"""The L2 flush writes a buffer this many times the L2 size, so nothing of the operands survives."""
+
+# torch.cpu.get_capabilities() spells some flags differently from /proc/cpuinfo.
+_TORCH_FLAG_NAMES = {
+    "fma3": "fma",
+    "avx512_f": "avx512f",
+    "avx512_bw": "avx512bw",
+    "avx512_cd": "avx512cd",
+    "avx512_dq": "avx512dq",
+    "avx512_vl": "avx512vl",
+    "avx512_ifma": "avx512ifma",
+    "avx512_vbmi": "avx512vbmi",
+}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Facts about one device, enough to look up its peak and label its results.
+
+    ``kind`` is ``"cpu"`` or ``"cuda"`` (ROCm devices are ``"cuda"`` in torch, with
+    ``runtime`` starting ``"ROCm"``). CPU-only fields are ``None`` on a GPU and vice versa.
+    """
+
+    kind: str
+    name: str
+    index: int | None
+    memory_bytes: int
+    compute_capability: tuple[int, int] | None = None
+    cpu_flags: frozenset[str] | None = field(default=None, repr=False)
+    cores: int | None = None
+    clock_ghz: float | None = None
+    clock_source: str | None = None
+    vendor: str | None = None
+    multiprocessors: int | None = None
+    l2_cache_bytes: int | None = None
+    arch: str | None = None
+    runtime: str | None = None
+    driver: str | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """The ``torch.device`` this describes.
+
+        >>> detect_device("cpu").device
+        device(type='cpu')
+        """
+        return torch.device(self.kind) if self.index is None else torch.device(self.kind, self.index)
+
+
+# ---- CPU facts ---------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def parse_cpuinfo(text: str) -> list[dict[str, str]]:
+    """Split ``/proc/cpuinfo`` text into one ``{field: value}`` dict per logical CPU.
+
+    >>> parse_cpuinfo("processor : 0\\ncpu MHz : 2700.000\\n\\nprocessor : 1\\n")[0]["cpu MHz"]
+    '2700.000'
+    """
+    blocks = []
+    for chunk in text.strip().split("\n\n"):
+        fields = {}
+        for line in chunk.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key.strip()] = value.strip()
+        if fields:
+            blocks.append(fields)
+    return blocks
+
+
+def _cpuinfo_blocks() -> list[dict[str, str]]:
+    text = _read(_PROC_CPUINFO)
+    return parse_cpuinfo(text) if text else []
+
+
+def cpu_flags() -> frozenset[str]:
+    """ISA flags of this CPU, in ``/proc/cpuinfo`` spelling (``avx512f``, ``amx_bf16``, ...).
+
+    The union of the kernel's list and torch's own CPUID probe.
+    """
+    flags = set()
+    for block in _cpuinfo_blocks()[:1]:
+        flags.update(block.get("flags", "").split())
+    try:
+        capabilities = torch.cpu.get_capabilities()
+    except (AttributeError, RuntimeError):  # older torch
+        capabilities = {}
+    for name, present in capabilities.items():
+        if present is True:
+            flags.add(_TORCH_FLAG_NAMES.get(name, name))
+    return frozenset(flags)
+
+
+def cpu_vendor() -> str | None:
+    """``"intel"``, ``"amd"`` or ``None`` (unknown), from ``vendor_id``."""
+    blocks = _cpuinfo_blocks()
+    vendor = blocks[0].get("vendor_id", "") if blocks else ""
+    return {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(vendor)
+
+
+def cpu_model_name() -> str:
+    """The CPU's model string (``model name`` in ``/proc/cpuinfo``), or the platform's guess."""
+    blocks = _cpuinfo_blocks()
+    if blocks and blocks[0].get("model name"):
+        return blocks[0]["model name"]
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (SMT siblings counted once).
+
+    From the ``physical id``/``core id`` of the CPUs in this process's affinity mask;
+    falls back to torch's probe, then to ``os.cpu_count()``.
+    """
+    blocks = _cpuinfo_blocks()
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = set()
+    for block in blocks:
+        if "core id" not in block:
+            cores = set()
+            break
+        if allowed is not None and int(block.get("processor", -1)) not in allowed:
+            continue
+        cores.add((block.get("physical id", "0"), block["core id"]))
+    if cores:
+        return len(cores)
+    try:
+        count = torch.cpu.get_capabilities().get("num_physical_cores")
+    except (AttributeError, RuntimeError):
+        count = None
+    return int(count or os.cpu_count() or 1)
+
+
+_MODEL_GHZ = re.compile(r"@\s*([0-9.]+)\s*GHz", re.IGNORECASE)
+
+
+def cpu_clock_ghz() -> tuple[float, str]:
+    """The clock (GHz) the CPU peak is computed with, and where it came from.
+
+    In order of preference:
+
+    1. ``$ACCOUNTING_CPU_GHZ`` — a user who knows the sustained all-core clock says so.
+    2. ``cpufreq/cpuinfo_max_freq`` — the maximum (turbo) clock. It is an upper bound
+       on the sustained all-core clock, so the peak may be high and MFU low, never
+       the reverse: MFU above 1 would be worse than a pessimistic MFU.
+    3. ``@ 2.70GHz`` in the model name — the base clock Intel prints there.
+    4. The highest ``cpu MHz`` in ``/proc/cpuinfo`` — the current clock on bare metal;
+       in a VM (no cpufreq), the nominal TSC clock the hypervisor reports. Turbo can
+       run above it, so there MFU may read a few percent high; set
+       ``$ACCOUNTING_CPU_GHZ`` (or pass ``ghz=``) if you know better.
+    """
+    override = os.environ.get(CPU_GHZ_ENV)
+    if override:
+        try:
+            ghz = float(override)
+        except ValueError:
+            ghz = float("nan")
+        if not ghz > 0 or ghz == float("inf"):
+            raise AccountingError(f"${CPU_GHZ_ENV} must be a positive number of GHz, got {override!r}")
+        return ghz, f"${CPU_GHZ_ENV}"
+    text = _read(_CPUFREQ_MAX)
+    if text and text.strip().isdigit():
+        return int(text) / _KHZ_PER_GHZ, "cpufreq cpuinfo_max_freq"
+    blocks = _cpuinfo_blocks()
+    match = _MODEL_GHZ.search(blocks[0].get("model name", "")) if blocks else None
+    if match:
+        return float(match.group(1)), "model name"
+    mhz = [float(block["cpu MHz"]) for block in blocks if block.get("cpu MHz")]
+    if mhz:
+        return max(mhz) / _MHZ_PER_GHZ, "/proc/cpuinfo cpu MHz"
+    raise AccountingError(
+        f"cannot find this CPU's clock (no cpufreq, no GHz in the model name, no cpu MHz); set ${CPU_GHZ_ENV}"
+    )
+
+
+def _cpu_memory_bytes() -> int:
+    text = _read(_PROC_MEMINFO) or ""
+    match = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.MULTILINE)
+    if match:
+        return int(match.group(1)) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _cpu_available_bytes() -> int:
+    text = _read(_PROC_MEMINFO) or ""
+    match = re.search(r"^MemAvailable:\s+(\d+)\s+kB", text, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else _cpu_memory_bytes()
+
+
+# ---- device detection --------------------------------------------------------------------
+
+
+def as_device(device) -> torch.device:
+    """``device`` (a string, ``torch.device`` or :class:`DeviceInfo`) as a ``torch.device``.
+
+    >>> as_device("cuda:1")
+    device(type='cuda', index=1)
+    """
+    if isinstance(device, DeviceInfo):
+        return device.device
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError as error:
+            raise AccountingError(f"unknown device {device!r}: {error}") from None
+    raise AccountingTypeError(f"device must be a string, torch.device or DeviceInfo, got {device!r}")
+
+
+def _cuda_info(device: torch.device) -> DeviceInfo:
+    if not torch.cuda.is_available():
+        raise AccountingError(f"device {str(device)!r} is not available: torch.cuda.is_available() is False")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = torch.cuda.device_count()
+    if not 0 <= index < count:
+        raise AccountingError(f"device {str(device)!r} is not available: {count} CUDA device(s) present")
+    props = torch.cuda.get_device_properties(index)
+    hip = getattr(torch.version, "hip", None)
+    runtime = f"ROCm {hip}" if hip else f"CUDA {torch.version.cuda}"
+    return DeviceInfo(
+        kind="cuda",
+        name=torch.cuda.get_device_name(index),
+        index=index,
+        memory_bytes=int(props.total_memory),
+        compute_capability=(int(props.major), int(props.minor)),
+        multiprocessors=int(props.multi_processor_count),
+        l2_cache_bytes=int(getattr(props, "L2_cache_size", 0)) or None,
+        arch=getattr(props, "gcnArchName", None) or None,
+        runtime=runtime,
+        driver=_driver_version(),
+    )
+
+
+def _driver_version() -> str | None:
+    """The GPU driver version, from NVML when it can be had; ``None`` otherwise."""
+    try:
+        import pynvml  # shipped as nvidia-ml-py with CUDA builds of torch
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # noqa: BLE001 - no NVML, no driver string; not worth failing for
+        return None
+
+
+def detect_device(device=None) -> DeviceInfo:
+    """Describe ``device`` (``None``: ``cuda:0`` if CUDA is available, else the CPU).
+
+    >>> detect_device("cpu").name == cpu_model_name()
+    True
+    >>> detect_device("tpu")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: unknown device 'tpu': ...
+    """
+    if device is None:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    device = as_device(device)
+    if device.type == "cuda":
+        return _cuda_info(device)
+    if device.type != "cpu":
+        raise AccountingError(f"device {str(device)!r} is not supported: only cpu and cuda are")
+    ghz, source = cpu_clock_ghz()
+    return DeviceInfo(
+        kind="cpu",
+        name=cpu_model_name(),
+        index=None,
+        memory_bytes=_cpu_memory_bytes(),
+        cpu_flags=cpu_flags(),
+        cores=physical_cores(),
+        clock_ghz=ghz,
+        clock_source=source,
+        vendor=cpu_vendor(),
+    )
+
+
+def free_memory_bytes(device) -> int:
+    """Bytes that can still be allocated on ``device`` (``torch.cuda.mem_get_info`` on CUDA)."""
+    device = as_device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    return _cpu_available_bytes()
+
+
+# ---- waiting and timing ------------------------------------------------------------------
+
+
+def synchronize(device) -> None:
+    """Wait until all work queued on ``device`` has finished (a no-op on the CPU).
+
+    Kernels on a GPU run asynchronously: a host clock read before this measures only
+    the launch.
+
+    >>> synchronize("cpu")
+    """
+    device = as_device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class HostClock:
+    """Times with ``time.perf_counter``, synchronizing the device before every read.
+
+    ``synchronize`` and ``now`` can be replaced (tests pass recording fakes).
+
+    >>> clock = HostClock()
+    >>> start = clock.mark(); end = clock.mark()
+    >>> clock.elapsed(start, end) >= 0
+    True
+    """
+
+    def __init__(self, synchronize=lambda: None, now=time.perf_counter):
+        self.synchronize = synchronize
+        self._now = now
+
+    def mark(self):
+        """Wait for the device, then read the host clock."""
+        self.synchronize()
+        return self._now()
+
+    def elapsed(self, start, end) -> float:
+        """Seconds between two marks."""
+        return end - start
+
+    def flush_cache(self) -> None:
+        """Nothing to flush: CPU benchmarks run warm, as real CPU code does."""
+
+
+class EventClock:
+    """Times a CUDA stream with events recorded on it; no host clock is involved.
+
+    ``mark`` records an event after the work already queued; ``elapsed`` waits for the
+    end event and returns the GPU time between the two. ``event_factory`` and
+    ``synchronize`` can be replaced (tests pass recording fakes).
+    """
+
+    def __init__(self, device, *, event_factory=None, synchronize=None, l2_cache_bytes=None):
+        self.device = as_device(device)
+        self._event = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
+        self.synchronize = synchronize or (lambda: torch.cuda.synchronize(self.device))
+        self._l2_bytes = l2_cache_bytes
+        self._flush_buffer = None
+
+    def mark(self):
+        """Record an event on the current stream (does not wait)."""
+        event = self._event()
+        event.record()
+        return event
+
+    def elapsed(self, start, end) -> float:
+        """Wait for ``end``, then the seconds between the events."""
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+    def flush_cache(self) -> None:
+        """Overwrite L2 so the next run reads its operands from memory, as a cold call would."""
+        if self._flush_buffer is None:
+            size = self._l2_bytes
+            if size is None:
+                size = torch.cuda.get_device_properties(self.device).L2_cache_size
+            self._flush_buffer = torch.empty(L2_FLUSH_FACTOR * max(size, 1), dtype=torch.int8, device=self.device)
+        self._flush_buffer.zero_()
+
+
+def clock_for(device):
+    """The clock that times work on ``device``: CUDA events on a GPU, ``perf_counter`` on the CPU.
+
+    >>> type(clock_for("cpu")).__name__
+    'HostClock'
+    """
+    device = as_device(device)
+    if device.type == "cuda":
+        return EventClock(device)
+    return HostClock(synchronize=lambda: synchronize(device))
+
+
+# ---- float32 matmul mode (TF32) ------------------------------------------------------------
+
+
+def tf32_enabled() -> bool:
+    """Whether CUDA float32 matmuls may use TF32 tensor cores right now (reads flags; no CUDA init).
+
+    >>> with float32_matmul_mode(tf32=True):
+    ...     tf32_enabled()
+    True
+    """
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        return matmul.fp32_precision == "tf32" or (
+            matmul.fp32_precision == "none" and torch.get_float32_matmul_precision() != "highest"
+        )
+    return bool(matmul.allow_tf32)
+
+
+class float32_matmul_mode:  # noqa: N801 - used as a context manager, named like one
+    """Set whether CUDA float32 matmuls use TF32 (``tf32=True``) or plain FP32, and restore on exit.
+
+    Uses ``torch.backends.cuda.matmul.fp32_precision`` where torch has it (2.9+),
+    else ``allow_tf32``; setting the flag is cheap and touches no device.
+
+    >>> before = tf32_enabled()
+    >>> with float32_matmul_mode(tf32=False):
+    ...     tf32_enabled()
+    False
+    >>> tf32_enabled() == before
+    True
+    """
+
+    def __init__(self, *, tf32: bool):
+        self.tf32 = bool(tf32)
+        self._saved = None
+
+    def __enter__(self):
+        matmul = torch.backends.cuda.matmul
+        if hasattr(matmul, "fp32_precision"):
+            self._saved = ("fp32_precision", matmul.fp32_precision)
+            matmul.fp32_precision = "tf32" if self.tf32 else "ieee"
+        else:
+            self._saved = ("allow_tf32", matmul.allow_tf32)
+            matmul.allow_tf32 = self.tf32
+        return self
+
+    def __exit__(self, *exc_info):
+        name, value = self._saved
+        setattr(torch.backends.cuda.matmul, name, value)
+        return False

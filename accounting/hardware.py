@@ -1,0 +1,364 @@
+"""Peak FLOP/s and memory bandwidth: published accelerator figures and a CPU estimate.
+
+Accelerators: a table keyed by chip, then dtype, of *dense* vendor peaks (sparse
+datasheet figures halved), from ``shared/reference/accelerators.md``. Names are
+matched as ``torch.cuda.get_device_name()`` prints them, whole-name and
+case-insensitively, so look-alikes (``GB200``/``B200``, ``GH200``/``H200``,
+``A10``/``A100``, ``L4``/``L40``/``L40S``, ``V100S``/``V100``) never meet. An unknown
+chip, or a dtype a chip has no rate for, gives ``None`` and a :class:`PeakUnknownWarning`
+saying how to override it — never a guess that would make MFU silently wrong.
+
+Dtype columns: ``float64`` (FP64 tensor cores where the chip has them: cuBLAS DGEMM
+uses them), ``float32`` (plain FP32, no tensor cores), ``"tf32"`` (float32 matmuls on
+tensor cores), ``bfloat16``, ``float16``, ``float8_e4m3fn`` and ``float8_e5m2`` (one FP8
+rate), ``int8`` (TOPS, as FLOP/s).
+
+CPUs: physical cores × clock × FLOPs per cycle per core for the best ISA path the
+flags allow (:func:`cpu_peak_flops`).
+
+>>> peak_flops("NVIDIA H100 80GB HBM3", "bf16")
+989400000000000.0
+>>> peak_flops("NVIDIA H100 80GB HBM3", "tf32", sparse=True) / 1e12
+989.4
+>>> peak_bandwidth("NVIDIA A100-SXM4-80GB") / 1e12
+2.039
+>>> cpu_peak_flops("float32", flags={"avx512f", "fma"}, cores=2, ghz=2.5, vendor="intel") / 1e9
+320.0
+"""
+
+import math
+import os
+import re
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from accounting._checks import check_positive, check_positive_size
+from accounting.device import DeviceInfo, cpu_clock_ghz, cpu_flags, cpu_vendor, physical_cores
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.memory import TF32, format_name
+
+TERA = 1e12
+PEAK_TFLOPS_ENV = "ACCOUNTING_PEAK_TFLOPS"
+"""Environment variable: the dense peak, in TFLOP/s, to use instead of the table or CPU estimate."""
+
+INT8 = "int8"
+_FP8 = "fp8"  # the one column both float8 formats read
+_COLUMNS = ("float64", "float32", TF32, "bfloat16", "float16", _FP8, INT8)
+_SPARSE_DTYPES = frozenset({TF32, "bfloat16", "float16", _FP8, INT8})
+"""Dtypes whose tensor-core rate doubles with 2:4 structured sparsity."""
+
+
+class PeakUnknownWarning(UserWarning):
+    """No published peak for this device/dtype: MFU cannot be computed without an override."""
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One row of the peak table. ``tflops`` maps a dtype column to dense TFLOP/s (TOPS for int8)."""
+
+    row: str
+    tflops: dict
+    bandwidth_tbs: float | None
+    memory_gb: float | None
+    sparsity: bool = True
+    estimated: bool = False
+
+
+def _rates(fp64, fp64_tc, fp32, tf32, bf16, fp16, fp8, int8) -> dict:
+    """A chip's dense rates; ``float64`` is the tensor-core figure when the chip has one."""
+    values = (fp64_tc if fp64_tc is not None else fp64, fp32, tf32, bf16, fp16, fp8, int8)
+    return {column: value for column, value in zip(_COLUMNS, values) if value is not None}
+
+
+_H100_SXM = _rates(33.5, 66.9, 66.9, 494.7, 989.4, 989.4, 1978.9, 1978.9)
+_H100_NVL = _rates(30, 60, 60, 417.5, 835.5, 835.5, 1670.5, 1670.5)
+_A100 = _rates(9.7, 19.5, 19.5, 156, 312, 312, None, 624)
+_A10 = _rates(None, None, 31.2, 62.5, 125, 125, None, 250)
+_V100_SXM2 = _rates(7.8, None, 15.7, None, None, 125, None, None)
+_V100_PCIE = _rates(7.0, None, 14.0, None, None, 112, None, None)
+
+# Keys are whole-name patterns, matched against the normalised device name (lower case,
+# vendor words dropped, "-" and "_" as spaces): see _normalise.
+_CHIPS: dict[str, Chip] = {
+    # source: NVIDIA H100 Tensor Core GPU datasheet (SXM5); TF32..INT8 printed with sparsity, halved.
+    r"h100 80gb hbm3|h100 sxm5?( 80gb)?( hbm3)?": Chip("H100 SXM", _H100_SXM, 3.35, 80),
+    # source: NVIDIA H100 datasheet (PCIe column), sparse figures halved.
+    r"h100 pcie( 80gb)?": Chip("H100 PCIe", _rates(25.6, 51.2, 51.2, 378, 756, 756, 1513, 1513), 2.0, 80),
+    # source: NVIDIA H100 NVL datasheet; one GPU (the sheet's pair figure halved), sparse halved.
+    r"h100 nvl( 94gb)?": Chip("H100 NVL (one GPU)", _H100_NVL, 3.9, 94),
+    # source: NVIDIA H200 datasheet (SXM column); same compute as H100 SXM, sparse halved.
+    r"h200( sxm)?( 141gb)?( hbm3e)?": Chip("H200 SXM", _H100_SXM, 4.8, 141),
+    # source: NVIDIA H200 datasheet (NVL column), sparse halved.
+    r"h200 nvl": Chip("H200 NVL", _H100_NVL, 4.8, 141),
+    # source: NVIDIA Blackwell B200 datasheet (HGX B200, per GPU), sparse halved.
+    r"b200": Chip("B200", _rates(37, 37, 75, 1100, 2250, 2250, 4500, 4500), 7.7, 180),
+    # source: NVIDIA GB200 NVL72 datasheet, per GPU, sparse halved.
+    r"gb200": Chip("GB200 (per GPU)", _rates(40, 40, 80, 1250, 2500, 2500, 5000, 5000), 8.0, 186),
+    # source: NVIDIA A100 datasheet (SXM4 40GB / 80GB columns), sparse halved; no FP8 units.
+    r"a100 sxm4 40gb": Chip("A100 SXM", _A100, 1.555, 40),
+    r"a100 sxm4 80gb": Chip("A100 SXM", _A100, 2.039, 80),
+    # source: NVIDIA A100 datasheet (PCIe 40GB / 80GB columns), sparse halved.
+    r"a100 pcie 40gb": Chip("A100 PCIe", _A100, 1.555, 40),
+    r"a100 80gb pcie": Chip("A100 PCIe", _A100, 1.935, 80),
+    # source: NVIDIA A10 datasheet, sparse halved.
+    r"a10": Chip("A10", _A10, 0.6, 24),
+    # source: none from NVIDIA (an AWS part); A10's figures, as commonly given. Estimated.
+    r"a10g": Chip("A10G", _A10, 0.6, 24, estimated=True),
+    # source: NVIDIA L4 datasheet, sparse halved.
+    r"l4": Chip("L4", _rates(None, None, 30.3, 60, 121, 121, 242.5, 242.5), 0.3, 24),
+    # source: NVIDIA L40S datasheet, sparse halved.
+    r"l40s": Chip("L40S", _rates(None, None, 91.6, 183, 362, 362, 733, 733), 0.864, 48),
+    # source: NVIDIA T4 datasheet (Turing: FP16/INT8 tensor cores, no sparsity, no TF32/BF16).
+    r"t4": Chip("T4", _rates(None, None, 8.1, None, None, 65, None, 130), 0.32, 16, sparsity=False),
+    # source: NVIDIA V100 datasheet (SXM2 / PCIe columns); Volta has no sparsity.
+    r"v100 sxm2( (16|32)gb)?": Chip("V100 SXM2", _V100_SXM2, 0.9, 32, sparsity=False),
+    r"v100 pcie( (16|32)gb)?": Chip("V100 PCIe", _V100_PCIE, 0.9, 32, sparsity=False),
+    # source: NVIDIA Ada Lovelace architecture whitepaper, FP32-accumulate column (what PyTorch uses).
+    r"rtx 4090": Chip("RTX 4090", _rates(None, None, 82.6, 82.6, 165.2, 165.2, 330.3, 660.6), 1.008, 24),
+    # source: NVIDIA Ampere GA102 whitepaper, FP32-accumulate column.
+    r"rtx 3090": Chip("RTX 3090", _rates(None, None, 35.6, 35.6, 71, 71, None, 284), 0.936, 24),
+    # source: AMD Instinct MI300X datasheet (dense matrix figures).
+    r"mi300x": Chip("MI300X", _rates(81.7, 163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9, 2614.9), 5.3, 192),
+    # source: AMD Instinct MI250X datasheet, per GCD (torch sees each GCD as a device); no sparsity.
+    # The driver prints "MI250X/MI250" for both; MI250 is slower, so MFU there reads low, never high.
+    r"mi250x( ?/ ?mi250)?": Chip(
+        "MI250X (per GCD, as torch sees it)", _rates(24, 47.9, 24, None, 191.5, 191.5, None, 191.5), 1.6, 64,
+        sparsity=False,
+    ),
+}
+_COMPILED = [(re.compile(pattern), chip) for pattern, chip in _CHIPS.items()]
+
+# Names that are real but do not say which table row they are.
+_AMBIGUOUS = {"h100": "H100 SXM, H100 PCIe or H100 NVL"}
+# ROCm: gcnArchName when the marketing name is not recognised.
+_ROCM_ARCH = {"gfx942": "mi300x", "gfx90a": "mi250x"}
+_VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon")
+
+
+def _normalise(device_name: str) -> str:
+    """``"NVIDIA A100-SXM4-40GB"`` → ``"a100 sxm4 40gb"``: lower case, vendor words dropped."""
+    words = re.sub(r"[-_\s]+", " ", device_name.strip().lower()).split()
+    return " ".join(word for word in words if word not in _VENDOR_WORDS)
+
+
+def find_chip(device_name: str, *, arch: str | None = None) -> Chip | None:
+    """The table row for a device name (or ROCm ``arch``), or ``None`` if there is none.
+
+    >>> find_chip("NVIDIA GB200").row, find_chip("NVIDIA B200").row
+    ('GB200 (per GPU)', 'B200')
+    >>> print(find_chip("NVIDIA GH200 480GB"))
+    None
+    """
+    if not isinstance(device_name, str):
+        raise AccountingTypeError(f"device_name must be a string, got {device_name!r}")
+    candidates = [_normalise(device_name)]
+    if arch:
+        candidates.append(_ROCM_ARCH.get(arch.split(":")[0].lower(), ""))
+    for name in candidates:
+        for pattern, chip in _COMPILED:
+            if pattern.fullmatch(name):
+                return chip
+    return None
+
+
+def _override_hint(dtype: str) -> str:
+    return (
+        f"pass override_tflops= (pytest: --peak-tflops) or set ${PEAK_TFLOPS_ENV} "
+        f"to the device's dense {dtype} TFLOP/s"
+    )
+
+
+def _column(dtype) -> str:
+    """The table column for a dtype given as a torch dtype or a name (``int8`` included)."""
+    if dtype in (torch.int8, INT8):
+        return INT8
+    name = format_name(dtype)
+    return _FP8 if name.startswith("float8") else name
+
+
+def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | None = None) -> float | None:
+    """Dense peak FLOP/s of a named accelerator for a dtype (2:4-sparse rate if ``sparse``).
+
+    ``None``, with a :class:`PeakUnknownWarning` saying how to override it, for an
+    unknown chip or a dtype the chip has no published rate for.
+
+    >>> peak_flops("Tesla V100-SXM2-16GB", "float16") / 1e12
+    125.0
+    >>> peak_flops("NVIDIA H100 80GB HBM3", "fp8") == peak_flops("NVIDIA H100 80GB HBM3", "float8_e5m2")
+    True
+    """
+    column = _column(dtype)
+    chip = find_chip(device_name, arch=arch)
+    if chip is None:
+        ambiguous = _AMBIGUOUS.get(_normalise(device_name))
+        why = f"it could be {ambiguous}" if ambiguous else "it is not in the peak table"
+        warnings.warn(f"no peak FLOP/s for device {device_name!r}: {why}; {_override_hint(column)}",
+                      PeakUnknownWarning, stacklevel=2)
+        return None
+    tflops = chip.tflops.get(column)
+    if tflops is None:
+        warnings.warn(f"{chip.row} ({device_name!r}) has no published {column} rate; {_override_hint(column)}",
+                      PeakUnknownWarning, stacklevel=2)
+        return None
+    if sparse:
+        if not (chip.sparsity and column in _SPARSE_DTYPES):
+            warnings.warn(f"{chip.row} has no 2:4-sparse {column} rate; {_override_hint(column)}",
+                          PeakUnknownWarning, stacklevel=2)
+            return None
+        tflops *= 2
+    return tflops * TERA
+
+
+def peak_bandwidth(device_name: str, *, arch: str | None = None) -> float | None:
+    """Peak memory bandwidth of a named accelerator in bytes/s (``None`` + warning if unknown).
+
+    >>> peak_bandwidth("NVIDIA H100 80GB HBM3") / 1e12
+    3.35
+    """
+    chip = find_chip(device_name, arch=arch)
+    if chip is None or chip.bandwidth_tbs is None:
+        warnings.warn(f"no peak bandwidth for device {device_name!r}: it is not in the table",
+                      PeakUnknownWarning, stacklevel=2)
+        return None
+    return chip.bandwidth_tbs * TERA
+
+
+# ---- CPU estimate ------------------------------------------------------------------------
+
+# FLOPs per cycle per core, best path first: (required flags, FLOPs/cycle, path name).
+# A vector FMA unit of w lanes does 2·w FLOPs a cycle; server cores have two.
+FP32_AVX512_FLOPS_PER_CYCLE = 64  # 2 units × 16 lanes × 2
+FP32_AVX512_HALF_WIDTH_FLOPS_PER_CYCLE = 32  # AMD Zen 4: 512-bit ops split on 256-bit units
+FP32_AVX2_FMA_FLOPS_PER_CYCLE = 32  # 2 units × 8 lanes × 2
+FP32_AVX_FLOPS_PER_CYCLE = 16  # one 8-lane add and one 8-lane multiply port
+FP32_SSE_FLOPS_PER_CYCLE = 8  # one 4-lane add and one 4-lane multiply port
+AMX_BF16_FLOPS_PER_CYCLE = 1024  # TDPBF16PS: 16×16×32 multiply-adds per 16 cycles
+AMX_FP16_FLOPS_PER_CYCLE = 1024  # TDPFP16PS, same shape
+AMX_INT8_OPS_PER_CYCLE = 2048
+AVX512_BF16_FLOPS_PER_CYCLE = 128  # VDPBF16PS: 16 lanes × 2 pairs × 2, two units
+AVX512_FP16_FLOPS_PER_CYCLE = 128  # 32 fp16 lanes × 2, two units
+AVX512_VNNI_OPS_PER_CYCLE = 256  # VPDPBUSD: 16 lanes × 4 multiply-adds × 2, two units
+AVX_VNNI_OPS_PER_CYCLE = 128
+
+_CPU_PATHS = {
+    "float32": [
+        ({"avx512f", "avx512_vp2intersect"}, FP32_AVX512_FLOPS_PER_CYCLE, "AVX-512"),
+        ({"avx512f", "amd"}, FP32_AVX512_HALF_WIDTH_FLOPS_PER_CYCLE, "AVX-512 (Zen 4, 256-bit units)"),
+        ({"avx512f"}, FP32_AVX512_FLOPS_PER_CYCLE, "AVX-512"),
+        ({"avx2", "fma"}, FP32_AVX2_FMA_FLOPS_PER_CYCLE, "AVX2+FMA"),
+        ({"avx"}, FP32_AVX_FLOPS_PER_CYCLE, "AVX"),
+        (set(), FP32_SSE_FLOPS_PER_CYCLE, "SSE"),
+    ],
+    "bfloat16": [
+        ({"amx_bf16", "amx_tile"}, AMX_BF16_FLOPS_PER_CYCLE, "AMX-BF16"),
+        ({"avx512_bf16"}, AVX512_BF16_FLOPS_PER_CYCLE, "AVX512-BF16"),
+    ],
+    "float16": [
+        ({"amx_fp16", "amx_tile"}, AMX_FP16_FLOPS_PER_CYCLE, "AMX-FP16"),
+        ({"avx512_fp16"}, AVX512_FP16_FLOPS_PER_CYCLE, "AVX512-FP16"),
+    ],
+    INT8: [
+        ({"amx_int8", "amx_tile"}, AMX_INT8_OPS_PER_CYCLE, "AMX-INT8"),
+        ({"avx512_vnni"}, AVX512_VNNI_OPS_PER_CYCLE, "AVX512-VNNI"),
+        ({"avx_vnni"}, AVX_VNNI_OPS_PER_CYCLE, "AVX-VNNI"),
+    ],
+}
+
+
+def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int, str]:
+    """FLOPs per cycle per core for ``dtype`` on a CPU with these ISA flags, and the path's name.
+
+    ``float64`` is half the ``float32`` rate. bfloat16, float16 and int8 without a
+    native path run at the float32 rate (torch converts and computes in float32).
+    ``vendor="amd"`` with AVX-512 but no VP2INTERSECT is Zen 4, whose 512-bit ops
+    run on 256-bit units; any other vendor is taken to have full-width units, which
+    can only overstate the peak (MFU low, never above 1).
+
+    >>> cpu_flops_per_cycle("bfloat16", {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    (1024, 'AMX-BF16')
+    >>> cpu_flops_per_cycle("float64", {"avx2", "fma"})
+    (16, 'AVX2+FMA (FP64)')
+    """
+    column = _column(dtype)
+    if column in (TF32, _FP8):
+        raise AccountingError(f"no CPU computes {column} matmuls natively; there is no CPU peak for {dtype!r}")
+    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
+        raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
+    have = {flag.lower() for flag in flags}
+    if vendor == "amd":
+        have.add("amd")
+    lookup = "float32" if column == "float64" else column
+    for required, per_cycle, path in _CPU_PATHS.get(lookup, []):
+        if required <= have:
+            return (per_cycle // 2, f"{path} (FP64)") if column == "float64" else (per_cycle, path)
+    per_cycle, path = cpu_flops_per_cycle("float32", flags, vendor=vendor)
+    return per_cycle, f"{path} (via float32)"
+
+
+def cpu_peak_flops(dtype, *, flags=None, cores=None, ghz=None, vendor=None) -> float:
+    """Estimated peak FLOP/s of this CPU (or of one described by the arguments) for ``dtype``.
+
+    physical cores × clock × FLOPs/cycle/core (:func:`cpu_flops_per_cycle`). Anything
+    not given is detected: flags from ``/proc/cpuinfo`` and torch's CPUID probe, cores
+    from the affinity mask, the clock as :func:`accounting.device.cpu_clock_ghz`
+    explains (override with ``ghz=`` or ``$ACCOUNTING_CPU_GHZ``).
+
+    >>> cpu_peak_flops("bf16", flags={"amx_bf16", "amx_tile"}, cores=2, ghz=2.7) / 1e12
+    5.5296
+    """
+    if flags is None:
+        flags = cpu_flags()
+        vendor = vendor if vendor is not None else cpu_vendor()
+    per_cycle, _path = cpu_flops_per_cycle(dtype, flags, vendor=vendor)
+    cores = physical_cores() if cores is None else check_positive_size(cores, "cores")
+    ghz = cpu_clock_ghz()[0] if ghz is None else check_positive(ghz, "ghz")
+    return cores * ghz * 1e9 * per_cycle
+
+
+# ---- the device in use -------------------------------------------------------------------
+
+
+def peak_override_tflops(override_tflops=None) -> float | None:
+    """The user's peak override in TFLOP/s: the argument, else ``$ACCOUNTING_PEAK_TFLOPS``, else ``None``."""
+    if override_tflops is not None:
+        return check_positive(override_tflops, "override_tflops")
+    text = os.environ.get(PEAK_TFLOPS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise AccountingError(f"${PEAK_TFLOPS_ENV} must be a positive number of TFLOP/s, got {text!r}")
+    return value
+
+
+def device_peak_flops(info: DeviceInfo, dtype, *, override_tflops=None, sparse: bool = False) -> float | None:
+    """Peak FLOP/s of a detected device for ``dtype``: the user's override, the table, or the CPU estimate.
+
+    The override (argument or ``$ACCOUNTING_PEAK_TFLOPS``, in TFLOP/s) wins; it is the
+    peak of whatever dtype is being measured. A CUDA or ROCm device is looked up by
+    name (ROCm also by ``gcnArchName``); a CPU is estimated. ``None`` with a
+    :class:`PeakUnknownWarning` where nothing is known.
+
+    >>> cpu = DeviceInfo("cpu", "some CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
+    >>> device_peak_flops(cpu, "float32") / 1e9
+    384.0
+    >>> device_peak_flops(cpu, "float32", override_tflops=1.5)
+    1500000000000.0
+    """
+    if not isinstance(info, DeviceInfo):
+        raise AccountingTypeError(f"info must be a DeviceInfo (see detect_device), got {info!r}")
+    override = peak_override_tflops(override_tflops)
+    if override is not None:
+        return override * TERA
+    if info.kind == "cuda":
+        return peak_flops(info.name, dtype, sparse=sparse, arch=info.arch)
+    column = _column(dtype)
+    if column in (TF32, _FP8):
+        warnings.warn(f"a CPU has no {column} matmul units, so no {column} peak", PeakUnknownWarning, stacklevel=2)
+        return None
+    return cpu_peak_flops(dtype, flags=info.cpu_flags, cores=info.cores, ghz=info.clock_ghz, vendor=info.vendor)

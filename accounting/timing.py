@@ -1,0 +1,325 @@
+"""Device-correct timing of a callable or a matmul: warm-up, synchronised clocks, medians.
+
+Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
+
+1. Warm up: the first calls create cuBLAS handles, pick kernels and fault pages in.
+2. Time each repetition separately with the device's clock
+   (:func:`accounting.device.clock_for`): CUDA events on a GPU, ``perf_counter``
+   after a synchronize on the CPU — never a host clock around unfinished GPU work.
+3. On CUDA, overwrite L2 between repetitions when the operands fit in it, so
+   every repetition reads from memory as a cold call in a real model would.
+4. Repeat at least ``repeats`` times and for at least ``min_time_s``; report the
+   median and the interquartile range (robust to the stragglers a shared machine makes).
+
+>>> import torch
+>>> timing = time_matmul(torch.ones(64, 64), torch.ones(64, 64), repeats=5, min_time_s=0)
+>>> len(timing.samples) >= 5, timing.flops, timing.median > 0
+(True, 524288, True)
+"""
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from accounting._checks import check_non_negative, check_positive_size, check_size
+from accounting.device import as_device, clock_for, float32_matmul_mode
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.flops import matmul_flops, mfu
+from accounting.memory import TF32, format_name, storage_dtype
+
+WARMUP_CALLS = 3
+"""Untimed calls first: handle creation, kernel selection, page faults."""
+REPEATS = 20
+"""Timed repetitions at least; more are taken until ``MIN_TIME_S`` has passed."""
+MIN_TIME_S = 0.2
+MAX_REPEATS = 10_000
+"""Stop here even if ``min_time_s`` has not passed (a very fast ``fn``)."""
+IQR_NOISY_FRACTION = 0.1
+"""A timing whose IQR exceeds this fraction of its median is flagged ``noisy``."""
+
+FP8_ALIGNMENT = 16
+"""``torch._scaled_mm`` needs K and N divisible by 16."""
+FP8_OUT_DTYPE = torch.bfloat16
+MEMORY_FRACTION = 0.8
+"""Share of free device memory a benchmark's operands may take (the rest: workspace, fragmentation)."""
+MIN_MATMUL_SIZE = 256
+"""A matmul shrunk below this edge no longer measures the same thing: skip it instead."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: ``median`` and ``iqr`` (75th − 25th percentile) of ``samples``.
+
+    ``flops`` is the work of one call when known, for :attr:`flop_per_s` and :meth:`mfu`.
+
+    >>> t = Timing.from_samples([0.5, 0.25, 1.0, 0.5], flops=10**12)
+    >>> t.median, t.flop_per_s / 1e12
+    (0.5, 2.0)
+    """
+
+    median: float
+    iqr: float
+    samples: tuple[float, ...]
+    flops: int | None = None
+    device: str = "cpu"
+
+    @classmethod
+    def from_samples(cls, samples, *, flops=None, device="cpu") -> "Timing":
+        """Summarise raw per-call seconds."""
+        samples = tuple(float(s) for s in samples)
+        if not samples:
+            raise AccountingError("a timing needs at least one sample")
+        if len(samples) > 1:
+            q1, _q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+        else:
+            q1 = q3 = samples[0]
+        return cls(statistics.median(samples), q3 - q1, samples, flops, str(device))
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def noisy(self) -> bool:
+        """IQR above ``IQR_NOISY_FRACTION`` of the median: rerun before trusting small differences."""
+        return self.iqr > IQR_NOISY_FRACTION * self.median
+
+    @property
+    def flop_per_s(self) -> float:
+        """Achieved FLOP/s at the median."""
+        if self.flops is None:
+            raise AccountingError("this timing has no flops; pass flops= to time_fn")
+        return self.flops / self.median
+
+    @property
+    def tflops(self) -> float:
+        """Achieved TFLOP/s at the median."""
+        return self.flop_per_s / 1e12
+
+    def mfu(self, peak_flops_per_second) -> float:
+        """Model FLOPs utilisation against a peak in FLOP/s."""
+        if self.flops is None:
+            raise AccountingError("this timing has no flops; pass flops= to time_fn")
+        return mfu(self.flops, self.median, peak_flops_per_second)
+
+
+def time_fn(
+    fn: Callable[[], object],
+    *,
+    device="cpu",
+    warmup: int = WARMUP_CALLS,
+    repeats: int = REPEATS,
+    min_time_s: float = MIN_TIME_S,
+    max_repeats: int = MAX_REPEATS,
+    flush_cache: bool = False,
+    flops: int | None = None,
+    clock=None,
+) -> Timing:
+    """Time ``fn()`` on ``device``: warm-up calls, then each call timed on the device's clock.
+
+    ``clock`` defaults to :func:`accounting.device.clock_for` ``(device)``; anything with
+    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works.
+
+    >>> t = time_fn(lambda: sum(range(100)), repeats=7, min_time_s=0)
+    >>> len(t.samples) >= 7 and t.iqr >= 0
+    True
+    """
+    if not callable(fn):
+        raise AccountingTypeError(f"fn must be callable, got {fn!r}")
+    warmup = check_size(warmup, "warmup")
+    repeats = check_positive_size(repeats, "repeats")
+    max_repeats = check_positive_size(max_repeats, "max_repeats")
+    min_time_s = check_non_negative(min_time_s, "min_time_s")
+    if max_repeats < repeats:
+        raise AccountingError(f"max_repeats ({max_repeats}) is below repeats ({repeats})")
+    device = as_device(device)
+    clock = clock or clock_for(device)
+    for _ in range(warmup):
+        fn()
+    clock.synchronize()
+    samples = []
+    total = 0.0
+    while len(samples) < repeats or (total < min_time_s and len(samples) < max_repeats):
+        if flush_cache:
+            clock.flush_cache()
+        start = clock.mark()
+        fn()
+        end = clock.mark()
+        seconds = clock.elapsed(start, end)
+        samples.append(seconds)
+        total += seconds
+    return Timing.from_samples(samples, flops=flops, device=device)
+
+
+def time_matmul(a: torch.Tensor, b: torch.Tensor, *, warmup: int = WARMUP_CALLS, repeats: int = REPEATS,
+                min_time_s: float = MIN_TIME_S, flush_cache: bool | None = None) -> Timing:
+    """Time ``a @ b`` on their device, into a preallocated output; ``flops`` is ``2·m·k·n`` (batched too).
+
+    ``flush_cache=None`` flushes L2 on CUDA when the operands fit in it. For float8
+    operands use :func:`matmul_case` (``torch._scaled_mm``).
+
+    >>> t = time_matmul(torch.ones(32, 16), torch.ones(16, 8), repeats=3, min_time_s=0)
+    >>> t.flops
+    8192
+    """
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor):
+            raise AccountingTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            raise AccountingError(f"{name} is {x.dtype}: time float8 with matmul_case (torch._scaled_mm)")
+    if a.device != b.device:
+        raise AccountingError(f"a is on {a.device} but b is on {b.device}")
+    flops = matmul_flops(tuple(a.shape), tuple(b.shape))
+    out = torch.matmul(a, b)
+    if flush_cache is None:
+        flush_cache = a.device.type == "cuda" and _fits_in_l2(a.device, a, b)
+    return time_fn(lambda: torch.matmul(a, b, out=out), device=a.device, warmup=warmup, repeats=repeats,
+                   min_time_s=min_time_s, flush_cache=flush_cache, flops=flops)
+
+
+def _fits_in_l2(device, *tensors) -> bool:
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    return sum(x.untyped_storage().nbytes() for x in tensors) <= l2
+
+
+# ---- matmul cases per dtype ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatmulCase:
+    """One ``(m, k) @ (k, n)`` product in one dtype on one device, ready to time.
+
+    ``fn()`` runs the product (float32 and tf32 on CUDA set the TF32 flag explicitly
+    for the call and restore it); ``flops`` is its work; ``operands`` are the inputs.
+    """
+
+    dtype: str
+    shape: tuple[int, int, int]
+    device: str
+    fn: Callable[[], torch.Tensor]
+    flops: int
+    operands: tuple[torch.Tensor, ...]
+
+    @property
+    def operand_bytes(self) -> int:
+        return sum(x.untyped_storage().nbytes() for x in self.operands)
+
+    def __iter__(self):
+        """``fn, flops = matmul_case(...)`` unpacks the two things a timer needs."""
+        return iter((self.fn, self.flops))
+
+
+def _case_dtype_name(dtype) -> str:
+    return format_name(dtype)
+
+
+def matmul_bytes(m: int, k: int, n: int, dtype) -> int:
+    """Bytes of the two operands and the output of an ``(m, k) @ (k, n)`` product in ``dtype``.
+
+    float8 products write ``FP8_OUT_DTYPE`` (bfloat16); tf32 is stored as float32.
+
+    >>> matmul_bytes(1024, 1024, 1024, "bf16") / 2**20
+    6.0
+    """
+    name = _case_dtype_name(dtype)
+    size = storage_dtype(name).itemsize
+    out_size = FP8_OUT_DTYPE.itemsize if name.startswith("float8") else size
+    return (m * k + k * n) * size + m * n * out_size
+
+
+def fit_matmul_shape(shape, dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
+                     min_size: int = MIN_MATMUL_SIZE, extra_bytes: int = 0):
+    """Halve ``(m, k, n)`` until the product fits ``fraction`` of ``free_bytes``; ``None`` below ``min_size``.
+
+    Sizes stay multiples of 16 (float8's rule). ``extra_bytes`` is other memory the
+    run needs (an L2 flush buffer).
+
+    >>> fit_matmul_shape((8192, 8192, 8192), "bf16", 200 * 2**20)
+    (4096, 4096, 4096)
+    >>> print(fit_matmul_shape((8192, 8192, 8192), "bf16", 2**18))
+    None
+    """
+    m, k, n = (check_positive_size(size, f"shape entry {i}") for i, size in enumerate(shape))
+    budget = fraction * check_size(free_bytes, "free_bytes") - extra_bytes
+    while matmul_bytes(m, k, n, dtype) > budget:
+        m, k, n = (max(FP8_ALIGNMENT, size // 2 // FP8_ALIGNMENT * FP8_ALIGNMENT) for size in (m, k, n))
+        if min(m, k, n) < min_size:
+            return None
+    return m, k, n
+
+
+def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0) -> MatmulCase:
+    """Random ``(m, k)`` and ``(k, n)`` operands in ``dtype`` on ``device``, and a call that multiplies them.
+
+    - float64/float32/bfloat16/float16: ``torch.matmul`` into a preallocated output.
+      On CUDA float32 runs with TF32 off; ``"tf32"`` runs float32 with TF32 on
+      (CUDA only: a CPU has no TF32 units).
+    - float8_e4m3fn / float8_e5m2: ``torch._scaled_mm`` with its layout rules — mat2
+      column-major, K and N divisible by 16, float32 scale tensors, ``out_dtype``
+      bfloat16. e5m2 × e5m2 is not a cuBLASLt combination, so the e5m2 case is
+      e5m2 × e4m3fn (same FP8 rate).
+
+    >>> fn, flops = matmul_case("bf16", 64, 32, 16)
+    >>> fn().dtype, flops
+    (torch.bfloat16, 65536)
+    """
+    name = _case_dtype_name(dtype)
+    m, k, n = (check_positive_size(size, what) for size, what in ((m, "m"), (k, "k"), (n, "n")))
+    device = as_device(device)
+    if name == TF32 and device.type != "cuda":
+        raise AccountingError(f"tf32 is a CUDA tensor-core mode; device {str(device)!r} has none")
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(rows, cols, dtype):
+        return torch.randn(rows, cols, generator=generator, device=device, dtype=dtype)
+
+    flops = matmul_flops((m, k), (k, n))
+    if name.startswith("float8"):
+        for size, what in ((k, "k"), (n, "n")):
+            if size % FP8_ALIGNMENT:
+                raise AccountingError(
+                    f"float8 matmul (torch._scaled_mm) needs {what} divisible by {FP8_ALIGNMENT}, got {what}={size}"
+                )
+        a = randn(m, k, torch.float32).to(storage_dtype(name))
+        # mat2 must be column-major: make it (n, k) row-major and transpose the view.
+        b = randn(n, k, torch.float32).to(torch.float8_e4m3fn).t()
+        scale_a = torch.ones((), dtype=torch.float32, device=device)
+        scale_b = torch.ones((), dtype=torch.float32, device=device)
+
+        def fn():
+            return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=FP8_OUT_DTYPE)
+
+        return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b))
+    torch_dtype = storage_dtype(name)
+    a, b = randn(m, k, torch_dtype), randn(k, n, torch_dtype)
+    out = torch.empty(m, n, dtype=torch_dtype, device=device)
+    if device.type == "cuda" and torch_dtype == torch.float32:
+        mode = float32_matmul_mode(tf32=name == TF32)
+
+        def fn():
+            with mode:
+                return torch.matmul(a, b, out=out)
+    else:
+
+        def fn():
+            return torch.matmul(a, b, out=out)
+
+    return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, out))
+
+
+def achieved_mfu(flops: int, seconds: float, peak: float | None) -> float | None:
+    """MFU, or ``None`` when the peak is unknown (never a made-up figure).
+
+    >>> achieved_mfu(10**12, 1.0, 2e12), achieved_mfu(10**12, 1.0, None)
+    (0.5, None)
+    """
+    if peak is None or (isinstance(peak, float) and math.isnan(peak)):
+        return None
+    return mfu(flops, seconds, peak)
