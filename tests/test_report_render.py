@@ -29,9 +29,7 @@ def crafted_report():
     for dtype, (peak, floor, points) in curves.items():
         runs = [measured(dtype, size, size, size, rate) for size, rate in points]
         runs.append(measured(dtype, 8192, 8192, 8448, points[-1][1] * 1.01, phase="refine"))
-        element = 2 if dtype == "bfloat16" else 4
-        dtypes[dtype] = dtype_section(dtype, runs, peak=peak, floor=floor, element_bytes=(element, element),
-                                      bandwidth=bandwidth.bytes_per_second, spec_bandwidth=3.35e12)
+        dtypes[dtype] = dtype_section(dtype, runs, peak=peak, floor=floor, bandwidth=bandwidth.bytes_per_second, spec_bandwidth=3.35e12)
     device = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "index": 0, "memory_bytes": 80 * 2**30,
               "compute_capability": [9, 0], "cpu_flags": None, "cores": 132}
     machine = {"platform": "Linux", "python": "3.11", "torch": "2.13.0", "accounting": "0.1.0", "device": device}

@@ -6,7 +6,6 @@ from accounting.report.sweep import (
     SIZE_MULTIPLE,
     MatmulMeasurement,
     Sweep,
-    max_square_size,
     predict_seconds,
     size_ladder,
     summarise,
@@ -106,11 +105,3 @@ def test_time_left_by_one_dtype_goes_to_the_next():
 def test_prediction_scales_with_flops():
     known = MatmulMeasurement("float32", 1000, 1000, 1000, 2 * 10**9, 0.1, 0.0, 5, wall_s=0.6)
     assert predict_seconds(known, 2000, 1000, 1000) == pytest.approx(1.2)
-
-
-@pytest.mark.parametrize(
-    "memory_bytes, element_bytes, expected",
-    [pytest.param(3 * 1024 * 1024 * 2, 2, 1024, id="exact"), pytest.param(3 * 1000 * 1000 * 4, 4, 896, id="rounded-down")],
-)
-def test_max_square_size(memory_bytes, element_bytes, expected):
-    assert max_square_size(memory_bytes, element_bytes, memory_fraction=1.0) == expected

@@ -1,12 +1,10 @@
 """Verdicts and roofline figures on crafted measurements."""
 
-import math
-
 import pytest
 
 from accounting import AccountingError
 from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
-from accounting.report.roofline import arithmetic_intensity, attainable_flops, bound, matmul_bytes, ridge_point
+from accounting.report.roofline import arithmetic_intensity, attainable_flops, bound, ridge_point
 from accounting.report.sweep import MatmulMeasurement
 from accounting.report.verdict import BELOW_FLOOR, HEALTHY, UNKNOWN, judge, overall
 
@@ -65,7 +63,7 @@ def test_dtype_section_from_crafted_measurements():
         measured("bfloat16", 1024, 1024, 1024, 4e11),
         measured("bfloat16", 1024, 1024, 1152, 5e11, phase="refine"),
     ]
-    section = dtype_section("bfloat16", runs, peak=1e12, floor=0.6, element_bytes=(2, 2), bandwidth=1e10,
+    section = dtype_section("bfloat16", runs, peak=1e12, floor=0.6, bandwidth=1e10,
                             spec_bandwidth=None)
     assert (section["best"]["m"], section["best"]["n"]) == (1024, 1152)
     assert section["mfu"] == pytest.approx(0.5)
@@ -79,15 +77,14 @@ def test_dtype_section_from_crafted_measurements():
 
 def test_dtype_section_small_shapes_are_memory_bound_on_a_slow_memory():
     runs = [measured("float32", 128, 128, 128, 1e10)]
-    section = dtype_section("float32", runs, peak=1e12, floor=0.1, element_bytes=(4, 4), bandwidth=1e9,
+    section = dtype_section("float32", runs, peak=1e12, floor=0.1, bandwidth=1e9,
                             spec_bandwidth=None)
     assert section["measurements"][0]["arithmetic_intensity"] == pytest.approx(2 * 128**3 / (3 * 128 * 128 * 4))
     assert section["measurements"][0]["bound"] == "memory"
 
 
 def test_dtype_section_without_peak_is_unknown_and_says_why():
-    section = dtype_section("float16", [measured("float16", 256, 256, 256, 1e11)], peak=None, floor=0.5,
-                            element_bytes=(2, 2), bandwidth=1e10, spec_bandwidth=None)
+    section = dtype_section("float16", [measured("float16", 256, 256, 256, 1e11)], peak=None, floor=0.5, bandwidth=1e10, spec_bandwidth=None)
     assert section["mfu"] is None
     assert section["verdict"]["status"] == UNKNOWN
     assert "no spec peak for float16" in section["verdict"]["message"]
@@ -95,7 +92,7 @@ def test_dtype_section_without_peak_is_unknown_and_says_why():
 
 
 def test_dtype_section_with_nothing_measured():
-    section = dtype_section("float32", [], peak=1e12, floor=0.5, element_bytes=(4, 4), bandwidth=None,
+    section = dtype_section("float32", [], peak=1e12, floor=0.5, bandwidth=None,
                             spec_bandwidth=None)
     assert section["best"] is None and section["measurements"] == []
     assert section["verdict"]["message"] == "unknown: nothing measured: the budget ran out first"
@@ -109,23 +106,24 @@ def test_bandwidth_against_spec():
 
 
 @pytest.mark.parametrize(
-    "m, k, n, element_bytes, expected",
+    "m, k, n, dtype, expected",
     [
-        pytest.param(4096, 4096, 4096, 2, 2 * 4096**3 / (3 * 4096**2 * 2), id="square-bf16"),
-        pytest.param(8192, 8192, 1, 2, 2 * 8192 * 8192 / ((8192 * 8192 + 8192 + 8192) * 2), id="matrix-vector"),
+        pytest.param(4096, 4096, 4096, "bfloat16", 2 * 4096**3 / (3 * 4096**2 * 2), id="square-bf16"),
+        pytest.param(8192, 8192, 1, "bf16", 2 * 8192 * 8192 / ((8192 * 8192 + 8192 + 8192) * 2), id="matrix-vector"),
+        pytest.param(1024, 1024, 1024, "tf32", 2 * 1024**3 / (3 * 1024**2 * 4), id="tf32-stored-as-float32"),
+        pytest.param(64, 64, 64, "fp8", 2 * 64**3 / (2 * 64 * 64 * 1 + 64 * 64 * 2), id="fp8-writes-bf16"),
     ],
 )
-def test_arithmetic_intensity(m, k, n, element_bytes, expected):
-    assert arithmetic_intensity(m, k, n, element_bytes) == pytest.approx(expected)
+def test_arithmetic_intensity(m, k, n, dtype, expected):
+    assert arithmetic_intensity(m, k, n, dtype) == pytest.approx(expected)
 
 
 def test_roofline_on_h100_figures():
     ridge = ridge_point(989.4e12, 3.35e12)
     assert ridge == pytest.approx(295.34, rel=1e-3)
-    assert bound(arithmetic_intensity(8192, 8192, 8192, 2), ridge) == "compute"
-    assert bound(arithmetic_intensity(8192, 8192, 16, 2), ridge) == "memory"
+    assert bound(arithmetic_intensity(8192, 8192, 8192, "bf16"), ridge) == "compute"
+    assert bound(arithmetic_intensity(8192, 8192, 16, "bf16"), ridge) == "memory"
     assert attainable_flops(10.0, 989.4e12, 3.35e12) == pytest.approx(33.5e12)
-    assert math.isclose(matmul_bytes(8, 8, 8, 1, out_element_bytes=2), (64 + 64) + 128)
 
 
 def test_ridge_point_rejects_zero_bandwidth():

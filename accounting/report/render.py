@@ -9,6 +9,9 @@ bfloat16     1.93
 
 from accounting.report._format import GB, GIB, NOT_KNOWN, fraction, tflops
 
+CPU_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
+"""CPU flags shown on the terminal: the ones matmul speed depends on (the JSON has them all)."""
+
 
 def table(header: list[str], rows: list[list[str]], *, indent: str = "") -> str:
     """Columns padded to their widest cell; cells that look like numbers are right-aligned."""
@@ -48,7 +51,10 @@ def _device_lines(report: dict) -> list[str]:
     if details:
         lines.append("  " + ", ".join(details))
     if device.get("cpu_flags"):
-        lines.append("  ISA flags: " + " ".join(device["cpu_flags"]))
+        shown = [flag for flag in device["cpu_flags"] if flag.startswith(CPU_FLAG_PREFIXES)]
+        lines.append("  ISA flags: " + (" ".join(shown) or "none of " + ", ".join(CPU_FLAG_PREFIXES) + "…"))
+    if device.get("clock_ghz"):
+        lines.append(f"  clock {device['clock_ghz']:g} GHz ({device.get('clock_source') or 'source unknown'})")
     machine = report["machine"]
     lines.append(f"  torch {machine['torch']}, Python {machine['python']}, {machine['platform']}")
     return lines
@@ -114,12 +120,26 @@ def _verdict_lines(report: dict) -> list[str]:
     return lines
 
 
-def render(report: dict, *, cases: bool = True) -> str:
-    """The whole report as text: device, spec figures, bandwidth, sweep summary, every case, verdicts."""
-    blocks = [_device_lines(report), _peak_lines(report), _bandwidth_lines(report), _summary_lines(report)]
+def _join(blocks) -> str:
+    return "\n\n".join("\n".join(block) for block in blocks)
+
+
+def render_header(report: dict) -> str:
+    """What was found before measuring: the device and the spec figures it will be compared with."""
+    return _join([_device_lines(report), _peak_lines(report)])
+
+
+def render_results(report: dict, *, cases: bool = True) -> str:
+    """What was measured: bandwidth, sweep summary, every case (``cases``), notes and verdicts."""
+    blocks = [_bandwidth_lines(report), _summary_lines(report)]
     if cases:
         blocks += [_case_lines(dtype, section) for dtype, section in report["dtypes"].items()]
     if report["notes"]:
         blocks.append(["Notes:"] + [f"  - {note}" for note in report["notes"]])
     blocks.append(_verdict_lines(report))
-    return "\n\n".join("\n".join(block) for block in blocks)
+    return _join(blocks)
+
+
+def render(report: dict, *, cases: bool = True) -> str:
+    """The whole report as text: :func:`render_header` then :func:`render_results`."""
+    return render_header(report) + "\n\n" + render_results(report, cases=cases)

@@ -5,11 +5,13 @@ cannot disagree. Its fields (``SCHEMA`` names the version):
 
 - ``schema``, ``created_utc``, ``elapsed_s``
 - ``settings``: ``device``, ``dtypes``, ``budget_s``
-- ``machine``: ``platform``, ``python``, ``torch``, ``accounting``, ``device`` (``kind``,
-  ``name``, ``index``, ``memory_bytes``, ``compute_capability``, ``cpu_flags``, ``cores``)
+- ``machine``: ``platform``, ``python``, ``torch``, ``accounting``, ``logical_cpus``,
+  ``load_average_1min`` (before measuring), ``device`` (``kind``, ``name``, ``index``,
+  ``memory_bytes``, ``compute_capability``, ``cpu_flags``, ``cores``, ``clock_ghz``, … as
+  :class:`accounting.device.DeviceInfo` has them)
 - ``bandwidth``: ``bytes_moved``, ``seconds``, ``iqr_s``, ``repeats``, ``measured_bytes_per_s``,
   ``spec_bytes_per_s`` (``null`` where no spec figure is known, as for CPUs), ``fraction_of_spec``
-- ``dtypes``: per dtype ``peak_flops_per_s``, ``floor``, ``element_bytes``, ``ridge_flop_per_byte``,
+- ``dtypes``: per dtype ``peak_flops_per_s``, ``floor``, ``ridge_flop_per_byte``,
   ``ridge_basis``, ``best`` (a measurement), ``median_flops_per_s``, ``median_tflops``,
   ``mfu`` (best ÷ peak), ``median_mfu``, ``measurements`` (each: ``m``, ``k``, ``n``, ``size``,
   ``flops``, ``seconds``, ``iqr_s``, ``repeats``, ``flops_per_s``, ``tflops``, ``mfu``,
@@ -54,8 +56,8 @@ class BandwidthMeasurement:
         return self.bytes_moved / self.seconds
 
 
-def _measurement_row(done, peak, element_bytes, ridge) -> dict:
-    intensity = arithmetic_intensity(done.m, done.k, done.n, *element_bytes)
+def _measurement_row(done, peak, ridge) -> dict:
+    intensity = arithmetic_intensity(done.m, done.k, done.n, done.dtype)
     return {
         "m": done.m, "k": done.k, "n": done.n, "size": done.size,
         "flops": done.flops, "seconds": done.seconds, "iqr_s": done.iqr_s, "repeats": done.repeats,
@@ -67,11 +69,11 @@ def _measurement_row(done, peak, element_bytes, ridge) -> dict:
     }
 
 
-def dtype_section(dtype: str, measurements, *, peak, floor, element_bytes, bandwidth, spec_bandwidth, reason=None) -> dict:
+def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None) -> dict:
     """Everything the report says about one dtype.
 
-    ``element_bytes`` is ``(input bytes, output bytes)``; ``bandwidth`` the measured bytes/s
-    (or ``None``); ``reason`` explains a missing peak in the verdict.
+    ``bandwidth`` is the measured bytes/s (or ``None``); ``reason`` explains a missing
+    peak in the verdict.
     """
     summary = summarise(measurements)
     best = summary["best"]
@@ -82,7 +84,7 @@ def dtype_section(dtype: str, measurements, *, peak, floor, element_bytes, bandw
         ridge = ridge_point(roof, memory_speed)
         basis = RIDGE_FROM_SPEC if spec_bandwidth and peak else (
             RIDGE_FROM_MEASURED_BANDWIDTH if peak else RIDGE_FROM_MEASUREMENTS)
-    rows = [_measurement_row(done, peak, element_bytes, ridge) for done in measurements]
+    rows = [_measurement_row(done, peak, ridge) for done in measurements]
     best_row = max(rows, key=lambda row: row["flops_per_s"]) if rows else None
     median = summary["median_flops_per_second"]
     best_mfu = best_row["mfu"] if best_row else None
@@ -95,7 +97,6 @@ def dtype_section(dtype: str, measurements, *, peak, floor, element_bytes, bandw
     return {
         "peak_flops_per_s": peak,
         "floor": floor,
-        "element_bytes": list(element_bytes),
         "ridge_flop_per_byte": ridge,
         "ridge_basis": basis,
         "best": best_row,
@@ -126,8 +127,8 @@ def bandwidth_section(measured: "BandwidthMeasurement | None", spec_bytes_per_s:
     }
 
 
-def machine_section(device: dict) -> dict:
-    """Versions and platform, around the device's own description."""
+def machine_section(device: dict, *, load_average: float | None = None) -> dict:
+    """Versions, platform and the load before measuring (1-minute average), around the device's description."""
     import torch
 
     try:
@@ -139,6 +140,8 @@ def machine_section(device: dict) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "accounting": accounting_version,
+        "logical_cpus": os.cpu_count(),
+        "load_average_1min": load_average,
         "device": device,
     }
 

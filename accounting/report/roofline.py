@@ -6,49 +6,34 @@ units, then limits it. Bytes moved by ``(m, k) @ (k, n)`` are counted as each op
 read once and the result written once, the least any kernel can move.
 
 >>> from accounting.report.roofline import arithmetic_intensity, ridge_point, bound
->>> ai = arithmetic_intensity(4096, 4096, 4096, element_bytes=2)   # bf16
+>>> ai = arithmetic_intensity(4096, 4096, 4096, "bfloat16")
 >>> round(ai, 1)
 1365.3
 >>> ridge = ridge_point(989.4e12, 3.35e12)                          # H100 SXM bf16
 >>> round(ridge, 1), bound(ai, ridge)
 (295.3, 'compute')
->>> bound(arithmetic_intensity(8192, 8192, 1, element_bytes=2), ridge)  # matrix-vector
+>>> bound(arithmetic_intensity(8192, 8192, 1, "bfloat16"), ridge)  # matrix-vector
 'memory'
 """
 
-from accounting._checks import check_positive, check_positive_size
+from accounting._checks import check_positive
 from accounting.flops import matmul_flops
+from accounting.timing import matmul_bytes
 
 COMPUTE_BOUND = "compute"
 MEMORY_BOUND = "memory"
 
 
-def matmul_bytes(m: int, k: int, n: int, element_bytes: int, out_element_bytes: int | None = None) -> int:
-    """Bytes a ``(m, k) @ (k, n)`` product must move: read both operands, write the result.
+def arithmetic_intensity(m: int, k: int, n: int, dtype) -> float:
+    """FLOPs per byte moved of a ``(m, k) @ (k, n)`` product in ``dtype``.
 
-    ``out_element_bytes`` is the result's element size where it differs from the inputs'
-    (an fp8 product written out in bf16).
+    FLOPs from :func:`accounting.matmul_flops`, bytes from :func:`accounting.timing.matmul_bytes`
+    (both operands read once, the result written once; float8 writes bfloat16).
 
-    >>> matmul_bytes(2, 3, 4, element_bytes=4)   # (6 + 12 + 8) elements × 4 bytes
-    104
-    >>> matmul_bytes(16, 16, 16, element_bytes=1, out_element_bytes=2)
-    1024
-    """
-    m = check_positive_size(m, "m")
-    k = check_positive_size(k, "k")
-    n = check_positive_size(n, "n")
-    size = check_positive_size(element_bytes, "element_bytes")
-    out_size = size if out_element_bytes is None else check_positive_size(out_element_bytes, "out_element_bytes")
-    return (m * k + k * n) * size + m * n * out_size
-
-
-def arithmetic_intensity(m: int, k: int, n: int, element_bytes: int, out_element_bytes: int | None = None) -> float:
-    """FLOPs per byte moved of a ``(m, k) @ (k, n)`` product (FLOPs from :func:`accounting.matmul_flops`).
-
-    >>> arithmetic_intensity(1024, 1024, 1024, element_bytes=4)
+    >>> arithmetic_intensity(1024, 1024, 1024, "float32")
     170.66666666666666
     """
-    return matmul_flops((m, k), (k, n)) / matmul_bytes(m, k, n, element_bytes, out_element_bytes)
+    return matmul_flops((m, k), (k, n)) / matmul_bytes(m, k, n, dtype)
 
 
 def ridge_point(peak_flops_per_second: float, bytes_per_second: float) -> float:

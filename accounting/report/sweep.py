@@ -98,25 +98,26 @@ def size_ladder(start: int, stop: int, steps_per_octave: int = STEPS_PER_OCTAVE,
         step += 1
 
 
-def predict_seconds(known: MatmulMeasurement, m: int, k: int, n: int) -> float:
-    """Wall time a product of this shape should take, scaled from a measured one by FLOPs.
+def predict_seconds(known: MatmulMeasurement, m: int, k: int, n: int, expected_wall_s=None) -> float:
+    """Wall time measuring a product of this shape should take, from a measured one.
+
+    A call's time scales with FLOPs. Without ``expected_wall_s`` the whole measurement is
+    scaled so. With it (``expected_wall_s(seconds_per_call)``: the timer's own rule for how
+    long it spends on a shape, see :class:`accounting.report.measure.MatmulTimer`), the rest
+    of the known wall time is taken as setup (making operands), scaled by their element count.
 
     >>> known = MatmulMeasurement("float32", 512, 512, 512, 2 * 512**3, 0.01, 0.0, 5, wall_s=0.2)
     >>> predict_seconds(known, 1024, 1024, 1024)
     1.6
+    >>> round(predict_seconds(known, 1024, 1024, 1024, expected_wall_s=lambda per_call: max(0.15, 5 * per_call)), 6)
+    0.6
     """
-    return known.wall_s * (m * k * n) / (known.m * known.k * known.n)
-
-
-def max_square_size(memory_bytes: int, element_bytes: int, memory_fraction: float, multiple: int = SIZE_MULTIPLE) -> int:
-    """Largest square size whose three operands use at most ``memory_fraction`` of ``memory_bytes``.
-
-    >>> max_square_size(3 * 4096 * 4096 * 4, element_bytes=4, memory_fraction=1.0)
-    4096
-    """
-    check_positive(memory_fraction, "memory_fraction")
-    usable = memory_bytes * memory_fraction / (3 * element_bytes)
-    return max(multiple, int(math.isqrt(int(usable)) // multiple * multiple))
+    per_call = known.seconds * (m * k * n) / (known.m * known.k * known.n)
+    if expected_wall_s is None:
+        return known.wall_s * (m * k * n) / (known.m * known.k * known.n)
+    setup = max(0.0, known.wall_s - expected_wall_s(known.seconds))
+    elements = (m * k + k * n + m * n) / (known.m * known.k + known.k * known.n + known.m * known.n)
+    return expected_wall_s(per_call) + setup * elements
 
 
 _TOO_SLOW = "too slow"
@@ -138,13 +139,15 @@ def _neighbours(center: tuple[int, int, int], step: int, multiple: int) -> list[
 class Sweep:
     """Runs the two-phase search for each dtype, sharing one time budget among them.
 
-    ``on_measurement(measurement, elapsed_s)`` is called after each product (the progress bar).
+    ``on_measurement(measurement, elapsed_s)`` is called after each product (the progress bar);
+    ``expected_wall_s`` is the timer's rule for its time per shape (see :func:`predict_seconds`).
     """
 
     def __init__(self, measure: Measure, *, budget_s: float, start_size: int, max_size: int | Callable[[str], int],
                  clock: Callable[[], float] = time.monotonic, on_measurement=None, multiple: int = SIZE_MULTIPLE,
-                 first_refine_step: int = FIRST_REFINE_STEP):
+                 first_refine_step: int = FIRST_REFINE_STEP, expected_wall_s=None):
         self.measure = measure
+        self.expected_wall_s = expected_wall_s
         self.budget_s = check_positive(budget_s, "budget_s")
         self.start_size = check_positive_size(start_size, "start_size")
         self.max_size = max_size if callable(max_size) else (lambda dtype, size=max_size: size)
@@ -175,7 +178,7 @@ class Sweep:
         """
         if measured:
             nearest = min(measured, key=lambda done: abs(math.log(done.m * done.k * done.n / math.prod(shape))))
-            if self.elapsed() + TIME_SAFETY * predict_seconds(nearest, *shape) > deadline:
+            if self.elapsed() + TIME_SAFETY * predict_seconds(nearest, *shape, self.expected_wall_s) > deadline:
                 return _TOO_SLOW
         before = self.clock()
         result = self.measure(dtype, *shape)

@@ -1,0 +1,145 @@
+"""Timing on the device: one matmul shape for the sweep, and a large copy for memory bandwidth.
+
+Both go through the shared timing code (:func:`accounting.timing.time_fn`, which uses the
+device's own clock) and the shared matmul cases (:func:`accounting.timing.matmul_case`);
+this module only chooses how long to spend on each.
+
+>>> from accounting.device import detect_device
+>>> timer = MatmulTimer(detect_device("cpu"), target_s=0.01)
+>>> done = timer("float32", 128, 128, 128)
+>>> done.shape, done.flops, done.seconds > 0
+((128, 128, 128), 4194304, True)
+"""
+
+import math
+import time
+
+import torch
+
+from accounting._checks import check_positive
+from accounting.device import DeviceInfo, free_memory_bytes, synchronize
+from accounting.report.results import BandwidthMeasurement
+from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
+from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, time_fn
+
+MIN_REPEATS = 3
+"""Timed calls per shape at least (a median of fewer says little)."""
+MAX_REPEATS = 200
+WARMUP_CALLS_FAST = 3
+"""Warm-up calls for a shape whose first call is quick (``< SLOW_CALL_S``); slow ones get one."""
+SLOW_CALL_S = 0.05
+
+MAX_SIZE = 32768
+"""No sweep goes past this edge (a 32768³ bf16 product is 70 TFLOP, over 0.05 s even on a B200)."""
+
+BANDWIDTH_BYTES_CPU = 256 * 2**20
+"""Bytes copied per call on a CPU: far beyond any L3 this machine kind has (here 480 MiB is shared, so 2 × 256 MiB)."""
+BANDWIDTH_BYTES_GPU = 2 * 2**30
+"""Bytes copied per call on a GPU (many times any L2), when memory allows."""
+BANDWIDTH_MEMORY_FRACTION = 0.25
+"""At most this share of free memory for source plus destination."""
+BANDWIDTH_REPEATS = 10
+BANDWIDTH_MIN_TIME_S = 0.2
+
+
+def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION, multiple: int = SIZE_MULTIPLE,
+                   cap: int = MAX_SIZE) -> int:
+    """Largest multiple of ``multiple`` (at most ``cap``) whose square product fits ``fraction`` of ``free_bytes``.
+
+    Bytes as :func:`accounting.timing.matmul_bytes` counts them.
+
+    >>> largest_square("bf16", 3 * 4096 * 4096 * 2, fraction=1.0)
+    4096
+    >>> largest_square("float32", 10 * 2**20, fraction=0.8)
+    768
+    """
+    check_positive(fraction, "fraction")
+    budget = fraction * free_bytes
+    # The product's bytes grow as size²; start from the float32 estimate and step down to fit.
+    size = min(cap, max(multiple, int(math.isqrt(int(budget)) // multiple * multiple)))
+    while size > multiple and matmul_bytes(size, size, size, dtype) > budget:
+        size -= multiple
+    return size
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+class MatmulTimer:
+    """``timer(dtype, m, k, n)`` times one product on this device, for :class:`~accounting.report.sweep.Sweep`.
+
+    Each shape is timed for about ``target_s``: one untimed call (it also says how long a
+    call takes), warm-up calls if calls are quick, then at least ``MIN_REPEATS`` timed calls
+    and more until ``target_s`` of them have passed. Returns ``None`` when the operands do
+    not fit in memory.
+    """
+
+    def __init__(self, info: DeviceInfo, *, target_s: float):
+        self.info = info
+        self.target_s = check_positive(target_s, "target_s")
+
+    @staticmethod
+    def _warmup(first_call_s: float) -> int:
+        return WARMUP_CALLS_FAST if first_call_s < SLOW_CALL_S else 0
+
+    def expected_wall_s(self, per_call_s: float) -> float:
+        """Time this timer spends on a shape whose calls take ``per_call_s`` (setup not included).
+
+        >>> timer = MatmulTimer(DeviceInfo("cpu", "a CPU", None, 2**30), target_s=0.5)
+        >>> timer.expected_wall_s(0.001), timer.expected_wall_s(1.0)
+        (0.504, 4.0)
+        """
+        untimed = 1 + self._warmup(per_call_s)
+        return untimed * per_call_s + max(self.target_s, MIN_REPEATS * per_call_s)
+
+    def __call__(self, dtype, m, k, n):
+        device = self.info.device
+        case = None
+        try:
+            case = matmul_case(dtype, m, k, n, device)
+            synchronize(device)
+            before = time.perf_counter()
+            case.fn()
+            synchronize(device)
+            first_call = time.perf_counter() - before
+            timing = time_fn(
+                case.fn, device=device, warmup=self._warmup(first_call), repeats=MIN_REPEATS, min_time_s=self.target_s,
+                max_repeats=MAX_REPEATS, flops=case.flops,
+                flush_cache=device.type == "cuda" and case.operand_bytes <= (self.info.l2_cache_bytes or 0),
+            )
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if not _out_of_memory(error):
+                raise
+            case = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
+        finally:
+            del case
+        return MatmulMeasurement(dtype, m, k, n, timing.flops, timing.median, timing.iqr, len(timing.samples))
+
+
+def bandwidth_bytes(info: DeviceInfo, free_bytes: int) -> int:
+    """Bytes per copy for this device: the kind's default, less when free memory is short.
+
+    >>> info = DeviceInfo("cuda", "a GPU", 0, 80 * 2**30)
+    >>> bandwidth_bytes(info, free_bytes=80 * 2**30) // 2**30, bandwidth_bytes(info, free_bytes=2 * 2**30) // 2**20
+    (2, 256)
+    """
+    wanted = BANDWIDTH_BYTES_GPU if info.kind == "cuda" else BANDWIDTH_BYTES_CPU
+    allowed = int(BANDWIDTH_MEMORY_FRACTION * free_bytes) // 2
+    return max(2**20, min(wanted, allowed) // 2**20 * 2**20)
+
+
+def measure_bandwidth(info: DeviceInfo, *, nbytes: int | None = None) -> BandwidthMeasurement:
+    """Time ``dst.copy_(src)`` of ``nbytes`` on the device; bytes moved = 2 × ``nbytes`` (read + write)."""
+    device = info.device
+    nbytes = bandwidth_bytes(info, free_memory_bytes(device)) if nbytes is None else nbytes
+    source = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    destination = torch.zeros_like(source)
+    timing = time_fn(lambda: destination.copy_(source), device=device, warmup=2, repeats=BANDWIDTH_REPEATS,
+                     min_time_s=BANDWIDTH_MIN_TIME_S)
+    del source, destination
+    return BandwidthMeasurement(bytes_moved=2 * nbytes, seconds=timing.median, iqr_s=timing.iqr,
+                                repeats=len(timing.samples))
