@@ -27,8 +27,45 @@ __all__ = [
     "linear_flops",
     "matmul_flops",
     "mfu",
+    # training memory and model FLOPs
+    "LiveTensorBytes",
+    "OPTIMIZERS",
+    "PRECISION_POLICIES",
+    "PrecisionPolicy",
+    "TrainingMemory",
+    "TrainingTime",
+    "TransformerConfig",
+    "TransformerFlops",
+    "measure_optimizer_state_bytes",
+    "optimizer_state_bytes",
+    "optimizer_state_slots",
+    "parameter_count",
+    "precision_policy",
+    "training_flops",
+    "training_memory",
+    "training_time",
+    "transformer_activation_bytes",
+    "transformer_flops",
+    "transformer_training_memory",
 ]
 
 from accounting.flops import einsum_flops, linear_flops, matmul_flops, mfu
 from accounting.memory import DtypeInfo, dtype_info, format_name, same_storage, storage_bytes, tensor_bytes
 from accounting.strides import contiguous_strides, element_offset, is_contiguous, view_strides
+from accounting.live_memory import LiveTensorBytes
+from accounting.model_flops import TrainingTime, TransformerFlops, training_flops, training_time, transformer_flops
+from accounting.training import (
+    OPTIMIZERS,
+    PRECISION_POLICIES,
+    PrecisionPolicy,
+    TrainingMemory,
+    measure_optimizer_state_bytes,
+    optimizer_state_bytes,
+    optimizer_state_slots,
+    parameter_count,
+    precision_policy,
+    training_memory,
+    transformer_activation_bytes,
+    transformer_training_memory,
+)
+from accounting.transformer import TransformerConfig

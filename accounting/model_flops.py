@@ -1,0 +1,190 @@
+"""FLOPs of a decoder-only transformer, and the wall-clock time a training run needs.
+
+Matmul FLOPs only, with the package convention of :mod:`accounting.flops` (2 FLOPs per
+multiply-add), so the counts match ``torch.utils.flop_counter.FlopCounterMode``. Per
+layer, the forward pass over ``tokens`` = batch · T multiplies
+
+- the Q, K, V and output projections and the two MLP matrices: 2 · tokens · (4h² + 2hf),
+  that is 2 · tokens · (the layer's matmul parameters);
+- queries by keys (scores) and scores by values, per head: 2 · 2 · tokens · T · Q, so
+  4 · tokens · T · H · Q over the H heads of width Q (H · Q = h);
+
+then the unembedding multiplies by the (V, h) vocabulary matrix: 2 · tokens · h · V.
+The backward pass of every matmul is two matmuls of the same size (the gradients of both
+operands), so training costs 3 × forward: per token **6N + 12·L·H·Q·T**, with N the
+weights that multiply activations — the form of Chowdhery et al. 2022 (PaLM), Appendix B.
+
+Left out: the embedding lookups (indexing, no multiply), LayerNorms, GELU, softmax,
+residual and bias adds, the loss and the optimizer step (all O(tokens · h) or O(params),
+not matmul work), and causal masking: the full T × T scores are counted, as eager
+attention computes them; kernels that skip the masked half do about half the attention work.
+
+>>> from accounting import TransformerConfig, transformer_flops, training_time
+>>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
+>>> flops = transformer_flops(gpt2, batch_size=8)
+>>> flops.forward_per_token, flops.training_per_token
+(284812800, 854438400)
+>>> print(training_time(6 * 70e9 * 15e12, peak_flops_per_second=989.4e12, mfu=0.5, devices=1024))
+6.30e+24 FLOPs on 1024 devices of 9.89e+14 FLOP/s at MFU 0.5: 143.9 days
+"""
+
+import numbers
+from dataclasses import dataclass
+
+from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
+from accounting._units import readable_duration, readable_flops
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.flops import linear_flops, matmul_flops
+from accounting.transformer import TransformerConfig
+
+
+def _whole_number(value, what: str) -> int:
+    """An int, or a float with no fractional part (``70e9``), as an int."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
+        value = check_non_negative(value, what)
+        if not value.is_integer():
+            raise AccountingError(f"{what} must be a whole number, got {value!r}")
+        value = int(value)
+    return check_size(value, what)
+
+
+def training_flops(parameters, tokens) -> int:
+    """FLOPs of training a dense model on ``tokens`` tokens: ≈ 6 × tokens × parameters.
+
+    Every parameter is taken to sit in a matmul that each token passes through, so the
+    model is, FLOP-wise, one linear layer with ``parameters`` weights (forward 2, backward 4).
+
+    >>> training_flops(70e9, 15e12)
+    6300000000000000000000000
+    """
+    parameters = _whole_number(parameters, "parameters")
+    tokens = _whole_number(tokens, "tokens")
+    return linear_flops(tokens, parameters, 1, phase="step")
+
+
+@dataclass(frozen=True)
+class TransformerFlops:
+    """Matmul FLOPs of one step (``batch_size`` sequences of ``config.sequence_length`` tokens)."""
+
+    config: TransformerConfig
+    batch_size: int
+    embeddings: bool
+    forward: int
+    backward: int
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.config.sequence_length
+
+    @property
+    def training(self) -> int:
+        """Forward + backward of one step."""
+        return self.forward + self.backward
+
+    @property
+    def forward_per_token(self) -> int:
+        return self.forward // self.tokens
+
+    @property
+    def training_per_token(self) -> int:
+        return self.training // self.tokens
+
+    @property
+    def matmul_parameter_count(self) -> int:
+        """N: weights that multiply activations (the unembedding only if ``embeddings``)."""
+        config = self.config
+        unembedding = config.unembedding_parameter_count if self.embeddings else 0
+        return config.layers * config.layer_matmul_parameter_count + unembedding
+
+
+def _matmul_with_gradients(a_shape, b_shape) -> tuple[int, int]:
+    """(forward, backward) FLOPs of ``a @ b`` when both operands need gradients.
+
+    Backward: ``da = dc @ bᵀ`` and ``db = aᵀ @ dc``.
+    """
+    *batch, m, k = a_shape
+    n = b_shape[-1]
+    forward = matmul_flops(a_shape, b_shape)
+    backward = matmul_flops((*batch, m, n), (*batch, n, k)) + matmul_flops((*batch, k, m), (*batch, m, n))
+    return forward, backward
+
+
+def transformer_flops(config: TransformerConfig, batch_size: int = 1, embeddings: bool = True) -> TransformerFlops:
+    """Forward and backward matmul FLOPs of a GPT-style transformer step (see the module docstring).
+
+    ``embeddings=False`` leaves out the unembedding (vocabulary projection), giving the
+    non-embedding count of Kaplan et al. 2020; the embedding lookup costs nothing either way.
+
+    >>> from accounting import TransformerConfig
+    >>> tiny = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
+    >>> flops = transformer_flops(tiny, batch_size=2)
+    >>> flops.training == 3 * flops.forward
+    True
+    >>> L, h, T = 2, 64, 32
+    >>> flops.training_per_token == 6 * flops.matmul_parameter_count + 12 * L * h * T
+    True
+    """
+    if not isinstance(config, TransformerConfig):
+        raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    batch = check_positive_size(batch_size, "batch_size")
+    if not isinstance(embeddings, bool):
+        raise AccountingTypeError(f"embeddings must be True or False, got {embeddings!r}")
+    tokens = batch * config.sequence_length
+    h, f, heads, q, t = config.width, config.ffn_width, config.heads, config.head_width, config.sequence_length
+    # Q, K, V projections, output projection, MLP up and down.
+    linears = [(h, h)] * 3 + [(h, h), (h, f), (f, h)]
+    vocabulary = [(h, config.vocabulary)] if embeddings else []
+    scores = _matmul_with_gradients((batch, heads, t, q), (batch, heads, q, t))
+    mix = _matmul_with_gradients((batch, heads, t, t), (batch, heads, t, q))
+    layer_forward = sum(linear_flops(tokens, i, o) for i, o in linears) + scores[0] + mix[0]
+    layer_backward = sum(linear_flops(tokens, i, o, "backward") for i, o in linears) + scores[1] + mix[1]
+    forward = config.layers * layer_forward + sum(linear_flops(tokens, i, o) for i, o in vocabulary)
+    backward = config.layers * layer_backward + sum(linear_flops(tokens, i, o, "backward") for i, o in vocabulary)
+    return TransformerFlops(config, batch, embeddings, forward, backward)
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """Napkin wall-clock time of a training run: FLOPs ÷ (devices × peak FLOP/s × MFU)."""
+
+    flops: float
+    peak_flops_per_second: float
+    mfu: float
+    devices: int
+
+    @property
+    def seconds(self) -> float:
+        return self.flops / (self.devices * self.peak_flops_per_second * self.mfu)
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600
+
+    @property
+    def days(self) -> float:
+        return self.seconds / 86400
+
+    def __str__(self) -> str:
+        return (
+            f"{readable_flops(self.flops)} on {self.devices} device{'s' if self.devices > 1 else ''} "
+            f"of {self.peak_flops_per_second:.2e} FLOP/s at MFU {self.mfu:g}: {readable_duration(self.seconds)}"
+        )
+
+
+def training_time(flops, peak_flops_per_second, mfu: float = 0.5, devices: int = 1) -> TrainingTime:
+    """Wall-clock time to do ``flops`` on ``devices`` devices of this dense peak at this MFU.
+
+    ``peak_flops_per_second`` is per device, for the dtype the run uses (H100 SXM bf16:
+    989.4e12, dense). Communication, stalls and restarts are the MFU's business.
+
+    >>> t = training_time(training_flops(70e9, 15e12), peak_flops_per_second=989.4e12, mfu=0.5, devices=1024)
+    >>> round(t.days, 1)
+    143.9
+    """
+    flops = check_non_negative(flops, "flops")
+    peak = check_positive(peak_flops_per_second, "peak_flops_per_second")
+    utilisation = check_positive(mfu, "mfu")
+    if utilisation > 1:
+        raise AccountingError(f"mfu is a fraction of peak and cannot exceed 1, got {mfu!r}")
+    devices = check_positive_size(devices, "devices")
+    return TrainingTime(flops, peak, utilisation, devices)

@@ -1,0 +1,226 @@
+"""Parameter counts, optimizer state and the precision-policy breakdown, against real torch objects.
+
+Truths: torch's own parameter lists, the state tensors of real ``torch.optim`` optimizers
+after a step, and the gradients and master copies a hand-written mixed-precision step makes.
+"""
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+from torch import nn
+
+from accounting import (
+    AccountingError,
+    AccountingTypeError,
+    TransformerConfig,
+    measure_optimizer_state_bytes,
+    optimizer_state_bytes,
+    parameter_count,
+    storage_bytes,
+    training_memory,
+)
+from tests.strategies_training import OPTIMIZER_CASES, ReferenceGPT, small_models, transformer_configs
+
+# ---- parameter_count ----------------------------------------------------------------
+
+
+@given(transformer_configs())
+@example(TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=5, tied_embeddings=True))
+@example(TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=5, tied_embeddings=False))
+def test_parameter_count_matches_torch_and_config(config):
+    model = ReferenceGPT(config)
+    torch_count = sum(p.numel() for p in model.parameters())  # torch lists a tied weight once
+    assert parameter_count(model) == torch_count
+    assert config.parameter_count == torch_count
+
+
+def test_gpt2_small_parameter_count_on_meta():
+    config = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
+    with torch.device("meta"):
+        model = ReferenceGPT(config)
+    assert parameter_count(model) == sum(p.numel() for p in model.parameters()) == config.parameter_count
+
+
+def test_tied_weight_counted_once():
+    embedding = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10, bias=False)
+    untied = nn.ModuleList([embedding, head])
+    before = parameter_count(untied)
+    head.weight = embedding.weight
+    assert parameter_count(untied) == before - head.weight.numel()
+    assert parameter_count(untied) == len(torch.nn.utils.parameters_to_vector(untied.parameters()))
+
+
+def test_distinct_parameters_sharing_a_storage_counted_once():
+    base = nn.Parameter(torch.zeros(6, 4))
+    alias = nn.Parameter(base.data)  # a second Parameter object on the same storage
+    model = nn.Module()
+    model.a, model.b = base, alias
+    assert sum(p.numel() for p in model.parameters()) == 48  # torch sees two parameters
+    assert parameter_count(model) == base.untyped_storage().nbytes() // base.element_size()
+
+
+def test_trainable_only():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 5))
+    model[0].requires_grad_(False)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert parameter_count(model, trainable_only=True) == trainable < parameter_count(model)
+
+
+# ---- optimizer state ----------------------------------------------------------------
+
+
+def _take_one_step(model, optimizer):
+    first = next(iter(model))
+    inputs = torch.randn(3, first.in_features, dtype=first.weight.dtype)
+    model(inputs).float().square().sum().backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in OPTIMIZER_CASES])
+@given(model=small_models(), data=st.data())
+def test_predicted_state_bytes_equal_real_state(name, model, data):
+    optimizer_class, settings_strategy = OPTIMIZER_CASES[name]
+    settings = data.draw(settings_strategy, label="settings")
+    optimizer = optimizer_class(model.parameters(), lr=1e-3, **settings)
+    _take_one_step(model, optimizer)
+    assert measure_optimizer_state_bytes(optimizer) == optimizer_state_bytes(model, name, **settings)
+
+
+@pytest.mark.parametrize(
+    "name, settings",
+    [
+        pytest.param("sgd", {"momentum": 0.9, "fused": True}, id="sgd-fused"),
+        pytest.param("adagrad", {"fused": True}, id="adagrad-fused"),
+        pytest.param("adam", {"fused": True}, id="adam-fused"),
+        pytest.param("adamw", {"amsgrad": True, "fused": True}, id="adamw-amsgrad-fused"),
+    ],
+)
+def test_fused_optimizers(name, settings):
+    model = nn.Sequential(nn.Linear(5, 7), nn.Linear(7, 2))
+    optimizer = OPTIMIZER_CASES[name][0](model.parameters(), lr=1e-3, **settings)
+    _take_one_step(model, optimizer)
+    assert measure_optimizer_state_bytes(optimizer) == optimizer_state_bytes(model, name, **settings)
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in ("adam", "adagrad", "rmsprop")])
+def test_step_counters_follow_float64_default_dtype(name):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = nn.Sequential(nn.Linear(4, 3))
+        optimizer = OPTIMIZER_CASES[name][0](model.parameters(), lr=1e-3)
+        _take_one_step(model, optimizer)
+        assert measure_optimizer_state_bytes(optimizer) == optimizer_state_bytes(model, name)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_no_state_before_the_first_step():
+    model = nn.Sequential(nn.Linear(4, 3))
+    assert measure_optimizer_state_bytes(torch.optim.Adam(model.parameters())) == 0
+
+
+# ---- the training-memory breakdown against real tensors -------------------------------
+
+
+def _step_counter_bytes(optimizer) -> int:
+    """Bytes of the real step counters, which training_memory leaves out."""
+    return sum(state["step"].untyped_storage().nbytes() for state in optimizer.state.values() if "step" in state)
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in OPTIMIZER_CASES])
+def test_fp32_breakdown_matches_real_tensors(name):
+    model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
+    optimizer = OPTIMIZER_CASES[name][0](model.parameters(), lr=1e-3)
+    _take_one_step(model, optimizer)
+    memory = training_memory(model, name, "fp32")
+    assert memory.parameters == storage_bytes(*model.parameters())
+    assert memory.gradients == storage_bytes(*(p.grad for p in model.parameters()))
+    assert memory.master_weights == 0
+    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - _step_counter_bytes(optimizer)
+
+
+@given(widths=st.lists(st.integers(1, 24), min_size=2, max_size=4), amsgrad=st.booleans())
+def test_bf16_mixed_breakdown_matches_a_real_mixed_precision_step(widths, amsgrad):
+    """bf16 weights and gradients for compute, fp32 master weights and Adam state for the update."""
+    model = nn.Sequential(*(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))).to(torch.bfloat16)
+    master = [p.detach().float().requires_grad_() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(master, lr=1e-3, amsgrad=amsgrad)
+    model(torch.randn(5, widths[0], dtype=torch.bfloat16)).float().square().sum().backward()
+    for copy, weight in zip(master, model.parameters()):
+        copy.grad = weight.grad.float()
+    optimizer.step()
+    with torch.no_grad():
+        for copy, weight in zip(master, model.parameters()):
+            weight.copy_(copy)
+
+    memory = training_memory(model, "adamw", "bf16-mixed", amsgrad=amsgrad)
+    assert memory.parameters == storage_bytes(*model.parameters())
+    assert memory.gradients == storage_bytes(*(p.grad for p in model.parameters()))
+    assert memory.master_weights == storage_bytes(*master)
+    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - _step_counter_bytes(optimizer)
+
+
+@pytest.mark.parametrize(
+    "optimizer, precision",
+    [
+        pytest.param(optimizer, precision, id=f"{optimizer}-{precision}")
+        for optimizer in ("sgd", "adam")
+        for precision in ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+    ],
+)
+def test_bytes_per_parameter_is_the_sum_of_the_parts(optimizer, precision):
+    model = nn.Linear(10, 10)
+    memory = training_memory(model, optimizer, precision)
+    parts = memory.parameters + memory.gradients + memory.master_weights + memory.optimizer_state
+    assert memory.bytes_per_parameter * parameter_count(model) == parts
+    assert str(memory).startswith(f"110 parameters, {optimizer}, {precision}")
+
+
+def test_frozen_parameters_get_no_gradient_or_state():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[0].requires_grad_(False)
+    memory = training_memory(model, "adam", "fp32")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert memory.parameters == storage_bytes(*model.parameters())
+    assert memory.gradients == storage_bytes(*trainable)
+
+
+# ---- bad input ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: optimizer_state_bytes(nn.Linear(2, 2), "lion"), AccountingError,
+                     r"^optimizer must be one of .*got 'lion'", id="unknown-optimizer"),
+        pytest.param(lambda: optimizer_state_bytes(nn.Linear(2, 2), "sgd", amsgrad=True), AccountingError,
+                     r"^sgd has no setting 'amsgrad'", id="setting-of-another-optimizer"),
+        pytest.param(lambda: optimizer_state_bytes(nn.Linear(2, 2), "sgd", momentum=-0.9), AccountingError,
+                     r"^sgd setting momentum must be non-negative, got -0.9", id="negative-momentum"),
+        pytest.param(lambda: optimizer_state_bytes(nn.Linear(2, 2), "adam", amsgrad=1), AccountingTypeError,
+                     r"^adam setting amsgrad must be True or False, got 1", id="amsgrad-not-bool"),
+        pytest.param(lambda: optimizer_state_bytes(torch.zeros(3), "adam"), AccountingTypeError,
+                     r"^parameters must be an nn.Module or an iterable of tensors, got Tensor", id="bare-tensor"),
+        pytest.param(lambda: optimizer_state_bytes([torch.zeros(3), "w"], "adam"), AccountingTypeError,
+                     r"^parameters: item 1 must be a torch.Tensor, got str", id="not-a-tensor"),
+        pytest.param(lambda: training_memory(10, "adam", "int8"), AccountingError,
+                     r"^precision must be one of 'fp32', 'bf16-mixed', 'fp16-mixed', 'bf16', got 'int8'",
+                     id="unknown-policy"),
+        pytest.param(lambda: training_memory(-5), AccountingError,
+                     r"^parameters must be a non-negative integer, got -5", id="negative-count"),
+        pytest.param(lambda: training_memory(1.5e9), AccountingTypeError,
+                     r"^parameters must be a count", id="float-count"),
+        pytest.param(lambda: training_memory(10, activations=-1), AccountingError,
+                     r"^activations must be a non-negative integer, got -1", id="negative-activations"),
+        pytest.param(lambda: measure_optimizer_state_bytes({"state": {}}), AccountingTypeError,
+                     r"^expected a torch.optim.Optimizer, got dict", id="not-an-optimizer"),
+        pytest.param(lambda: parameter_count("model"), AccountingTypeError,
+                     r"^model must be an nn.Module or an iterable of tensors, got str", id="count-a-string"),
+    ],
+)
+def test_bad_input_raises_clear_errors(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
