@@ -55,7 +55,7 @@ def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
     """
     check_positive(fraction, "fraction")
     budget = fraction * free_bytes
-    # The product's bytes grow as size²; start from the float32 estimate and step down to fit.
+    # Start from an upper bound (one byte per element of one operand) and step down until it fits.
     size = min(cap, max(multiple, int(math.isqrt(int(budget)) // multiple * multiple)))
     while size > multiple and matmul_bytes(size, size, size, dtype) > budget:
         size -= multiple

@@ -1,0 +1,38 @@
+"""``python -m accounting <command>``; the ``accounting`` console script runs the same.
+
+Commands:
+
+- ``report`` — how fast this machine's matmuls and memory really are, and whether that is
+  healthy (see :mod:`accounting.report`).
+
+Bad arguments end with one line on stderr and exit status 2.
+"""
+
+import sys
+import time
+
+from accounting.report import cli as report_cli
+
+
+def build_parser():
+    """``accounting`` with its sub-commands."""
+    parser = report_cli.OneLineParser(prog=report_cli.PROG, description="PyTorch resource accounting.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=report_cli.OneLineParser)
+    commands.required = True
+    report = commands.add_parser("report", help="measure matmul FLOP/s and memory bandwidth; judge the machine",
+                                 description=report_cli.__doc__.split("\n\n")[0])
+    report_cli.add_arguments(report)
+    report.set_defaults(run=report_cli.run, parser=report)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of ``python -m accounting`` and the ``accounting`` console script; returns the exit status."""
+    started = time.monotonic()  # a command's time budget counts from here
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return args.run(args, parser=args.parser, started=started)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

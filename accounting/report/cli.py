@@ -1,0 +1,173 @@
+"""``accounting report``: the arguments, their one-line errors, and the run from detection to verdict.
+
+Every bad input — an unknown dtype or device, a budget that is not a positive number of
+seconds, a ``--json``/``--plot`` path that cannot be written — ends the run before any
+measuring with one line on stderr and exit status 2, never a traceback. Output paths
+are tried first, so a long sweep is never lost to a typo in a path.
+
+Exit status: 0 when the report ran (whatever the verdict), 1 with ``--strict`` when some
+dtype is not healthy, 2 for bad input, 130 when interrupted.
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+import warnings
+
+from accounting.errors import AccountingError
+
+DEFAULT_BUDGET_S = 60.0
+"""Default ``--budget``: about a minute for the whole report."""
+
+EXIT_OK = 0
+EXIT_UNHEALTHY = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+PROG = "accounting"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``prog: error: message``), exit status 2."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def positive_seconds(text: str) -> float:
+    """``--budget``: a finite number of seconds above zero.
+
+    >>> positive_seconds("2.5")
+    2.5
+    >>> positive_seconds("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --budget must be a positive number of seconds, got '0'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"--budget must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def dtype_list(text: str) -> list[str]:
+    """``--dtypes``: comma-separated names (``fp32,bf16`` or ``float32,bfloat16``), as given."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"--dtypes needs at least one dtype name, got {text!r}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``report`` options, on ``parser`` (the ``report`` sub-command of ``python -m accounting``)."""
+    parser.add_argument("--device", metavar="DEVICE", default=None,
+                        help="device to test: cpu, cuda or cuda:N. Default: cuda:0 when CUDA is available, else cpu")
+    parser.add_argument("--dtypes", metavar="LIST", type=dtype_list, default=None,
+                        help="comma-separated dtypes (float32,bfloat16,tf32,float16,fp8...). "
+                             "Default: this device kind's dtypes in benchmarks.json")
+    parser.add_argument("--budget", metavar="SECONDS", type=positive_seconds, default=DEFAULT_BUDGET_S,
+                        help="time for the whole report (the matmul sweep takes most of it). Default: %(default)r")
+    parser.add_argument("--json", metavar="PATH", dest="json_path", default=None,
+                        help="write machine info and every measurement to PATH as JSON")
+    parser.add_argument("--plot", metavar="PATH", dest="plot_path", default=None,
+                        help="draw TFLOP/s against matrix size, with each dtype's peak, to PATH as PNG")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 unless every dtype is healthy (for scripts and fleet checks)")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``accounting report`` on its own (``python -m accounting`` nests it as a sub-command)."""
+    parser = OneLineParser(prog=f"{PROG} report", description=__doc__.split("\n\n")[0])
+    return add_arguments(parser)
+
+
+def check_writable(path: str, option: str) -> str:
+    """Make sure ``path`` can be written, by creating it (and removing it again) now.
+
+    Raises :class:`~accounting.AccountingError` naming the option and the path otherwise.
+
+    >>> check_writable("/nonexistent-dir/report.json", "--json")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: --json '/nonexistent-dir/report.json' cannot be written: No such file or directory
+    """
+    if os.path.isdir(path):
+        raise AccountingError(f"{option} {path!r} cannot be written: it is a directory")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as error:
+        raise AccountingError(f"{option} {path!r} cannot be written: {error.strerror or error}") from None
+    if not existed:
+        os.remove(path)
+    return path
+
+
+def main(argv=None, *, stdout=None, stderr=None) -> int:
+    """Run ``accounting report`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    started = time.monotonic()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run(args, parser=parser, stdout=stdout, stderr=stderr, started=started)
+
+
+def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None) -> int:
+    """Run a parsed ``report`` command; bad input ends it with ``parser``'s one-line error.
+
+    The budget counts from ``started`` (a ``time.monotonic()`` reading; default: now), so
+    detection and set-up are inside it.
+    """
+    started = time.monotonic() if started is None else started
+    from accounting.report.run import build_report, prepare, preview  # torch is imported only once arguments are good
+
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        for path, option in ((args.json_path, "--json"), (args.plot_path, "--plot")):
+            if path is not None:
+                check_writable(path, option)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plan = prepare(device=args.device, dtypes=args.dtypes, budget_s=args.budget)
+        plan.notes.extend(str(warning.message) for warning in caught)
+    except AccountingError as error:
+        parser.error(str(error))
+    from accounting.report.progress import ProgressBar
+    from accounting.report.render import render_header, render_results
+
+    print(render_header(preview(plan)) + "\n", file=stdout, flush=True)
+    progress = ProgressBar(total=args.budget, stream=stderr, enabled=not args.quiet)
+    try:
+        report = build_report(plan, progress=progress, started=started)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"{parser.prog}: interrupted", file=stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        progress.close()
+    print(render_results(report), file=stdout, flush=True)
+    try:
+        if args.json_path is not None:
+            from accounting.report.results import write_json
+
+            write_json(report, args.json_path)
+            print(f"JSON written to {args.json_path}", file=stdout)
+        if args.plot_path is not None:
+            from accounting.report.plot import write_plot
+
+            write_plot(report, args.plot_path)
+            print(f"Plot written to {args.plot_path}", file=stdout)
+    except (OSError, AccountingError) as error:
+        print(f"{parser.prog}: error: {error}", file=stderr)
+        return EXIT_BAD_INPUT
+    if args.strict and report["verdict"] != "healthy":
+        return EXIT_UNHEALTHY
+    return EXIT_OK

@@ -1,0 +1,206 @@
+"""The report from start to end: plan it (device, dtypes, peaks, floors), measure, assemble.
+
+:func:`prepare` does everything that can fail on bad input, quickly and before any
+measuring; :func:`build_report` then measures within the budget and returns the
+document of :mod:`accounting.report.results`.
+"""
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from accounting.benchconfig import load_benchmarks
+from accounting.device import DeviceInfo, detect_device, free_memory_bytes
+from accounting.errors import AccountingError
+from accounting.hardware import device_peak_flops, find_chip, peak_bandwidth
+from accounting.memory import format_name
+from accounting.report import measure as measuring
+from accounting.report._format import tflops
+from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
+from accounting.report.sweep import Sweep
+from accounting.timing import MEMORY_FRACTION, matmul_case
+
+START_SIZE = {"cpu": 256, "cuda": 512}
+"""First ramp size per device kind (smaller GPU products only measure launch overhead)."""
+
+TARGET_SHAPES_PER_DTYPE = 12
+"""Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of its dtype's share of the budget…"""
+MIN_SHAPE_TARGET_S = 0.02
+MAX_SHAPE_TARGET_S = 1.0
+"""…but never less than ``MIN_SHAPE_TARGET_S`` nor more than ``MAX_SHAPE_TARGET_S``."""
+
+FINISH_RESERVE_FRACTION = 0.03
+"""Share of the budget kept back for rendering, the JSON and the plot."""
+
+BUSY_LOAD_FRACTION = 0.5
+"""A 1-minute load average above this share of the logical CPUs means other work is running: say so."""
+
+PROBE_SIZE = 64
+"""Edge of the tiny product that checks a dtype runs on the device at all (float8 needs multiples of 16)."""
+
+
+@dataclass
+class Plan:
+    """What the report will measure and compare against, settled before measuring."""
+
+    info: DeviceInfo
+    dtypes: list[str]
+    peaks: dict
+    floors: dict
+    spec_bandwidth: float | None
+    budget_s: float
+    requested_device: str | None
+    notes: list[str] = field(default_factory=list)
+    load_average: float | None = None
+
+    @property
+    def settings(self) -> dict:
+        return {"device": self.requested_device or str(self.info.device), "dtypes": list(self.dtypes),
+                "budget_s": self.budget_s}
+
+
+def describe_device(info: DeviceInfo) -> dict:
+    """The device as plain JSON values (sets become sorted lists, tuples lists)."""
+    described = dataclasses.asdict(info)
+    if info.cpu_flags is not None:
+        described["cpu_flags"] = sorted(info.cpu_flags)
+    if info.compute_capability is not None:
+        described["compute_capability"] = list(info.compute_capability)
+    return described
+
+
+def _probe(dtype: str, info: DeviceInfo) -> str | None:
+    """``None`` when a tiny ``dtype`` product runs on the device, else why not."""
+    try:
+        matmul_case(dtype, PROBE_SIZE, PROBE_SIZE, PROBE_SIZE, info.device).fn()
+    except (AccountingError, RuntimeError, NotImplementedError) as error:
+        return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return None
+
+
+def _floor(config, kind: str, dtype: str, chip: str):
+    if config is None:
+        return None
+    try:
+        return config.floor(kind, dtype, chip=chip)
+    except AccountingError:
+        return None
+
+
+def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
+    """Detect the device, settle the dtypes and look up their peaks and floors.
+
+    Raises :class:`AccountingError` (one line, naming the value) for an unknown or
+    unavailable device, an unknown dtype or one this device cannot run.
+    """
+    info = detect_device(device)
+    notes = []
+    try:
+        config = load_benchmarks()
+    except AccountingError as error:
+        if dtypes is None:
+            raise AccountingError(f"{error} (it gives the default dtypes; pass --dtypes, or set ACCOUNTING_BENCHMARKS)") from None
+        config = None
+        notes.append(f"no MFU floors: {error}")
+    if dtypes is None:
+        chosen = list(config.device(info.kind).dtypes)
+        explicit = False
+    else:
+        chosen = []
+        for name in dtypes:
+            try:
+                canonical = format_name(name)
+            except AccountingError as error:
+                raise AccountingError(f"--dtypes: {error}") from None
+            if canonical not in chosen:
+                chosen.append(canonical)
+        explicit = True
+    runnable = []
+    for dtype in chosen:
+        why = _probe(dtype, info)
+        if why is None:
+            runnable.append(dtype)
+        elif explicit:
+            raise AccountingError(f"--dtypes: {dtype} cannot run on {info.device}: {why}")
+        else:
+            notes.append(f"{dtype} skipped: it cannot run on {info.device}: {why}")
+    if not runnable:
+        raise AccountingError(f"none of the dtypes {', '.join(chosen)} can run on {info.device}")
+    chip = find_chip(info.name, arch=info.arch) if info.kind == "cuda" else None
+    peaks = {dtype: device_peak_flops(info, dtype) for dtype in runnable}
+    floors = {dtype: _floor(config, info.kind, dtype, info.name) for dtype in runnable}
+    spec_bandwidth = peak_bandwidth(info.name, arch=info.arch) if chip is not None else None
+    if info.kind == "cpu":
+        notes.append(
+            f"CPU peaks are estimates: {info.cores} cores × {info.clock_ghz:g} GHz ({info.clock_source}) × "
+            "FLOPs/cycle of the best ISA path; CPUs have no spec bandwidth figure"
+        )
+    load = _load_average()
+    logical = os.cpu_count() or 1
+    if load is not None and load > BUSY_LOAD_FRACTION * logical:
+        notes.append(f"load average {load:.1f} on {logical} logical CPUs before measuring: other work is running, "
+                     "so figures may read low (CPU matmuls most of all)")
+    return Plan(info, runnable, peaks, floors, spec_bandwidth, budget_s, device, notes, load)
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return None
+
+
+def _sections(plan: Plan, sweeps: dict, bandwidth) -> dict:
+    measured = bandwidth.bytes_per_second if bandwidth is not None else None
+    return {
+        dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype], floor=plan.floors[dtype],
+                             bandwidth=measured, spec_bandwidth=plan.spec_bandwidth)
+        for dtype in plan.dtypes
+    }
+
+
+def preview(plan: Plan) -> dict:
+    """The report document before measuring (for the header: device, peaks, floors)."""
+    return assemble(settings=plan.settings, machine=machine_section(describe_device(plan.info), load_average=plan.load_average),
+                    bandwidth=bandwidth_section(None, plan.spec_bandwidth), dtypes=_sections(plan, {}, None),
+                    elapsed_s=0.0, notes=plan.notes)
+
+
+def max_sizes(plan: Plan) -> dict:
+    """Largest square size per dtype that fits the device's free memory."""
+    free = free_memory_bytes(plan.info.device)
+    return {dtype: measuring.largest_square(dtype, free, fraction=MEMORY_FRACTION) for dtype in plan.dtypes}
+
+
+def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) -> dict:
+    """Measure bandwidth, then sweep every dtype in what is left of the budget; return the document.
+
+    ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
+    ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`).
+    """
+    info = plan.info
+    progress.update(clock() - started, "memory bandwidth (device copy)")
+    bandwidth = measuring.measure_bandwidth(info)
+    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / 1e9:.1f} GB/s")
+    sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
+    share = sweep_budget / len(plan.dtypes)
+    target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
+    limits = max_sizes(plan)
+
+    def on_measurement(done, _elapsed):
+        progress.update(clock() - started,
+                        f"{done.dtype} {done.m}×{done.k}×{done.n}: {tflops(done.flops_per_second)} TFLOP/s")
+
+    timer = measuring.MatmulTimer(info, target_s=target)
+    sweep = Sweep(timer, budget_s=sweep_budget, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
+                  max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
+                  expected_wall_s=timer.expected_wall_s)
+    sweeps = sweep.run(plan.dtypes)
+    if info.kind == "cuda":
+        torch.cuda.empty_cache()
+    return assemble(settings=plan.settings, machine=machine_section(describe_device(info), load_average=plan.load_average),
+                    bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth), dtypes=_sections(plan, sweeps, bandwidth),
+                    elapsed_s=clock() - started, notes=plan.notes)

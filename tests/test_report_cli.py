@@ -1,0 +1,161 @@
+"""``accounting report`` end to end on the CPU with a tiny budget, and its one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accounting.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_BUDGET = "2"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MFU_CEILING = 1.05
+"""MFU may exceed 1 a little where the CPU's real clock beats the estimate; more means a wrong peak."""
+
+
+def run_main(argv, capsys):
+    """``main(argv)`` as the console script runs it: the exit status, stdout and stderr."""
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """One real report on the CPU with a tiny budget (shared by the tests that read it)."""
+    out = tmp_path_factory.mktemp("report")
+    json_path, plot_path = out / "report.json", out / "report.png"
+    command = [sys.executable, "-m", "accounting", "report", "--device", "cpu", "--dtypes", "float32,bf16",
+               "--budget", TINY_BUDGET, "--json", str(json_path), "--plot", str(plot_path)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={**os.environ, "PYTHONWARNINGS": "error"})
+    return result, json.loads(json_path.read_text()) if json_path.exists() else None, plot_path
+
+
+def test_report_runs_and_says_what_it_found(cpu_run):
+    result, _report, _plot = cpu_run
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    for heading in ("Device: cpu", "Spec figures it compares against", "Memory bandwidth:", "Matmul sweep",
+                    "float32 cases", "bfloat16 cases", "Verdict:"):
+        assert heading in result.stdout
+    assert "%" in result.stderr and "TFLOP/s" in result.stderr, "a progress bar on stderr"
+
+
+def test_json_has_the_documented_fields(cpu_run):
+    _result, report, _plot = cpu_run
+    assert report is not None
+    assert {"schema", "created_utc", "elapsed_s", "settings", "machine", "bandwidth", "dtypes", "notes",
+            "verdict"} <= set(report)
+    assert report["settings"] == {"device": "cpu", "dtypes": ["float32", "bfloat16"], "budget_s": 2.0}
+    device = report["machine"]["device"]
+    assert device["kind"] == "cpu" and device["cores"] >= 1 and device["memory_bytes"] > 0
+    assert isinstance(device["cpu_flags"], list)
+    bandwidth = report["bandwidth"]
+    assert bandwidth["bytes_moved"] >= 2 * 256 * 2**20
+    assert bandwidth["measured_bytes_per_s"] == pytest.approx(bandwidth["bytes_moved"] / bandwidth["seconds"])
+    assert bandwidth["spec_bytes_per_s"] is None, "no spec bandwidth is invented for a CPU"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_json_entry_per_dtype(cpu_run, dtype):
+    _result, report, _plot = cpu_run
+    section = report["dtypes"][dtype]
+    assert 0 < section["mfu"] <= MFU_CEILING
+    assert section["peak_flops_per_s"] > 0
+    best = section["best"]
+    assert best["flops_per_s"] == max(row["flops_per_s"] for row in section["measurements"])
+    assert section["mfu"] == pytest.approx(best["flops_per_s"] / section["peak_flops_per_s"])
+    for row in section["measurements"]:
+        assert row["flops"] == 2 * row["m"] * row["k"] * row["n"]
+        assert row["bound"] in ("compute", "memory")
+        assert row["arithmetic_intensity"] > 0
+    assert section["verdict"]["status"] in ("healthy", "below floor", "unknown")
+
+
+def test_elapsed_stays_near_the_budget(cpu_run):
+    _result, report, _plot = cpu_run
+    assert report["elapsed_s"] < 2 * float(TINY_BUDGET) + 2.0
+
+
+def test_plot_is_a_real_png(cpu_run):
+    _result, _report, plot = cpu_run
+    data = plot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000
+
+
+REPORT_ERROR = "accounting report: error: "
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        pytest.param(["--dtypes", "int4"], REPORT_ERROR + "--dtypes: unknown floating-point format 'int4'; known: ",
+                     id="unknown-dtype"),
+        pytest.param(["--dtypes", ","], REPORT_ERROR + "argument --dtypes: --dtypes needs at least one dtype name",
+                     id="empty-dtypes"),
+        pytest.param(["--dtypes", "tf32"], REPORT_ERROR + "--dtypes: tf32 cannot run on cpu: tf32 is a CUDA tensor-core mode",
+                     id="tf32-on-cpu"),
+        pytest.param(["--device", "tpu"], REPORT_ERROR + "unknown device 'tpu'", id="unknown-device"),
+        pytest.param(["--device", "cuda:7"], REPORT_ERROR + "device 'cuda:7' is not available", id="unavailable-device"),
+        pytest.param(["--budget", "0"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got '0'",
+                     id="zero-budget"),
+        pytest.param(["--budget", "-5"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got '-5'",
+                     id="negative-budget"),
+        pytest.param(["--budget", "nan"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got 'nan'",
+                     id="nan-budget"),
+        pytest.param(["--budget", "soon"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got 'soon'",
+                     id="words-budget"),
+        pytest.param(["--json", "/nonexistent-dir/r.json"],
+                     REPORT_ERROR + "--json '/nonexistent-dir/r.json' cannot be written: No such file or directory",
+                     id="json-dir-missing"),
+        pytest.param(["--plot", "."], REPORT_ERROR + "--plot '.' cannot be written: it is a directory", id="plot-is-a-directory"),
+        pytest.param(["--frobnicate"], "accounting: error: unrecognized arguments: --frobnicate", id="unknown-option"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(argv, line, capsys):
+    budget = [] if "--budget" in argv else ["--budget", "1"]
+    status, out, err = run_main(["report", *budget, *argv], capsys)
+    assert status == 2
+    assert out == "", "nothing was measured"
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(line)
+
+
+def test_unwritable_file_is_refused_before_measuring(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    target = locked / "r.json"
+    try:
+        if os.access(locked, os.W_OK):
+            # root writes anyway: use a file inside a regular file's "directory" instead
+            target = tmp_path / "not-a-dir.txt" / "r.json"
+            (tmp_path / "not-a-dir.txt").write_text("x")
+        status, out, err = run_main(["report", "--budget", "1", "--json", str(target)], capsys)
+    finally:
+        locked.chmod(0o700)
+    assert status == 2 and out == ""
+    assert err.startswith(f"accounting report: error: --json {str(target)!r} cannot be written: ")
+    assert not target.exists()
+
+
+def test_no_command_is_an_error(capsys):
+    status, _out, err = run_main([], capsys)
+    assert status == 2
+    assert err.strip().splitlines() == ["accounting: error: the following arguments are required: COMMAND"]
+
+
+def test_bad_argument_from_the_shell_has_no_traceback():
+    result = subprocess.run([sys.executable, "-m", "accounting", "report", "--budget", "-1"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "accounting report: error: argument --budget: --budget must be a positive number of seconds, got '-1'\n"

@@ -1,0 +1,120 @@
+"""The report's CUDA-only paths, on the CPU, with a fake GPU standing in where torch.cuda would be."""
+
+import pytest
+import torch
+
+from accounting.device import DeviceInfo
+from accounting.hardware import PeakUnknownWarning
+from accounting.report import measure, run
+from accounting.report.measure import BANDWIDTH_BYTES_GPU, MatmulTimer, bandwidth_bytes, largest_square
+from accounting.timing import Timing
+
+GIB = 2**30
+H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB, compute_capability=(9, 0), multiprocessors=132,
+                  l2_cache_bytes=50 * 2**20, runtime="CUDA 12.8")
+UNKNOWN_GPU = DeviceInfo("cuda", "NVIDIA GH200 480GB", 0, 96 * GIB, compute_capability=(9, 0))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """``prepare`` sees an H100 whose every dtype runs."""
+    monkeypatch.setattr(run, "detect_device", lambda device=None: H100)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: None)
+    return H100
+
+
+def test_prepare_uses_the_gpu_table_and_its_spec_bandwidth(fake_gpu):
+    plan = run.prepare(device="cuda", dtypes=["bf16", "tf32", "fp8"], budget_s=30.0)
+    assert plan.dtypes == ["bfloat16", "tf32", "float8_e4m3fn"]
+    assert plan.peaks == {"bfloat16": pytest.approx(989.4e12), "tf32": pytest.approx(494.7e12),
+                          "float8_e4m3fn": pytest.approx(1978.9e12)}
+    assert plan.spec_bandwidth == pytest.approx(3.35e12)
+    assert not any("CPU peaks" in note for note in plan.notes)
+
+
+def test_unknown_gpu_has_no_peak_and_says_how_to_give_one(monkeypatch):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: UNKNOWN_GPU)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: None)
+    monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
+    with pytest.warns(PeakUnknownWarning, match="ACCOUNTING_PEAK_TFLOPS"):
+        plan = run.prepare(device="cuda", dtypes=["bf16"], budget_s=30.0)
+    assert plan.peaks == {"bfloat16": None}
+    assert plan.spec_bandwidth is None
+
+
+def test_peak_override_reaches_the_plan(fake_gpu, monkeypatch):
+    monkeypatch.setenv("ACCOUNTING_PEAK_TFLOPS", "500")
+    plan = run.prepare(device="cuda", dtypes=["bf16"], budget_s=30.0)
+    assert plan.peaks == {"bfloat16": pytest.approx(500e12)}
+
+
+def test_a_dtype_the_gpu_cannot_run_is_an_error_when_asked_for(monkeypatch):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: H100)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: "no FP8 units" if dtype.startswith("float8") else None)
+    with pytest.raises(run.AccountingError, match=r"^--dtypes: float8_e4m3fn cannot run on cuda:0: no FP8 units$"):
+        run.prepare(device="cuda", dtypes=["bf16", "fp8"], budget_s=30.0)
+
+
+def test_gpu_bandwidth_copy_is_large_but_fits():
+    assert bandwidth_bytes(H100, free_bytes=79 * GIB) == BANDWIDTH_BYTES_GPU
+    assert bandwidth_bytes(H100, free_bytes=4 * GIB) == GIB // 2
+
+
+def test_largest_square_on_a_gpu():
+    assert largest_square("bf16", 80 * GIB, fraction=0.8) == measure.MAX_SIZE, "80 GB holds more than the cap"
+    size = largest_square("float32", 2 * GIB, fraction=0.8)
+    budget = 0.8 * 2 * GIB
+    assert size % 128 == 0
+    assert 3 * size**2 * 4 <= budget < 3 * (size + 128) ** 2 * 4, "the largest that fits, no larger"
+
+
+class FakeCase:
+    def __init__(self, operand_bytes):
+        self.operand_bytes = operand_bytes
+        self.flops = 2 * 64**3
+        self.calls = 0
+
+    def fn(self):
+        self.calls += 1
+
+
+@pytest.mark.parametrize(
+    "operand_bytes, flush",
+    [pytest.param(6 * 2**20, True, id="fits-in-l2-flushed"), pytest.param(600 * 2**20, False, id="larger-than-l2")],
+)
+def test_gpu_timer_flushes_l2_only_for_operands_that_fit(monkeypatch, operand_bytes, flush):
+    seen = {}
+    case = FakeCase(operand_bytes)
+    monkeypatch.setattr(measure, "matmul_case", lambda dtype, m, k, n, device: case)
+    monkeypatch.setattr(measure, "synchronize", lambda device: None)
+
+    def fake_time_fn(fn, **kwargs):
+        seen.update(kwargs)
+        return Timing.from_samples([1e-3] * 5, flops=kwargs["flops"], device=kwargs["device"])
+
+    monkeypatch.setattr(measure, "time_fn", fake_time_fn)
+    done = MatmulTimer(H100, target_s=0.1)("bfloat16", 64, 64, 64)
+    assert seen["flush_cache"] is flush
+    assert seen["device"] == torch.device("cuda", 0)
+    assert done.seconds == pytest.approx(1e-3) and done.repeats == 5
+    assert case.calls == 1, "one untimed call before time_fn"
+
+
+def test_out_of_memory_gives_none_so_the_sweep_stops_growing(monkeypatch):
+    def out_of_memory(dtype, m, k, n, device):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    emptied = []
+    monkeypatch.setattr(measure, "matmul_case", out_of_memory)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    assert MatmulTimer(H100, target_s=0.1)("bfloat16", 65536, 65536, 65536) is None
+    assert emptied == [True]
+
+
+def test_other_runtime_errors_are_not_swallowed(monkeypatch):
+    def broken(dtype, m, k, n, device):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
+
+    monkeypatch.setattr(measure, "matmul_case", broken)
+    with pytest.raises(RuntimeError, match="CUBLAS_STATUS_NOT_SUPPORTED"):
+        MatmulTimer(H100, target_s=0.1)("float8_e4m3fn", 1024, 1024, 1024)
