@@ -1,0 +1,168 @@
+"""transformer_flops against FlopCounterMode on a real GPT, and the training-time napkin maths.
+
+FlopCounterMode counts matmul-class ops (mm, addmm, bmm, …) with the same 2-per-multiply-add
+convention; the model runs on ``device="meta"``, so GPT-2-sized configs cost nothing.
+Both sides leave out the same work: embedding lookups, norms, GELU, softmax, adds and the loss.
+"""
+
+import math
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from accounting import (
+    AccountingError,
+    AccountingTypeError,
+    TransformerConfig,
+    mfu,
+    training_flops,
+    training_time,
+    transformer_flops,
+)
+from tests.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs
+
+# Each example builds and runs a model under FlopCounterMode (~0.15 s): fewer than the profile's.
+FLOP_COUNTER_EXAMPLES = settings(max_examples=20)
+
+GPT2_SMALL = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
+
+
+def _meta_model_and_batch(config: TransformerConfig, batch_size: int):
+    with torch.device("meta"):
+        model = ReferenceGPT(config)
+        tokens = random_tokens(config, batch_size, device="meta")
+        targets = random_tokens(config, batch_size, device="meta")
+    return model, tokens, targets
+
+
+def counted_step(config: TransformerConfig, batch_size: int):
+    """FlopCounterMode's (forward, backward) counters for one step of the reference GPT on meta."""
+    model, tokens, targets = _meta_model_and_batch(config, batch_size)
+    forward = FlopCounterMode(display=False)
+    with forward:
+        loss = language_model_loss(model(tokens), targets)
+    backward = FlopCounterMode(display=False)
+    with backward:
+        loss.backward()
+    return forward, backward
+
+
+def counted_training_step(config: TransformerConfig, batch_size: int) -> FlopCounterMode:
+    """One counter over forward and backward, so that it can attribute both to modules."""
+    model, tokens, targets = _meta_model_and_batch(config, batch_size)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        language_model_loss(model(tokens), targets).backward()
+    return counter
+
+
+def unembedding_flops(counter: FlopCounterMode) -> int:
+    counts = counter.get_flop_counts()
+    (name,) = [name for name in counts if name.endswith(".unembedding")]
+    return sum(counts[name].values())
+
+
+@FLOP_COUNTER_EXAMPLES
+@given(config=transformer_configs(max_layers=3, max_width=64, max_length=32, max_vocabulary=128), batch_size=st.integers(1, 3))
+@example(config=GPT2_SMALL, batch_size=1)
+@example(config=TransformerConfig(layers=1, width=1, heads=1, sequence_length=1, vocabulary=2), batch_size=1)
+def test_forward_and_backward_equal_flop_counter(config, batch_size):
+    forward, backward = counted_step(config, batch_size)
+    predicted = transformer_flops(config, batch_size)
+    assert predicted.forward == forward.get_total_flops()
+    assert predicted.backward == backward.get_total_flops()
+    assert predicted.training == forward.get_total_flops() + backward.get_total_flops()
+
+
+@FLOP_COUNTER_EXAMPLES
+@given(config=transformer_configs(max_layers=2, max_width=32, max_length=16), batch_size=st.integers(1, 2))
+@example(config=GPT2_SMALL, batch_size=1)
+def test_excluding_embeddings_drops_the_unembedding(config, batch_size):
+    forward, _ = counted_step(config, batch_size)
+    training = counted_training_step(config, batch_size)
+    predicted = transformer_flops(config, batch_size, embeddings=False)
+    assert predicted.forward == forward.get_total_flops() - unembedding_flops(forward)
+    assert predicted.training == training.get_total_flops() - unembedding_flops(training)
+
+
+@given(config=transformer_configs(), batch_size=st.integers(1, 4), embeddings=st.booleans())
+def test_per_token_training_flops_are_6n_plus_attention(config, batch_size, embeddings):
+    """PaLM's 6N + 12·L·H·Q·T, with N read off torch's own module list."""
+    with torch.device("meta"):
+        model = ReferenceGPT(config)
+    matrices = [m.weight for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not embeddings:
+        matrices = [w for w in matrices if w is not model.unembedding.weight]
+    n = sum(w.numel() for w in matrices)
+    flops = transformer_flops(config, batch_size, embeddings=embeddings)
+    attention = 12 * config.layers * config.heads * config.head_width * config.sequence_length
+    assert flops.matmul_parameter_count == n
+    assert flops.training_per_token == 6 * n + attention
+    assert flops.forward_per_token * flops.tokens == flops.forward
+
+
+@given(parameters=st.integers(1, 64), tokens=st.integers(1, 64))
+def test_training_flops_equal_flop_counter_on_a_linear_model(parameters, tokens):
+    """6 × tokens × parameters is exact for a bias-free linear model whose input needs a gradient."""
+    x = torch.empty(tokens, parameters, device="meta", requires_grad=True)
+    w = torch.empty(parameters, 1, device="meta", requires_grad=True)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        (x @ w).sum().backward()
+    assert training_flops(parameters, tokens) == counter.get_total_flops()
+
+
+@given(
+    flops=st.floats(1e15, 1e26),
+    peak=st.floats(1e12, 5e15),
+    utilisation=st.floats(0.01, 1.0),
+    devices=st.integers(1, 100_000),
+)
+def test_training_time_inverts_mfu(flops, peak, utilisation, devices):
+    time = training_time(flops, peak, utilisation, devices)
+    assert mfu(flops, time.seconds, peak * devices) == pytest.approx(utilisation, rel=1e-12)
+    assert time.days * 24 == pytest.approx(time.hours, rel=1e-12)
+
+
+def test_lecture_example_70b_on_15t_tokens_on_1024_h100s():
+    """The lecture: 70B parameters, 15T tokens, 1024 H100s (bf16 dense 989.4 TFLOP/s), MFU 0.5 → about 144 days."""
+    time = training_time(training_flops(70e9, 15e12), peak_flops_per_second=989.4e12, mfu=0.5, devices=1024)
+    assert 140 < time.days < 150
+    assert str(time).endswith(f"{time.days:.1f} days")
+
+
+# ---- bad input ----------------------------------------------------------------------
+
+
+def config_with(**changes):
+    sizes = dict(layers=2, width=64, heads=4, sequence_length=16, vocabulary=100) | changes
+    return lambda: TransformerConfig(**sizes)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(config_with(layers=0), AccountingError, r"^layers must be a positive integer, got 0", id="zero-layers"),
+        pytest.param(config_with(width=-8), AccountingError, r"^width must be a non-negative integer, got -8", id="negative-width"),
+        pytest.param(config_with(heads=5), AccountingError, r"^heads=5 does not divide width=64", id="heads-not-dividing"),
+        pytest.param(config_with(sequence_length=2.0), AccountingTypeError, r"^sequence_length must be a non-negative integer, got 2.0", id="float-length"),
+        pytest.param(config_with(vocabulary=True), AccountingTypeError, r"^vocabulary must be a non-negative integer, got True", id="bool-vocabulary"),
+        pytest.param(config_with(ffn_width=0), AccountingError, r"^ffn_width must be a positive integer, got 0", id="zero-ffn"),
+        pytest.param(config_with(bias="yes"), AccountingTypeError, r"^bias must be True or False, got 'yes'", id="bias-not-bool"),
+        pytest.param(lambda: transformer_flops(GPT2_SMALL, batch_size=0), AccountingError, r"^batch_size must be a positive integer, got 0", id="zero-batch"),
+        pytest.param(lambda: transformer_flops({"layers": 2}), AccountingTypeError, r"^config must be a TransformerConfig, got dict", id="dict-config"),
+        pytest.param(lambda: training_time(1e20, 989e12, mfu=1.5), AccountingError, r"^mfu is a fraction of peak and cannot exceed 1, got 1.5", id="mfu-above-one"),
+        pytest.param(lambda: training_time(1e20, 0.0), AccountingError, r"^peak_flops_per_second must be positive, got 0.0", id="zero-peak"),
+        pytest.param(lambda: training_time(1e20, 989e12, devices=0), AccountingError, r"^devices must be a positive integer, got 0", id="zero-devices"),
+        pytest.param(lambda: training_time(math.nan, 989e12), AccountingError, r"^flops must be finite, got nan", id="nan-flops"),
+        pytest.param(lambda: training_flops(70.5e0, 10), AccountingError, r"^parameters must be a whole number, got 70.5", id="fractional-parameters"),
+        pytest.param(lambda: training_flops(70e9, -1), AccountingError, r"^tokens must be a non-negative integer, got -1", id="negative-tokens"),
+    ],
+)
+def test_bad_input_raises_clear_errors(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
