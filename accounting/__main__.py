@@ -8,10 +8,14 @@ Commands:
 Bad arguments end with one line on stderr and exit status 2.
 """
 
+import os
 import sys
 import time
 
 from accounting.report import cli as report_cli
+
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command killed by SIGPIPE (128 + 13)."""
 
 
 def build_parser():
@@ -31,7 +35,13 @@ def main(argv=None) -> int:
     started = time.monotonic()  # a command's time budget counts from here
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    return args.run(args, parser=args.parser, started=started)
+    try:
+        return args.run(args, parser=args.parser, started=started)
+    except BrokenPipeError:
+        # The reader went away (`accounting report | head`): stop quietly, as command-line tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -7,10 +7,15 @@ float32     0.237
 bfloat16     1.93
 """
 
+import re
+
 from accounting.report._format import GB, GIB, NOT_KNOWN, fraction, tflops
 
-CPU_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
+MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
+                    "amx_tile", "amx_bf16", "amx_fp16", "amx_int8")
 """CPU flags shown on the terminal: the ones matmul speed depends on (the JSON has them all)."""
+
+_NUMERIC = re.compile(r"^[0-9.]+(×[0-9]+)*$")
 
 
 def table(header: list[str], rows: list[list[str]], *, indent: str = "") -> str:
@@ -18,7 +23,7 @@ def table(header: list[str], rows: list[list[str]], *, indent: str = "") -> str:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
 
     def numeric(cell: str) -> bool:
-        return cell[:1].isdigit() or cell == NOT_KNOWN
+        return bool(_NUMERIC.match(cell)) or cell == NOT_KNOWN
 
     def line(cells, align_numbers=True):
         parts = []
@@ -51,8 +56,8 @@ def _device_lines(report: dict) -> list[str]:
     if details:
         lines.append("  " + ", ".join(details))
     if device.get("cpu_flags"):
-        shown = [flag for flag in device["cpu_flags"] if flag.startswith(CPU_FLAG_PREFIXES)]
-        lines.append("  ISA flags: " + (" ".join(shown) or "none of " + ", ".join(CPU_FLAG_PREFIXES) + "…"))
+        shown = [flag for flag in MATMUL_CPU_FLAGS if flag in device["cpu_flags"]]
+        lines.append("  ISA flags for matmuls: " + (" ".join(shown) or "none of " + " ".join(MATMUL_CPU_FLAGS)))
     if device.get("clock_ghz"):
         lines.append(f"  clock {device['clock_ghz']:g} GHz ({device.get('clock_source') or 'source unknown'})")
     machine = report["machine"]
@@ -63,9 +68,11 @@ def _device_lines(report: dict) -> list[str]:
 def _peak_lines(report: dict) -> list[str]:
     rows = []
     for dtype, section in report["dtypes"].items():
-        rows.append([dtype, tflops(section["peak_flops_per_s"]), fraction(section["floor"], 2)])
+        rows.append([dtype, tflops(section["peak_flops_per_s"]), fraction(section["floor"], 2),
+                     section.get("peak_source") or NOT_KNOWN])
     spec = report["bandwidth"]["spec_bytes_per_s"]
-    lines = ["Spec figures it compares against:", table(["dtype", "peak TFLOP/s", "MFU floor"], rows, indent="  ")]
+    header = ["dtype", "peak TFLOP/s", "MFU floor", "peak from"]
+    lines = ["Spec figures it compares against:", table(header, rows, indent="  ")]
     lines.append("  memory bandwidth: " + (f"{spec / GB:.0f} GB/s" if spec else "no spec figure known for this device"))
     return lines
 

@@ -11,7 +11,7 @@ cannot disagree. Its fields (``SCHEMA`` names the version):
   :class:`accounting.device.DeviceInfo` has them)
 - ``bandwidth``: ``bytes_moved``, ``seconds``, ``iqr_s``, ``repeats``, ``measured_bytes_per_s``,
   ``spec_bytes_per_s`` (``null`` where no spec figure is known, as for CPUs), ``fraction_of_spec``
-- ``dtypes``: per dtype ``peak_flops_per_s``, ``floor``, ``ridge_flop_per_byte``,
+- ``dtypes``: per dtype ``peak_flops_per_s``, ``peak_source``, ``floor``, ``ridge_flop_per_byte``,
   ``ridge_basis``, ``best`` (a measurement), ``median_flops_per_s``, ``median_tflops``,
   ``mfu`` (best ÷ peak), ``median_mfu``, ``measurements`` (each: ``m``, ``k``, ``n``, ``size``,
   ``flops``, ``seconds``, ``iqr_s``, ``repeats``, ``flops_per_s``, ``tflops``, ``mfu``,
@@ -69,7 +69,8 @@ def _measurement_row(done, peak, ridge) -> dict:
     }
 
 
-def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None) -> dict:
+def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,
+                  peak_source=None) -> dict:
     """Everything the report says about one dtype.
 
     ``bandwidth`` is the measured bytes/s (or ``None``); ``reason`` explains a missing
@@ -96,6 +97,7 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
                     peak_flops=peak, reason=reason)
     return {
         "peak_flops_per_s": peak,
+        "peak_source": peak_source,
         "floor": floor,
         "ridge_flop_per_byte": ridge,
         "ridge_basis": basis,

@@ -15,7 +15,14 @@ import torch
 from accounting.benchconfig import load_benchmarks
 from accounting.device import DeviceInfo, detect_device, free_memory_bytes
 from accounting.errors import AccountingError
-from accounting.hardware import device_peak_flops, find_chip, peak_bandwidth
+from accounting.hardware import (
+    PEAK_TFLOPS_ENV,
+    cpu_flops_per_cycle,
+    device_peak_flops,
+    find_chip,
+    peak_bandwidth,
+    peak_override_tflops,
+)
 from accounting.memory import format_name
 from accounting.report import measure as measuring
 from accounting.report._format import tflops
@@ -49,6 +56,7 @@ class Plan:
     info: DeviceInfo
     dtypes: list[str]
     peaks: dict
+    peak_sources: dict
     floors: dict
     spec_bandwidth: float | None
     budget_s: float
@@ -79,6 +87,26 @@ def _probe(dtype: str, info: DeviceInfo) -> str | None:
     except (AccountingError, RuntimeError, NotImplementedError) as error:
         return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return None
+
+
+def peak_source(info: DeviceInfo, dtype: str, chip) -> str:
+    """Where a dtype's peak comes from, in words: the override, the table row, or the CPU estimate.
+
+    >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
+    >>> peak_source(cpu, "float32", None)
+    '4 cores × 3 GHz × 32 FLOP/cycle (AVX2+FMA)'
+    """
+    if peak_override_tflops() is not None:
+        return f"${PEAK_TFLOPS_ENV}"
+    if info.kind == "cuda":
+        if chip is None:
+            return "not in the peak table"
+        return f"table row {chip.row}" + (" (estimated)" if chip.estimated else "")
+    try:
+        per_cycle, path = cpu_flops_per_cycle(dtype, info.cpu_flags or (), vendor=info.vendor)
+    except AccountingError:
+        return f"a CPU has no {dtype} units"
+    return f"{info.cores} cores × {info.clock_ghz:g} GHz × {per_cycle} FLOP/cycle ({path})"
 
 
 def _floor(config, kind: str, dtype: str, chip: str):
@@ -131,19 +159,22 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
         raise AccountingError(f"none of the dtypes {', '.join(chosen)} can run on {info.device}")
     chip = find_chip(info.name, arch=info.arch) if info.kind == "cuda" else None
     peaks = {dtype: device_peak_flops(info, dtype) for dtype in runnable}
+    sources = {dtype: peak_source(info, dtype, chip) for dtype in runnable}
     floors = {dtype: _floor(config, info.kind, dtype, info.name) for dtype in runnable}
     spec_bandwidth = peak_bandwidth(info.name, arch=info.arch) if chip is not None else None
     if info.kind == "cpu":
-        notes.append(
-            f"CPU peaks are estimates: {info.cores} cores × {info.clock_ghz:g} GHz ({info.clock_source}) × "
-            "FLOPs/cycle of the best ISA path; CPUs have no spec bandwidth figure"
-        )
+        notes.append(f"CPU peaks are estimates (clock from {info.clock_source}; override with $ACCOUNTING_CPU_GHZ "
+                     f"or ${PEAK_TFLOPS_ENV}); CPUs have no spec bandwidth figure")
+    elif torch.cuda.device_count() > 1:
+        others = [f"cuda:{index} {torch.cuda.get_device_name(index)}" for index in range(torch.cuda.device_count())
+                  if index != info.index]
+        notes.append(f"other CUDA devices, not tested (pick one with --device): {'; '.join(others)}")
     load = _load_average()
     logical = os.cpu_count() or 1
     if load is not None and load > BUSY_LOAD_FRACTION * logical:
         notes.append(f"load average {load:.1f} on {logical} logical CPUs before measuring: other work is running, "
                      "so figures may read low (CPU matmuls most of all)")
-    return Plan(info, runnable, peaks, floors, spec_bandwidth, budget_s, device, notes, load)
+    return Plan(info, runnable, peaks, sources, floors, spec_bandwidth, budget_s, device, notes, load)
 
 
 def _load_average() -> float | None:
@@ -157,7 +188,8 @@ def _sections(plan: Plan, sweeps: dict, bandwidth) -> dict:
     measured = bandwidth.bytes_per_second if bandwidth is not None else None
     return {
         dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype], floor=plan.floors[dtype],
-                             bandwidth=measured, spec_bandwidth=plan.spec_bandwidth)
+                             bandwidth=measured, spec_bandwidth=plan.spec_bandwidth,
+                             peak_source=plan.peak_sources[dtype])
         for dtype in plan.dtypes
     }
 
