@@ -1,0 +1,101 @@
+"""The whole report with a device of known speed (instant fake timings) against crafted floors."""
+
+import json
+
+import pytest
+
+from accounting.__main__ import main
+from accounting.hardware import device_peak_flops
+from accounting.report import run
+from accounting.report.results import BandwidthMeasurement
+from accounting.report.sweep import MatmulMeasurement
+
+FRACTION_OF_PEAK = 0.5
+"""The fake device runs every matmul at this share of the CPU's estimated peak."""
+
+
+@pytest.fixture
+def half_speed_cpu(monkeypatch):
+    """Matmuls at ``FRACTION_OF_PEAK`` of the real peak estimate, timed instantly; a 10 GB/s copy."""
+
+    class InstantTimer:
+        def __init__(self, info, *, target_s):
+            self.info = info
+
+        def expected_wall_s(self, per_call_s):
+            return 0.0
+
+        def __call__(self, dtype, m, k, n):
+            flops = 2 * m * k * n
+            seconds = flops / (FRACTION_OF_PEAK * device_peak_flops(self.info, dtype))
+            return MatmulMeasurement(dtype, m, k, n, flops, seconds, 0.0, 5)
+
+    monkeypatch.setattr(run.measuring, "MatmulTimer", InstantTimer)
+    monkeypatch.setattr(run.measuring, "measure_bandwidth",
+                        lambda info: BandwidthMeasurement(bytes_moved=2 * 2**28, seconds=2 * 2**28 / 10e9, iqr_s=0.0,
+                                                          repeats=10))
+    monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
+
+
+def benchmarks_file(tmp_path, floors: dict) -> str:
+    document = {
+        "regression": {"metric": "median", "threshold_percent": 10},
+        "cpu": {"dtypes": list(floors), "shapes": [[256, 256, 256]], "floors": floors},
+    }
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def report(tmp_path, monkeypatch, capsys, floors, *extra):
+    monkeypatch.setenv("ACCOUNTING_BENCHMARKS", benchmarks_file(tmp_path, floors))
+    json_path = tmp_path / "report.json"
+    status = main(["report", "--device", "cpu", "--budget", "1", "--quiet", "--json", str(json_path), *extra])
+    return status, capsys.readouterr().out, json.loads(json_path.read_text())
+
+
+def test_defaults_come_from_benchmarks_json(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    _status, _out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.3, "bfloat16": 0.2})
+    assert document["settings"]["dtypes"] == ["float32", "bfloat16"]
+    assert document["dtypes"]["bfloat16"]["floor"] == 0.2
+
+
+def test_at_or_above_the_floor_is_healthy(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    status, out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.4}, "--strict")
+    assert status == 0
+    section = document["dtypes"]["float32"]
+    assert section["mfu"] == pytest.approx(FRACTION_OF_PEAK)
+    assert section["verdict"]["status"] == "healthy" and document["verdict"] == "healthy"
+    assert "float32  healthy: MFU 0.500 is at or above its floor 0.400" in out
+
+
+def test_below_the_floor_says_by_how_much(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    status, out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.6})
+    assert status == 0, "without --strict a report that ran exits 0 whatever it found"
+    verdict = document["dtypes"]["float32"]["verdict"]
+    assert verdict["status"] == "below floor" and verdict["shortfall"] == pytest.approx(0.1)
+    assert "float32  below floor: MFU 0.500 < floor 0.600, short by 0.100 (17% under)" in out
+    assert "machine: below floor" in out
+
+
+def test_strict_exits_1_when_below_the_floor(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    status, _out, _document = report(tmp_path, monkeypatch, capsys, {"float32": 0.6}, "--strict")
+    assert status == 1
+
+
+def test_memory_bound_cases_are_marked(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    _status, _out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.3})
+    section = document["dtypes"]["float32"]
+    ridge = section["ridge_flop_per_byte"]
+    assert ridge == pytest.approx(section["peak_flops_per_s"] / 10e9)
+    for row in section["measurements"]:
+        assert row["bound"] == ("compute" if row["arithmetic_intensity"] >= ridge else "memory")
+
+
+def test_a_missing_benchmarks_file_needs_dtypes(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ACCOUNTING_BENCHMARKS", str(tmp_path / "missing.json"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--device", "cpu", "--budget", "1", "--quiet"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith(
+        f"accounting report: error: cannot read benchmarks file {str(tmp_path / 'missing.json')!r}: ")
