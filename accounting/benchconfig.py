@@ -1,0 +1,239 @@
+"""The benchmark matrix in ``benchmarks.json``: shapes, dtypes, MFU floors and the regression gate.
+
+One section per device kind (``cpu``, ``cuda``) and a ``regression`` section::
+
+    {"regression": {"metric": "median", "threshold_percent": 10},
+     "cpu": {"dtypes": ["float32"], "shapes": [[1024, 1024, 1024]], "quick_shapes": [[512, 512, 512]],
+             "floors": {"float32": 0.3}, "rounds": 10}}
+
+``floors`` are MFU floors per dtype; ``chip_floors`` (optional) override them per chip,
+keyed by the peak table's row name (``"MI300X"``). Keys starting with ``_`` are notes
+(JSON has no comments) and are kept, not checked. The file is validated as it is
+loaded: every error names the entry, e.g. ``cuda.floors.bfloat16``.
+
+>>> config = parse_benchmarks({
+...     "regression": {"metric": "median", "threshold_percent": 10},
+...     "cpu": {"dtypes": ["fp32"], "shapes": [[256, 128, 64]], "floors": {"fp32": 0.25}},
+... })
+>>> config.device("cpu").dtypes, config.floor("cpu", "float32"), config.compare_fail
+(('float32',), 0.25, 'median:10%')
+"""
+
+import json
+import numbers
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accounting.errors import AccountingError
+from accounting.memory import TF32, format_name
+
+BENCHMARKS_ENV = "ACCOUNTING_BENCHMARKS"
+"""Environment variable naming the benchmarks file to load instead of the default."""
+BENCHMARKS_FILE = "benchmarks.json"
+KINDS = ("cpu", "cuda")
+METRICS = ("min", "max", "mean", "median", "stddev", "iqr")
+"""Statistics ``--benchmark-compare-fail`` accepts."""
+DEFAULT_ROUNDS = 10
+_KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds"}
+_REGRESSION_KEYS = {"metric", "threshold_percent"}
+_CPU_DTYPES = ("float64", "float32", "bfloat16", "float16")
+"""A CPU has no TF32 or FP8 matmul units; those belong in the ``cuda`` section."""
+
+
+@dataclass(frozen=True)
+class DeviceMatrix:
+    """What to benchmark on one kind of device."""
+
+    kind: str
+    dtypes: tuple[str, ...]
+    shapes: tuple[tuple[int, int, int], ...]
+    quick_shapes: tuple[tuple[int, int, int], ...]
+    floors: dict = field(default_factory=dict)
+    chip_floors: dict = field(default_factory=dict)
+    rounds: int = DEFAULT_ROUNDS
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A validated ``benchmarks.json``."""
+
+    devices: dict
+    regression_metric: str
+    regression_threshold_percent: float
+    source: str = BENCHMARKS_FILE
+
+    def device(self, kind: str) -> DeviceMatrix:
+        """The matrix for ``"cpu"`` or ``"cuda"``."""
+        if kind not in self.devices:
+            raise AccountingError(f"{self.source} has no {kind!r} section; it has {', '.join(self.devices) or 'none'}")
+        return self.devices[kind]
+
+    def floor(self, kind: str, dtype, chip: str | None = None) -> float:
+        """The MFU floor for ``dtype`` on ``kind``; ``chip`` (a table row or a device name) may override it.
+
+        >>> config = parse_benchmarks({"regression": {"metric": "median", "threshold_percent": 5},
+        ...     "cuda": {"dtypes": ["bf16"], "shapes": [[8192, 8192, 8192]], "floors": {"bf16": 0.6},
+        ...              "chip_floors": {"MI300X": {"bf16": 0.4}}}})
+        >>> config.floor("cuda", "bf16"), config.floor("cuda", "bf16", chip="AMD Instinct MI300X")
+        (0.6, 0.4)
+        """
+        matrix = self.device(kind)
+        name = format_name(dtype)
+        if name not in matrix.floors:
+            raise AccountingError(f"{self.source}: {kind}.floors has no floor for {name}")
+        if chip is not None:
+            row = chip if chip in matrix.chip_floors else _chip_row(chip)
+            if row in matrix.chip_floors and name in matrix.chip_floors[row]:
+                return matrix.chip_floors[row][name]
+        return matrix.floors[name]
+
+    @property
+    def compare_fail(self) -> str:
+        """The ``--benchmark-compare-fail`` expression, e.g. ``median:10%``."""
+        return f"{self.regression_metric}:{self.regression_threshold_percent:g}%"
+
+
+def _chip_row(device_name: str) -> str | None:
+    from accounting.hardware import find_chip  # late: hardware pulls in device detection
+
+    chip = find_chip(device_name)
+    return chip.row if chip else None
+
+
+# ---- validation ------------------------------------------------------------------------------
+
+
+def _fail(source: str, where: str, message: str):
+    raise AccountingError(f"{source}: {where} {message}")
+
+
+def _mapping(value, source, where) -> dict:
+    if not isinstance(value, dict):
+        _fail(source, where, f"must be an object, got {value!r}")
+    return value
+
+
+def _check_keys(value: dict, allowed, source, where):
+    unknown = sorted(key for key in value if key not in allowed and not key.startswith("_"))
+    if unknown:
+        _fail(source, where, f"has unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(allowed))}")
+
+
+def _dtype(value, kind, source, where) -> str:
+    try:
+        name = format_name(value)
+    except AccountingError:
+        _fail(source, where, f"has unknown dtype {value!r}")
+    if kind == "cpu" and name not in _CPU_DTYPES:
+        _fail(source, where, f"has dtype {value!r}, which a CPU cannot run; cpu dtypes: {', '.join(_CPU_DTYPES)}")
+    return name
+
+
+def _shapes(value, source, where, *, required) -> tuple:
+    if value is None and not required:
+        return ()
+    if not isinstance(value, list) or (required and not value):
+        _fail(source, where, f"must be a non-empty list of [m, k, n] shapes, got {value!r}")
+    shapes = []
+    for position, shape in enumerate(value):
+        if not isinstance(shape, list) or len(shape) != 3:
+            _fail(source, f"{where}[{position}]", f"must be [m, k, n], got {shape!r}")
+        for size in shape:
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                _fail(source, f"{where}[{position}]", f"= {shape!r}: sizes must be positive integers, got {size!r}")
+        shapes.append(tuple(shape))
+    return tuple(shapes)
+
+
+def _floor(value, source, where) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
+        _fail(source, where, f"= {value!r}: an MFU floor must be a number in (0, 1]")
+    return float(value)
+
+
+def _floors(value, dtypes, kind, source, where) -> dict:
+    floors = {}
+    for key, floor in _mapping(value, source, where).items():
+        if key.startswith("_"):
+            continue
+        name = _dtype(key, kind, source, f"{where}.{key}")
+        if name not in dtypes:
+            _fail(source, f"{where}.{key}", f"is a floor for {name}, which {kind}.dtypes does not list")
+        floors[name] = _floor(floor, source, f"{where}.{key}")
+    return floors
+
+
+def _kind(kind: str, value, source: str) -> DeviceMatrix:
+    value = _mapping(value, source, kind)
+    _check_keys(value, _KIND_KEYS, source, kind)
+    dtypes = value.get("dtypes")
+    if not isinstance(dtypes, list) or not dtypes:
+        _fail(source, f"{kind}.dtypes", f"must be a non-empty list of dtype names, got {dtypes!r}")
+    names = tuple(_dtype(dtype, kind, source, f"{kind}.dtypes[{i}]") for i, dtype in enumerate(dtypes))
+    shapes = _shapes(value.get("shapes"), source, f"{kind}.shapes", required=True)
+    quick = _shapes(value.get("quick_shapes"), source, f"{kind}.quick_shapes", required=False) or shapes[:1]
+    floors = _floors(value.get("floors", {}), names, kind, source, f"{kind}.floors")
+    missing = [name for name in names if name not in floors]
+    if missing:
+        _fail(source, f"{kind}.floors", f"has no floor for {', '.join(missing)}")
+    chip_floors = {}
+    for chip, table in _mapping(value.get("chip_floors", {}), source, f"{kind}.chip_floors").items():
+        if not chip.startswith("_"):
+            chip_floors[chip] = _floors(table, names, kind, source, f"{kind}.chip_floors.{chip}")
+    rounds = value.get("rounds", DEFAULT_ROUNDS)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
+        _fail(source, f"{kind}.rounds", f"= {rounds!r}: must be a positive integer")
+    if TF32 in names and kind != "cuda":
+        _fail(source, f"{kind}.dtypes", "lists tf32, a CUDA-only mode")
+    return DeviceMatrix(kind, names, shapes, quick, floors, chip_floors, rounds)
+
+
+def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
+    """Validate a loaded ``benchmarks.json`` document; raise :class:`AccountingError` naming the bad entry.
+
+    >>> parse_benchmarks({"regression": {"metric": "median", "threshold_percent": 10},
+    ...                   "cpu": {"dtypes": ["float32"], "shapes": [[0, 8, 8]], "floors": {"float32": 0.5}}})
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: benchmarks.json: cpu.shapes[0] = [0, 8, 8]: sizes must be positive integers, got 0
+    """
+    data = _mapping(data, source, "the top level")
+    _check_keys(data, {"regression", *KINDS}, source, "the top level")
+    regression = _mapping(data.get("regression"), source, "regression")
+    _check_keys(regression, _REGRESSION_KEYS, source, "regression")
+    metric = regression.get("metric")
+    if metric not in METRICS:
+        _fail(source, "regression.metric", f"= {metric!r}: must be one of {', '.join(METRICS)}")
+    threshold = regression.get("threshold_percent")
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 < threshold < 100:
+        _fail(source, "regression.threshold_percent", f"= {threshold!r}: must be a percentage in (0, 100)")
+    devices = {kind: _kind(kind, data[kind], source) for kind in KINDS if kind in data}
+    if not devices:
+        _fail(source, "the top level", f"needs at least one of {', '.join(KINDS)}")
+    return BenchConfig(devices, metric, float(threshold), source)
+
+
+def default_benchmarks_path() -> Path:
+    """``$ACCOUNTING_BENCHMARKS``, else ``./benchmarks.json``, else the one beside this package's source tree."""
+    override = os.environ.get(BENCHMARKS_ENV)
+    if override:
+        return Path(override)
+    here = Path.cwd() / BENCHMARKS_FILE
+    if here.is_file():
+        return here
+    return Path(__file__).resolve().parent.parent / BENCHMARKS_FILE
+
+
+def load_benchmarks(path=None) -> BenchConfig:
+    """Read and validate ``benchmarks.json`` (``path=None``: :func:`default_benchmarks_path`)."""
+    path = Path(path) if path is not None else default_benchmarks_path()
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise AccountingError(f"cannot read benchmarks file {str(path)!r}: {error.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AccountingError(f"{path}: not valid JSON: {error}") from None
+    return parse_benchmarks(data, source=str(path))
