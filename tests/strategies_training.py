@@ -85,6 +85,11 @@ def random_tokens(config: TransformerConfig, batch_size: int, device="cpu", gene
     return torch.randint(0, config.vocabulary, shape, device=device, generator=generator)
 
 
+def step_counter_bytes(optimizer) -> int:
+    """Bytes of a real optimizer's scalar step counters (which training_memory leaves out)."""
+    return sum(state["step"].untyped_storage().nbytes() for state in optimizer.state.values() if "step" in state)
+
+
 # ---- strategies ----------------------------------------------------------------------
 
 
@@ -129,3 +134,22 @@ def small_models(draw):
         layers[-1].weight = layers[0].weight  # tied: one Parameter in two layers
     dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
     return nn.Sequential(*layers).to(dtype)
+
+
+@st.composite
+def realistic_configs(draw, max_layers: int = 2):
+    """Small configs shaped like real ones: heads of width 8 to 16, MLP 4× wide, 16+ tokens,
+    vocabulary no more than a few times the width. Transients are a small share of memory here,
+    as in real models; in degenerate shapes (width 1, a vocabulary 50× the width) they dominate."""
+    heads = draw(st.integers(1, 4))
+    width = heads * draw(st.integers(8, 16))
+    return TransformerConfig(
+        layers=draw(st.integers(1, max_layers)),
+        width=width,
+        heads=heads,
+        sequence_length=draw(st.integers(16, 32)),
+        vocabulary=draw(st.integers(16, 2 * width)),
+        tied_embeddings=draw(st.booleans()),
+        learned_positions=draw(st.booleans()),
+        bias=draw(st.booleans()),
+    )

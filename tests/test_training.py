@@ -20,7 +20,13 @@ from accounting import (
     storage_bytes,
     training_memory,
 )
-from tests.strategies_training import OPTIMIZER_CASES, ReferenceGPT, small_models, transformer_configs
+from tests.strategies_training import (
+    OPTIMIZER_CASES,
+    ReferenceGPT,
+    small_models,
+    step_counter_bytes,
+    transformer_configs,
+)
 
 # ---- parameter_count ----------------------------------------------------------------
 
@@ -125,11 +131,6 @@ def test_no_state_before_the_first_step():
 # ---- the training-memory breakdown against real tensors -------------------------------
 
 
-def _step_counter_bytes(optimizer) -> int:
-    """Bytes of the real step counters, which training_memory leaves out."""
-    return sum(state["step"].untyped_storage().nbytes() for state in optimizer.state.values() if "step" in state)
-
-
 @pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in OPTIMIZER_CASES])
 def test_fp32_breakdown_matches_real_tensors(name):
     model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
@@ -139,7 +140,7 @@ def test_fp32_breakdown_matches_real_tensors(name):
     assert memory.parameters == storage_bytes(*model.parameters())
     assert memory.gradients == storage_bytes(*(p.grad for p in model.parameters()))
     assert memory.master_weights == 0
-    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - _step_counter_bytes(optimizer)
+    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - step_counter_bytes(optimizer)
 
 
 @given(widths=st.lists(st.integers(1, 24), min_size=2, max_size=4), amsgrad=st.booleans())
@@ -160,7 +161,7 @@ def test_bf16_mixed_breakdown_matches_a_real_mixed_precision_step(widths, amsgra
     assert memory.parameters == storage_bytes(*model.parameters())
     assert memory.gradients == storage_bytes(*(p.grad for p in model.parameters()))
     assert memory.master_weights == storage_bytes(*master)
-    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - _step_counter_bytes(optimizer)
+    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - step_counter_bytes(optimizer)
 
 
 @pytest.mark.parametrize(
