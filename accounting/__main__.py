@@ -24,7 +24,7 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=report_cli.OneLineParser)
     commands.required = True
     report = commands.add_parser("report", help="measure matmul FLOP/s and memory bandwidth; judge the machine",
-                                 description=report_cli.__doc__.split("\n\n")[0])
+                                 description=report_cli.DESCRIPTION, epilog=report_cli.EPILOG)
     report_cli.add_arguments(report)
     report.set_defaults(run=report_cli.run, parser=report)
     return parser

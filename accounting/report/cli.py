@@ -28,6 +28,18 @@ EXIT_INTERRUPTED = 130
 
 PROG = "accounting"
 
+DESCRIPTION = (
+    "How fast this machine's matmuls and memory really are, and whether that is healthy: a matmul sweep per "
+    "dtype within the time budget (best TFLOP/s, the shape that reached it, MFU against the spec peak), a large "
+    "device copy for memory bandwidth, each case placed on the roofline, and a verdict per dtype against its "
+    "MFU floor in benchmarks.json."
+)
+EPILOG = (
+    "exit status: 0 the report ran, 1 with --strict when a dtype is not healthy, 2 bad input. "
+    "Environment: ACCOUNTING_PEAK_TFLOPS (a peak to use instead of the table or CPU estimate), "
+    "ACCOUNTING_CPU_GHZ (the CPU clock for its estimate), ACCOUNTING_BENCHMARKS (another benchmarks.json)."
+)
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``prog: error: message``), exit status 2."""
@@ -84,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``accounting report`` on its own (``python -m accounting`` nests it as a sub-command)."""
-    parser = OneLineParser(prog=f"{PROG} report", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=f"{PROG} report", description=DESCRIPTION, epilog=EPILOG)
     return add_arguments(parser)
 
 
