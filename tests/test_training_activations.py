@@ -150,7 +150,9 @@ def test_peak_of_a_steady_state_step(name, config, batch_size, data):
 
 # ---- one training step on CUDA ------------------------------------------------------
 
-CUDA_CONFIG = TransformerConfig(layers=2, width=256, heads=4, sequence_length=512, vocabulary=1024)
+# Activations dominate (gradients are ~7x smaller) and attention scores are a fifth of them,
+# so the transients the peak model leaves out stay well inside PEAK_OVERSHOOT.
+CUDA_CONFIG = TransformerConfig(layers=2, width=512, heads=8, sequence_length=256, vocabulary=1024)
 
 
 @pytest.mark.gpu
