@@ -361,7 +361,8 @@ def _count_parameters(parameters) -> tuple[int, int]:
         count = check_size(parameters, "parameters")
         return count, count
     if isinstance(parameters, (torch.nn.Module, Iterable)) and not isinstance(parameters, (str, bytes)):
-        return parameter_count(parameters), parameter_count(parameters, trainable_only=True)
+        tensors = _parameter_tensors(parameters)  # a generator can be read only once
+        return parameter_count(tensors), parameter_count(tensors, trainable_only=True)
     raise AccountingTypeError(
         f"parameters must be a count, a TransformerConfig, an nn.Module or tensors, got {parameters!r}"
     )

@@ -189,6 +189,11 @@ def test_frozen_parameters_get_no_gradient_or_state():
     assert memory.gradients == storage_bytes(*trainable)
 
 
+def test_parameters_given_as_a_generator():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    assert training_memory(model.parameters(), "adam") == training_memory(model, "adam")
+
+
 # ---- bad input ----------------------------------------------------------------------
 
 
