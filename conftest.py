@@ -1,4 +1,4 @@
-"""Root test configuration: hypothesis profiles and the project's markers.
+"""Root test configuration: hypothesis profiles.
 
 Profiles: ``dev`` (default; quick, random) and ``ci`` (derandomized, no deadline,
 built on hypothesis's own ``ci`` profile). ``CI=true`` selects ``ci``; so does
@@ -20,13 +20,5 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-MARKERS = {
-    "gpu": "needs a CUDA device; skipped with a reason where there is none",
-    "cpu": "benchmarks that run on the CPU",
-    "slow": "takes more than a few seconds",
-}
-
-
-def pytest_configure(config):
-    for name, description in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {description}")
+# Markers (gpu, cpu, slow), options and benchmark fixtures come from the package's pytest plugin,
+# accounting.pytest_plugin, registered through the pytest11 entry point in pyproject.toml.
