@@ -66,5 +66,5 @@ def test_plot_is_a_real_png(crafted_report, tmp_path):
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
     height, width, _ = matplotlib.image.imread(str(path)).shape
-    assert (width, height) == (1080, 660)
+    assert (width, height) == (1080, 720)
     assert len(data) > 20_000, "a plot with curves, lines and a legend, not a blank canvas"

@@ -6,7 +6,7 @@ from accounting import AccountingError
 from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
 from accounting.report.roofline import arithmetic_intensity, attainable_flops, bound, ridge_point
 from accounting.report.sweep import MatmulMeasurement
-from accounting.report.verdict import BELOW_FLOOR, HEALTHY, UNKNOWN, judge, overall
+from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, HEALTHY, UNKNOWN, judge, overall
 
 
 def measured(dtype, m, k, n, flops_per_second, phase="ramp"):
@@ -23,6 +23,8 @@ def measured(dtype, m, k, n, flops_per_second, phase="ramp"):
         pytest.param(0.00, 0.50, BELOW_FLOOR, False, id="zero"),
         pytest.param(None, 0.50, UNKNOWN, None, id="no-mfu"),
         pytest.param(0.70, None, UNKNOWN, None, id="no-floor"),
+        pytest.param(1.05, 0.50, HEALTHY, True, id="at-the-ceiling"),
+        pytest.param(1.30, 0.50, ABOVE_PEAK, None, id="above-the-ceiling"),
     ],
 )
 def test_judge_status(mfu, floor, status, healthy):
@@ -50,6 +52,8 @@ def test_judge_rejects_negative_mfu():
         pytest.param([HEALTHY, HEALTHY], HEALTHY, id="all-healthy"),
         pytest.param([HEALTHY, BELOW_FLOOR, UNKNOWN], BELOW_FLOOR, id="one-short"),
         pytest.param([HEALTHY, UNKNOWN], UNKNOWN, id="one-unknown"),
+        pytest.param([HEALTHY, ABOVE_PEAK, UNKNOWN], ABOVE_PEAK, id="one-above-peak"),
+        pytest.param([BELOW_FLOOR, ABOVE_PEAK], BELOW_FLOOR, id="below-floor-first"),
         pytest.param([], UNKNOWN, id="nothing"),
     ],
 )

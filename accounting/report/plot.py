@@ -9,7 +9,9 @@ from accounting.report._format import TERA
 LOG_Y_RATIO = 20.0
 """Use a log y-axis when the largest value plotted is this many times the smallest."""
 
-FIGURE_SIZE_IN = (9.0, 5.5)
+FIGURE_SIZE_IN = (9.0, 6.0)
+PEAK_DASH = 5
+"""Length (points) of one dash of a peak line."""
 DPI = 120
 
 
@@ -24,6 +26,17 @@ def _pyplot():
     return pyplot
 
 
+def _peak_dashes(position: int, count: int):
+    """Dash pattern of a dtype's peak line: the dashes of equal peaks interleave, so each colour shows.
+
+    >>> _peak_dashes(1, 3), _peak_dashes(0, 1)
+    ((5, (5, 10)), (0, (6, 3)))
+    """
+    if count == 1:
+        return (0, (6, 3))
+    return (PEAK_DASH * position, (PEAK_DASH, PEAK_DASH * (count - 1)))
+
+
 def write_plot(report: dict, path: str) -> None:
     """Draw every dtype's measurements from ``report`` (see :mod:`accounting.report.results`) into ``path`` as PNG.
 
@@ -34,9 +47,10 @@ def write_plot(report: dict, path: str) -> None:
     pyplot = _pyplot()
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-    figure, axes = pyplot.subplots(figsize=FIGURE_SIZE_IN, dpi=DPI)
+    figure, axes = pyplot.subplots(figsize=FIGURE_SIZE_IN, dpi=DPI, layout="constrained")
     colours = pyplot.rcParams["axes.prop_cycle"].by_key()["color"]
     values, sizes = [], []
+    count = len(report["dtypes"])
     for position, (dtype, section) in enumerate(report["dtypes"].items()):
         colour = colours[position % len(colours)]
         rows = section["measurements"]
@@ -56,9 +70,11 @@ def write_plot(report: dict, path: str) -> None:
             best = section["best"]
             axes.plot([best["size"]], [best["tflops"]], "*", color=colour, markersize=14,
                       markeredgecolor="black", markeredgewidth=0.6, zorder=5)
+            axes.annotate(f"{best['m']}×{best['k']}×{best['n']}", (best["size"], best["tflops"]),
+                          textcoords="offset points", xytext=(8, 6), fontsize="x-small", color=colour)
         peak = section["peak_flops_per_s"]
         if peak is not None:
-            axes.axhline(peak / TERA, color=colour, linestyle="--", linewidth=1.2, alpha=0.9,
+            axes.axhline(peak / TERA, color=colour, linestyle=_peak_dashes(position, count), linewidth=1.4,
                          label=f"{dtype} spec peak {peak / TERA:.3g} TFLOP/s")
             values.append(peak / TERA)
         values += [row["tflops"] for row in rows]
@@ -66,7 +82,7 @@ def write_plot(report: dict, path: str) -> None:
 
     if values and max(values) / max(min(values), 1e-12) > LOG_Y_RATIO:
         axes.set_yscale("log")
-        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
         axes.yaxis.set_minor_locator(NullLocator())
         axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     else:
@@ -85,7 +101,7 @@ def write_plot(report: dict, path: str) -> None:
     axes.set_xlabel("matrix size  (m·k·n)^(1/3)   — ○ refine shapes, ★ best")
     axes.set_ylabel("achieved TFLOP/s")
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize="small", loc="best", framealpha=0.9)
-    figure.tight_layout()
+    # Below the plot, so it never hides a curve or a peak line; one column per dtype (curve above its peak).
+    figure.legend(loc="outside lower center", ncol=max(count, 1), fontsize="small", frameon=False)
     figure.savefig(path, format="png")
     pyplot.close(figure)

@@ -19,7 +19,13 @@ from accounting.report._format import tflops
 
 HEALTHY = "healthy"
 BELOW_FLOOR = "below floor"
+ABOVE_PEAK = "above peak"
 UNKNOWN = "unknown"
+
+MFU_CEILING = 1.05
+"""MFU above this is no measurement to trust: the peak is wrong for this device, or the dtype ran in a
+faster mode than the one its peak is for (float32 on TF32 tensor cores). A little above 1 is allowed:
+a CPU's real clock may beat the clock its estimate uses."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class Verdict:
 
 def judge(dtype: str, mfu: float | None, floor: float | None, *, best_flops: float | None = None,
           peak_flops: float | None = None, reason: str | None = None) -> Verdict:
-    """Judge one dtype: healthy when ``mfu >= floor``; otherwise say what fell short and by how much.
+    """Judge one dtype: healthy when ``floor <= mfu <= MFU_CEILING``; otherwise say what is wrong and by how much.
 
     ``mfu`` is ``None`` when nothing was measured or the device has no spec peak for the
     dtype; ``floor`` is ``None`` when ``benchmarks.json`` sets none. Either gives ``unknown``,
@@ -64,6 +70,10 @@ def judge(dtype: str, mfu: float | None, floor: float | None, *, best_flops: flo
         why = reason or f"no MFU for {dtype} (nothing measured or no spec peak)"
         return Verdict(dtype, UNKNOWN, None, None, floor, None, f"{UNKNOWN}: {why}")
     mfu = check_non_negative(mfu, "mfu")
+    if mfu > MFU_CEILING:
+        message = (f"{ABOVE_PEAK}: MFU {mfu:.3f} is over {MFU_CEILING}: the peak is wrong for this device "
+                   "(set ACCOUNTING_PEAK_TFLOPS) or the dtype ran in a faster mode (float32 on TF32)")
+        return Verdict(dtype, ABOVE_PEAK, None, mfu, floor, None, message)
     if floor is None:
         why = reason or f"benchmarks.json sets no floor for {dtype} here"
         return Verdict(dtype, UNKNOWN, None, mfu, None, None, f"{UNKNOWN}: MFU {mfu:.3f} but {why}")
@@ -91,8 +101,9 @@ def overall(statuses) -> str:
     statuses = set(statuses)
     if not statuses:
         return UNKNOWN
-    if BELOW_FLOOR in statuses:
-        return BELOW_FLOOR
+    for worst_first in (BELOW_FLOOR, ABOVE_PEAK):
+        if worst_first in statuses:
+            return worst_first
     if statuses == {HEALTHY}:
         return HEALTHY
     return UNKNOWN
