@@ -1,0 +1,326 @@
+"""Peak tables, name matching, the CPU estimate and device detection — all without a GPU."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accounting import device as device_module
+from accounting.device import DeviceInfo, cpu_clock_ghz, detect_device, physical_cores
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.hardware import (
+    PEAK_TFLOPS_ENV,
+    PeakUnknownWarning,
+    cpu_flops_per_cycle,
+    cpu_peak_flops,
+    device_peak_flops,
+    find_chip,
+    peak_bandwidth,
+    peak_flops,
+)
+
+# Every device-name string of the reference (shared/reference/accelerators.md), with the row it
+# belongs to and that row's FP32 / TF32 / BF16 / FP8 / INT8 dense figures (TFLOP/s, TOPS) and
+# bandwidth (TB/s), transcribed by hand from the reference table. None: "—" there.
+NAMED_ROWS = [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 66.9, 494.7, 989.4, 1978.9, 1978.9, 3.35),
+    ("NVIDIA H100 PCIe", "H100 PCIe", 51.2, 378, 756, 1513, 1513, 2.0),
+    ("NVIDIA H100 NVL", "H100 NVL (one GPU)", 60, 417.5, 835.5, 1670.5, 1670.5, 3.9),
+    ("NVIDIA H200", "H200 SXM", 66.9, 494.7, 989.4, 1978.9, 1978.9, 4.8),
+    ("NVIDIA H200 NVL", "H200 NVL", 60, 417.5, 835.5, 1670.5, 1670.5, 4.8),
+    ("NVIDIA B200", "B200", 75, 1100, 2250, 4500, 4500, 7.7),
+    ("NVIDIA GB200", "GB200 (per GPU)", 80, 1250, 2500, 5000, 5000, 8.0),
+    ("NVIDIA A100-SXM4-40GB", "A100 SXM", 19.5, 156, 312, None, 624, 1.555),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM", 19.5, 156, 312, None, 624, 2.039),
+    ("NVIDIA A100-PCIE-40GB", "A100 PCIe", 19.5, 156, 312, None, 624, 1.555),
+    ("NVIDIA A100 80GB PCIe", "A100 PCIe", 19.5, 156, 312, None, 624, 1.935),
+    ("NVIDIA A10", "A10", 31.2, 62.5, 125, None, 250, 0.6),
+    ("NVIDIA A10G", "A10G", 31.2, 62.5, 125, None, 250, 0.6),
+    ("NVIDIA L4", "L4", 30.3, 60, 121, 242.5, 242.5, 0.3),
+    ("NVIDIA L40S", "L40S", 91.6, 183, 362, 733, 733, 0.864),
+    ("Tesla T4", "T4", 8.1, None, None, None, 130, 0.32),
+    ("Tesla V100-SXM2-16GB", "V100 SXM2", 15.7, None, None, None, None, 0.9),
+    ("Tesla V100-PCIE-32GB", "V100 PCIe", 14.0, None, None, None, None, 0.9),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090", 82.6, 82.6, 165.2, 330.3, 660.6, 1.008),
+    ("NVIDIA GeForce RTX 3090", "RTX 3090", 35.6, 35.6, 71, None, 284, 0.936),
+    ("AMD Instinct MI300X", "MI300X", 163.4, 653.7, 1307.4, 2614.9, 2614.9, 5.3),
+    ("AMD Instinct MI250X/MI250", "MI250X (per GCD, as torch sees it)", 24, None, 191.5, None, 191.5, 1.6),
+]
+REFERENCE_ROWS = {
+    "H100 SXM", "H100 PCIe", "H100 NVL (one GPU)", "H200 SXM", "H200 NVL", "B200", "GB200 (per GPU)",
+    "A100 SXM", "A100 PCIe", "A10", "A10G", "L4", "L40S", "T4", "V100 SXM2", "V100 PCIe", "RTX 4090",
+    "RTX 3090", "MI300X", "MI250X (per GCD, as torch sees it)",
+}
+COLUMNS = ("float32", "tf32", "bfloat16", "float8_e4m3fn", torch.int8)
+
+
+@pytest.mark.parametrize("name, row, figures", [pytest.param(case[0], case[1], case[2:], id=case[0]) for case in NAMED_ROWS])
+def test_every_reference_name_resolves_to_its_row(name, row, figures):
+    assert find_chip(name).row == row
+    for column, expected in zip(COLUMNS, figures[:5]):
+        if expected is None:
+            with pytest.warns(PeakUnknownWarning, match=r"has no published .* rate; pass override_tflops="):
+                assert peak_flops(name, column) is None
+        else:
+            assert peak_flops(name, column) == pytest.approx(expected * 1e12)
+    assert peak_bandwidth(name) == pytest.approx(figures[5] * 1e12)
+
+
+def test_every_reference_row_is_reached_by_some_name():
+    assert {find_chip(case[0]).row for case in NAMED_ROWS} == REFERENCE_ROWS
+
+
+@pytest.mark.parametrize("name, row", [
+    pytest.param("nvidia h100 80gb hbm3", "H100 SXM", id="lower-case"),
+    pytest.param("  NVIDIA  H100  PCIe ", "H100 PCIe", id="extra-spaces"),
+    pytest.param("NVIDIA A100-SXM4-80GB", "A100 SXM", id="a100-not-a10"),
+    pytest.param("NVIDIA A10G", "A10G", id="a10g-not-a10"),
+    pytest.param("NVIDIA H200 NVL", "H200 NVL", id="h200-nvl-not-h200"),
+    pytest.param("NVIDIA H100 NVL", "H100 NVL (one GPU)", id="h100-nvl-not-pcie"),
+    pytest.param("NVIDIA GB200", "GB200 (per GPU)", id="gb200-not-b200"),
+    pytest.param("NVIDIA L40S", "L40S", id="l40s-not-l4"),
+])
+def test_look_alike_names_stay_apart(name, row):
+    assert find_chip(name).row == row
+
+
+@pytest.mark.parametrize("name, not_row", [
+    pytest.param("NVIDIA GH200 480GB", "H200 SXM", id="gh200-is-not-h200"),
+    pytest.param("NVIDIA L40", "L4", id="l40-is-not-l4-or-l40s"),
+    pytest.param("Tesla V100S-PCIE-32GB", "V100 PCIe", id="v100s-is-not-v100"),
+    pytest.param("NVIDIA GeForce RTX 4090 D", "RTX 4090", id="4090d-is-not-4090"),
+    pytest.param("NVIDIA GeForce RTX 3090 Ti", "RTX 3090", id="3090ti-is-not-3090"),
+    pytest.param("NVIDIA A100", "A10", id="bare-a100-is-not-a10"),
+    pytest.param("NVIDIA B100", "B200", id="b100-is-not-b200"),
+])
+def test_unknown_look_alikes_are_unknown_not_a_neighbour(name, not_row):
+    assert find_chip(name) is None
+    with pytest.warns(PeakUnknownWarning, match=rf"^no peak FLOP/s for device '{name}': it is not in the peak table; "
+                                                rf"pass override_tflops= \(pytest: --peak-tflops\) or set \${PEAK_TFLOPS_ENV}"):
+        assert peak_flops(name, "bf16") is None
+
+
+def test_ambiguous_h100_asks_for_an_override():
+    with pytest.warns(PeakUnknownWarning, match=r"could be H100 SXM, H100 PCIe or H100 NVL"):
+        assert peak_flops("NVIDIA H100", "bf16") is None
+
+
+@pytest.mark.parametrize("arch, row", [("gfx942:sramecc+:xnack-", "MI300X"), ("gfx90a", "MI250X (per GCD, as torch sees it)")])
+def test_rocm_arch_resolves_an_unrecognised_name(arch, row):
+    assert find_chip("", arch=arch).row == row
+    assert find_chip("AMD Radeon Graphics", arch=arch).row == row
+
+
+def test_sparse_rates_double_tensor_dtypes_only():
+    dense = peak_flops("NVIDIA H100 80GB HBM3", "bf16")
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16", sparse=True) == 2 * dense
+    with pytest.warns(PeakUnknownWarning, match=r"no 2:4-sparse float32 rate"):
+        assert peak_flops("NVIDIA H100 80GB HBM3", "float32", sparse=True) is None
+    with pytest.warns(PeakUnknownWarning, match=r"V100 SXM2 has no 2:4-sparse float16 rate"):
+        assert peak_flops("Tesla V100-SXM2-16GB", "fp16", sparse=True) is None
+
+
+def test_float64_uses_fp64_tensor_cores_where_present():
+    assert peak_flops("NVIDIA A100-SXM4-80GB", torch.float64) == pytest.approx(19.5e12)  # FP64 TC
+    assert peak_flops("Tesla V100-SXM2-16GB", torch.float64) == pytest.approx(7.8e12)  # no FP64 TC
+
+
+def test_both_fp8_formats_read_one_rate():
+    assert peak_flops("NVIDIA L4", torch.float8_e5m2) == peak_flops("NVIDIA L4", "fp8") == pytest.approx(242.5e12)
+
+
+@pytest.mark.parametrize("dtype, error, message", [
+    ("float128", AccountingError, r"^unknown floating-point format 'float128'"),
+    (3, AccountingTypeError, r"^expected a torch dtype or its name, got 3"),
+])
+def test_bad_dtype_is_rejected(dtype, error, message):
+    with pytest.raises(error, match=message):
+        peak_flops("NVIDIA L4", dtype)
+
+
+def test_bad_device_name_type_is_rejected():
+    with pytest.raises(AccountingTypeError, match=r"^device_name must be a string, got 42"):
+        peak_flops(42, "bf16")
+
+
+# ---- CPU estimate ------------------------------------------------------------------------------
+
+SPR = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"}
+
+
+@pytest.mark.parametrize("flags, vendor, dtype, per_cycle", [
+    pytest.param({"avx2", "fma", "avx512f"}, None, "float32", 64, id="avx512-fp32"),
+    pytest.param({"avx2", "fma", "avx512f"}, None, "float64", 32, id="avx512-fp64-half"),
+    pytest.param({"avx2", "fma"}, None, "float32", 32, id="avx2-fma"),
+    pytest.param({"avx"}, None, "float32", 16, id="avx-no-fma"),
+    pytest.param(set(), None, "float32", 8, id="sse-baseline"),
+    pytest.param({"avx2", "fma", "avx512f"}, "amd", "float32", 32, id="zen4-split-avx512"),
+    pytest.param({"avx2", "fma", "avx512f", "avx512_vp2intersect"}, "amd", "float32", 64, id="zen5-full-avx512"),
+    pytest.param(SPR, "intel", "bfloat16", 1024, id="amx-bf16"),
+    pytest.param(SPR, "intel", "float16", 128, id="spr-fp16-no-amx-fp16"),
+    pytest.param(SPR | {"amx_fp16"}, "intel", "float16", 1024, id="amx-fp16"),
+    pytest.param(SPR, "intel", torch.int8, 2048, id="amx-int8"),
+    pytest.param({"avx512f", "avx512_bf16"}, None, "bf16", 128, id="avx512-bf16"),
+    pytest.param({"avx2", "fma"}, None, "bf16", 32, id="bf16-via-fp32"),
+    pytest.param({"avx2", "fma", "f16c"}, None, "fp16", 32, id="fp16-via-fp32"),
+])
+def test_cpu_flops_per_cycle_from_synthetic_flags(flags, vendor, dtype, per_cycle):
+    assert cpu_flops_per_cycle(dtype, flags, vendor=vendor)[0] == per_cycle
+    assert cpu_peak_flops(dtype, flags=flags, cores=3, ghz=2.0, vendor=vendor) == pytest.approx(3 * 2.0e9 * per_cycle)
+
+
+@given(
+    flags=st.sets(st.sampled_from(sorted(SPR | {"avx", "amx_fp16", "avx512_vp2intersect"}))),
+    cores=st.integers(1, 512),
+    ghz=st.floats(0.5, 6.0),
+)
+def test_cpu_peak_scales_with_cores_and_clock_and_fp64_is_half(flags, cores, ghz):
+    one = cpu_peak_flops("float32", flags=flags, cores=1, ghz=1.0)
+    assert cpu_peak_flops("float32", flags=flags, cores=cores, ghz=ghz) == pytest.approx(one * cores * ghz)
+    assert cpu_peak_flops("float64", flags=flags, cores=cores, ghz=ghz) == pytest.approx(
+        cpu_peak_flops("float32", flags=flags, cores=cores, ghz=ghz) / 2)
+    # A native low-precision path is never slower than float32.
+    assert cpu_peak_flops("bf16", flags=flags, cores=1, ghz=1.0) >= one
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(dtype="tf32"), AccountingError, r"^no CPU computes tf32 matmuls natively"),
+    (dict(dtype="fp8"), AccountingError, r"^no CPU computes fp8 matmuls natively"),
+    (dict(dtype="float32", cores=0), AccountingError, r"^cores must be a positive integer, got 0"),
+    (dict(dtype="float32", cores=1.5), AccountingTypeError, r"^cores must be a non-negative integer, got 1.5"),
+    (dict(dtype="float32", cores=True), AccountingTypeError, r"^cores must be a non-negative integer, got True"),
+    (dict(dtype="float32", ghz=-2.0), AccountingError, r"^ghz must be positive, got -2.0"),
+    (dict(dtype="float32", ghz=math.inf), AccountingError, r"^ghz must be finite, got inf"),
+    (dict(dtype="float32", flags="avx2"), AccountingTypeError, r"^flags must be a collection of flag names"),
+])
+def test_cpu_peak_rejects_bad_input(kwargs, error, message):
+    kwargs = {"flags": {"avx2", "fma"}, "cores": 2, "ghz": 2.0, **kwargs}
+    with pytest.raises(error, match=message):
+        cpu_peak_flops(**kwargs)
+
+
+CPUINFO = """\
+processor\t: {p}
+vendor_id\t: GenuineIntel
+model name\t: {model}
+physical id\t: 0
+core id\t\t: {core}
+cpu MHz\t\t: {mhz}
+flags\t\t: fpu sse2 avx avx2 fma avx512f
+"""
+
+
+@pytest.fixture
+def fake_cpu(tmp_path, monkeypatch):
+    """Point the device seam at a fake /proc/cpuinfo (4 logical CPUs, 2 cores with SMT) and no cpufreq."""
+    def make(model="Intel(R) Xeon(R) Processor", mhz=(2700.0, 2700.0, 2650.0, 2600.0), cpufreq_khz=None):
+        text = "\n".join(CPUINFO.format(p=p, model=model, core=p // 2, mhz=mhz[p]) for p in range(4))
+        (tmp_path / "cpuinfo").write_text(text)
+        monkeypatch.setattr(device_module, "_PROC_CPUINFO", tmp_path / "cpuinfo")
+        cpufreq = tmp_path / "cpuinfo_max_freq"
+        if cpufreq_khz is not None:
+            cpufreq.write_text(f"{cpufreq_khz}\n")
+        monkeypatch.setattr(device_module, "_CPUFREQ_MAX", cpufreq)
+        monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+        monkeypatch.delenv(device_module.CPU_GHZ_ENV, raising=False)
+    return make
+
+
+def test_clock_prefers_cpufreq_max(fake_cpu):
+    fake_cpu(model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", cpufreq_khz=3900000)
+    assert cpu_clock_ghz() == (3.9, "cpufreq cpuinfo_max_freq")
+
+
+def test_clock_falls_back_to_model_name(fake_cpu):
+    fake_cpu(model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz")
+    assert cpu_clock_ghz() == (2.5, "model name")
+
+
+def test_clock_falls_back_to_the_highest_cpu_mhz(fake_cpu):
+    fake_cpu()
+    assert cpu_clock_ghz() == (2.7, "/proc/cpuinfo cpu MHz")
+
+
+def test_clock_override_from_environment(fake_cpu, monkeypatch):
+    fake_cpu(cpufreq_khz=3900000)
+    monkeypatch.setenv(device_module.CPU_GHZ_ENV, "3.1")
+    assert cpu_clock_ghz() == (3.1, "$ACCOUNTING_CPU_GHZ")
+    monkeypatch.setenv(device_module.CPU_GHZ_ENV, "fast")
+    with pytest.raises(AccountingError, match=r"^\$ACCOUNTING_CPU_GHZ must be a positive number of GHz, got 'fast'"):
+        cpu_clock_ghz()
+
+
+def test_physical_cores_count_smt_siblings_once(fake_cpu, monkeypatch):
+    fake_cpu()
+    assert physical_cores() == 2
+    monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert physical_cores() == 1  # both allowed CPUs are threads of core 0
+
+
+def test_detected_cpu_peak_uses_the_fake_machine(fake_cpu, monkeypatch):
+    fake_cpu()
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: frozenset({"avx2", "fma", "avx512f"}))
+    info = detect_device("cpu")
+    assert (info.cores, info.clock_ghz, info.vendor) == (2, 2.7, "intel")
+    assert device_peak_flops(info, "float32") == pytest.approx(2 * 2.7e9 * 64)
+
+
+# ---- the device in use -----------------------------------------------------------------------
+
+CPU_INFO = DeviceInfo("cpu", "test CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
+H100_INFO = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * 2**30, compute_capability=(9, 0))
+
+
+def test_device_peak_reads_the_table_for_cuda_and_estimates_the_cpu():
+    assert device_peak_flops(H100_INFO, "bf16") == pytest.approx(989.4e12)
+    assert device_peak_flops(CPU_INFO, "float32") == pytest.approx(4 * 3.0e9 * 32)
+
+
+def test_device_peak_override_beats_table_and_environment(monkeypatch):
+    monkeypatch.setenv(PEAK_TFLOPS_ENV, "700")
+    assert device_peak_flops(H100_INFO, "bf16") == pytest.approx(700e12)
+    assert device_peak_flops(H100_INFO, "bf16", override_tflops=650) == pytest.approx(650e12)
+    monkeypatch.setenv(PEAK_TFLOPS_ENV, "-1")
+    with pytest.raises(AccountingError, match=r"^\$ACCOUNTING_PEAK_TFLOPS must be a positive number of TFLOP/s, got '-1'"):
+        device_peak_flops(H100_INFO, "bf16")
+
+
+def test_device_peak_has_no_cpu_tf32(monkeypatch):
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    with pytest.warns(PeakUnknownWarning, match=r"^a CPU has no tf32 matmul units"):
+        assert device_peak_flops(CPU_INFO, "tf32") is None
+
+
+def test_device_peak_rejects_a_non_device_info():
+    with pytest.raises(AccountingTypeError, match=r"^info must be a DeviceInfo"):
+        device_peak_flops("cpu", "float32")
+
+
+def test_detect_device_defaults_to_cpu_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert detect_device().kind == "cpu"
+
+
+@pytest.mark.parametrize("device, message", [
+    pytest.param("cuda", r"^device 'cuda' is not available: torch.cuda.is_available\(\) is False", id="no-cuda"),
+    pytest.param("mps", r"^device 'mps' is not supported: only cpu and cuda are", id="mps"),
+    pytest.param("tpu:0", r"^unknown device 'tpu:0'", id="nonsense"),
+])
+def test_detect_device_names_what_it_cannot_use(monkeypatch, device, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(AccountingError, match=message):
+        detect_device(device)
+
+
+def test_detect_device_rejects_an_index_past_the_last_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(AccountingError, match=r"^device 'cuda:3' is not available: 1 CUDA device\(s\) present"):
+        detect_device("cuda:3")
+
+
+def test_detect_device_rejects_a_non_device():
+    with pytest.raises(AccountingTypeError, match=r"^device must be a string, torch.device or DeviceInfo, got 3"):
+        detect_device(3)
