@@ -247,7 +247,9 @@ def precision_policy(name) -> PrecisionPolicy:
 
 # ---- activations --------------------------------------------------------------------
 
-_DROPOUT_MASK_BYTES = 1  # torch's fused dropout (CUDA) keeps a bool mask
+# torch's fused dropout (CUDA) keeps a bool mask; on the CPU, torch's dropout multiplies by a
+# noise tensor of the activation dtype and keeps that instead (e bytes per element).
+_DROPOUT_MASK_BYTES = 1
 
 
 def transformer_activation_bytes(
@@ -264,7 +266,8 @@ def transformer_activation_bytes(
       a·s²·b, output-projection input sbh, MLP input sbh, GELU input and MLP output-layer
       input 2·sbf: **e·(8·sbh + 2·sbf + a·s²·b)**;
     - with ``dropout``, also the attention-dropout output (e·a·s²·b) and three bool masks
-      (a·s²·b and 2·sbh bytes). With e = 2 and f = 4h this is the paper's 34·sbh + 5·a·s²·b.
+      (a·s²·b and 2·sbh bytes; CUDA's fused dropout, the CPU keeps e-byte masks). With e = 2
+      and f = 4h this is the paper's 34·sbh + 5·a·s²·b.
 
     Outside the layers: the final LayerNorm's input and the unembedding's input (e·2·sbh),
     and the log-probabilities of the loss, kept in fp32 (4·sbV bytes); with ``dropout``, the

@@ -88,6 +88,21 @@ def test_tracker_counts_existing_tensors_only_when_told():
         assert live.peak == live.current
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to compare with torch.cuda.memory_allocated")
+def test_tracker_agrees_with_the_cuda_allocator():
+    sizes = [128, 4096, 1 << 20, 3 << 18]  # float32 elements: multiples of the allocator's 512-byte rounding
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with LiveTensorBytes() as live:
+        kept = [torch.ones(size, device="cuda") for size in sizes]
+        doubled = [x * 2 for x in kept[:2]]
+        del kept[0]
+        torch.cuda.synchronize()
+        assert live.current == torch.cuda.memory_allocated() - before
+    assert live.current == storage_bytes(*kept, *doubled)
+
+
 # ---- one training step on the CPU ---------------------------------------------------
 
 
