@@ -4,8 +4,8 @@
 ('0.237', '790', '—')
 """
 
-TERA = 1e12
-"""FLOP/s per TFLOP/s."""
+from accounting.hardware import TERA  # FLOP/s per TFLOP/s, one definition for the package
+
 GB = 1e9
 """Bytes per GB (bandwidths are quoted in decimal units, as vendors do)."""
 GIB = 2**30
