@@ -13,8 +13,8 @@ Slots (parameter-sized state tensors): SGD 0, SGD with momentum 1, Adagrad 1, RM
 (+1 with momentum, +1 centered), Adam/AdamW 2 (+1 with amsgrad). Sources: the state each
 ``torch.optim`` class creates (checked in the tests against real optimizers); the 16 bytes
 per parameter of mixed-precision Adam is the ZeRO paper's count (Rajbhandari et al. 2020,
-"ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §3.1:
-2Ψ + 2Ψ + 12Ψ). Activations are in :func:`transformer_activation_bytes`.
+"ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", arXiv:1910.02054,
+section 3.1: 2Ψ + 2Ψ + 12Ψ). Activations are in :func:`transformer_activation_bytes`.
 
 >>> from accounting import training_memory
 >>> print(training_memory(1_000_000, optimizer="adam", precision="bf16-mixed"))
@@ -258,7 +258,7 @@ def transformer_activation_bytes(
     """Bytes of the tensors a GPT-style transformer saves in its forward pass for backward.
 
     The count of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-    Transformer Models", §4.1), for eager attention that materialises the (s × s) scores.
+    Transformer Models", arXiv:2205.05198, section 4), for eager attention that materialises the (s × s) scores.
     With s = sequence length, b = batch, h = width, f = MLP width, a = heads, V = vocabulary
     and e = bytes per activation element, each layer saves
 
