@@ -1,0 +1,146 @@
+"""benchmarks.json: the shipped file loads; every kind of bad entry is named in the error."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from accounting.benchconfig import BENCHMARKS_ENV, default_benchmarks_path, load_benchmarks, parse_benchmarks
+from accounting.errors import AccountingError
+from accounting.hardware import find_chip
+
+SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
+
+GOOD = {
+    "regression": {"metric": "median", "threshold_percent": 10},
+    "cpu": {
+        "dtypes": ["float32", "bf16"],
+        "shapes": [[512, 256, 128], [1024, 1024, 1024]],
+        "floors": {"float32": 0.3, "bf16": 0.05},
+        "rounds": 5,
+    },
+    "cuda": {
+        "dtypes": ["tf32", "bfloat16", "fp8"],
+        "shapes": [[8192, 8192, 8192]],
+        "quick_shapes": [[4096, 4096, 4096]],
+        "floors": {"tf32": 0.5, "bfloat16": 0.6, "fp8": 0.5, "_why": "notes are kept out of the floors"},
+        "chip_floors": {"MI300X": {"bfloat16": 0.4}},
+    },
+}
+
+
+def test_the_shipped_file_is_valid_and_complete():
+    config = load_benchmarks(SHIPPED)
+    assert set(config.devices) == {"cpu", "cuda"}
+    assert config.compare_fail == "median:10%"
+    for kind, matrix in config.devices.items():
+        assert matrix.shapes and matrix.quick_shapes
+        for dtype in matrix.dtypes:
+            assert 0 < config.floor(kind, dtype) <= 1
+        for chip in matrix.chip_floors:
+            assert find_chip_row_exists(chip), f"chip_floors names {chip!r}, which is not a peak-table row"
+
+
+def find_chip_row_exists(row: str) -> bool:
+    from accounting.hardware import _CHIPS
+
+    return any(chip.row == row for chip in _CHIPS.values())
+
+
+def test_a_good_document_parses_with_canonical_names_and_defaults():
+    config = parse_benchmarks(GOOD)
+    cpu, cuda = config.device("cpu"), config.device("cuda")
+    assert cpu.dtypes == ("float32", "bfloat16") and cpu.rounds == 5
+    assert cpu.quick_shapes == ((512, 256, 128),)  # default: the first shape
+    assert cuda.dtypes == ("tf32", "bfloat16", "float8_e4m3fn") and cuda.rounds == 10
+    assert cuda.quick_shapes == ((4096, 4096, 4096),)
+    assert config.floor("cuda", "fp8") == 0.5
+
+
+@pytest.mark.parametrize("chip, floor", [
+    pytest.param("MI300X", 0.4, id="row-name"),
+    pytest.param("AMD Instinct MI300X", 0.4, id="device-name"),
+    pytest.param("NVIDIA H100 80GB HBM3", 0.6, id="no-override"),
+    pytest.param("Some Future GPU", 0.6, id="unknown-chip"),
+])
+def test_chip_floors_override_by_row_or_device_name(chip, floor):
+    assert find_chip("AMD Instinct MI300X").row == "MI300X"
+    assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=chip) == floor
+
+
+def _broken(path, value):
+    """GOOD with the entry at ``path`` (a tuple of keys/indices) set to ``value`` (or deleted if ``...``)."""
+    data = copy.deepcopy(GOOD)
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    if value is ...:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("path, value, message", [
+    pytest.param(("cpu", "dtypes", 1), "bfloat17", r"cpu.dtypes\[1\] has unknown dtype 'bfloat17'$", id="unknown-dtype"),
+    pytest.param(("cpu", "dtypes", 0), "tf32", r"cpu.dtypes\[0\] has dtype 'tf32', which a CPU cannot run", id="tf32-on-cpu"),
+    pytest.param(("cpu", "dtypes"), [], r"cpu.dtypes must be a non-empty list of dtype names, got \[\]", id="no-dtypes"),
+    pytest.param(("cpu", "shapes", 1), [1024, 0, 1024],
+                 r"cpu.shapes\[1\] = \[1024, 0, 1024\]: sizes must be positive integers, got 0$", id="zero-size"),
+    pytest.param(("cpu", "shapes", 0), [512, -256, 128],
+                 r"cpu.shapes\[0\] = \[512, -256, 128\]: sizes must be positive integers, got -256$", id="negative-size"),
+    pytest.param(("cpu", "shapes", 0), [512, 256.5, 128],
+                 r"cpu.shapes\[0\] = \[512, 256.5, 128\]: sizes must be positive integers, got 256.5$", id="float-size"),
+    pytest.param(("cpu", "shapes", 0), [512, 256], r"cpu.shapes\[0\] must be \[m, k, n\], got \[512, 256\]$", id="two-dims"),
+    pytest.param(("cuda", "quick_shapes"), "big", r"cuda.quick_shapes must be a non-empty list", id="quick-not-list"),
+    pytest.param(("cpu", "floors", "float32"), 0, r"cpu.floors.float32 = 0: an MFU floor must be a number in \(0, 1\]$", id="floor-zero"),
+    pytest.param(("cpu", "floors", "float32"), 1.5, r"cpu.floors.float32 = 1.5: an MFU floor must be", id="floor-above-one"),
+    pytest.param(("cpu", "floors", "float32"), -0.2, r"cpu.floors.float32 = -0.2: an MFU floor must be", id="floor-negative"),
+    pytest.param(("cpu", "floors", "float32"), "high", r"cpu.floors.float32 = 'high': an MFU floor must be", id="floor-string"),
+    pytest.param(("cpu", "floors", "float32"), ..., r"cpu.floors has no floor for float32$", id="floor-missing"),
+    pytest.param(("cpu", "floors", "float16"), 0.1, r"cpu.floors.float16 is a floor for float16, which cpu.dtypes does not list",
+                 id="floor-for-unlisted-dtype"),
+    pytest.param(("cuda", "chip_floors", "MI300X", "bfloat16"), 2,
+                 r"cuda.chip_floors.MI300X.bfloat16 = 2: an MFU floor must be", id="chip-floor-above-one"),
+    pytest.param(("cpu", "rounds"), 0, r"cpu.rounds = 0: must be a positive integer$", id="rounds-zero"),
+    pytest.param(("cpu", "round"), 5, r"cpu has unknown key\(s\) 'round'; known: ", id="typo-key"),
+    pytest.param(("regression", "threshold_percent"), 0, r"regression.threshold_percent = 0: must be a percentage", id="threshold-zero"),
+    pytest.param(("regression", "metric"), "p99", r"regression.metric = 'p99': must be one of min, max, mean, median", id="bad-metric"),
+    pytest.param(("regression",), ..., r"regression must be an object, got None$", id="no-regression"),
+    pytest.param(("gpu",), {}, r"the top level has unknown key\(s\) 'gpu'; known: cpu, cuda, regression$", id="gpu-is-not-a-kind"),
+])
+def test_a_bad_entry_is_named(path, value, message):
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
+        parse_benchmarks(_broken(path, value))
+
+
+def test_no_device_section_is_an_error():
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: the top level needs at least one of cpu, cuda$"):
+        parse_benchmarks({"regression": GOOD["regression"]})
+
+
+def test_asking_for_a_missing_kind_names_what_there_is():
+    config = parse_benchmarks({"regression": GOOD["regression"], "cpu": GOOD["cpu"]})
+    with pytest.raises(AccountingError, match=r"^benchmarks.json has no 'cuda' section; it has cpu$"):
+        config.device("cuda")
+
+
+def test_load_reports_bad_json_and_missing_files_with_the_path(tmp_path):
+    bad = tmp_path / "benchmarks.json"
+    bad.write_text('{"regression": ')
+    with pytest.raises(AccountingError, match=rf"^{bad}: not valid JSON: "):
+        load_benchmarks(bad)
+    with pytest.raises(AccountingError, match=r"^cannot read benchmarks file '.*nope.json': No such file"):
+        load_benchmarks(tmp_path / "nope.json")
+    bad.write_text(json.dumps(_broken(("cpu", "floors", "bf16"), 3)))
+    with pytest.raises(AccountingError, match=rf"^{bad}: cpu.floors.bf16 = 3: an MFU floor must be"):
+        load_benchmarks(bad)
+
+
+def test_default_path_honours_the_environment(tmp_path, monkeypatch):
+    target = tmp_path / "mine.json"
+    target.write_text(json.dumps(GOOD))
+    monkeypatch.setenv(BENCHMARKS_ENV, str(target))
+    assert default_benchmarks_path() == target
+    assert load_benchmarks().device("cpu").rounds == 5
