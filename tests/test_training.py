@@ -165,19 +165,26 @@ def test_bf16_mixed_breakdown_matches_a_real_mixed_precision_step(widths, amsgra
 
 
 @pytest.mark.parametrize(
-    "optimizer, precision",
+    "name, precision, dtype",
     [
-        pytest.param(optimizer, precision, id=f"{optimizer}-{precision}")
-        for optimizer in ("sgd", "adam")
-        for precision in ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+        pytest.param(name, precision, dtype, id=f"{name}-{precision}")
+        for name in OPTIMIZER_CASES
+        for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     ],
 )
-def test_bytes_per_parameter_is_the_sum_of_the_parts(optimizer, precision):
-    model = nn.Linear(10, 10)
-    memory = training_memory(model, optimizer, precision)
-    parts = memory.parameters + memory.gradients + memory.master_weights + memory.optimizer_state
-    assert memory.bytes_per_parameter * parameter_count(model) == parts
-    assert str(memory).startswith(f"110 parameters, {optimizer}, {precision}")
+def test_bytes_per_parameter_match_real_tensors(name, precision, dtype):
+    model = nn.Sequential(nn.Linear(12, 20), nn.Linear(20, 6)).to(dtype)
+    optimizer = OPTIMIZER_CASES[name][0](model.parameters(), lr=1e-3)
+    _take_one_step(model, optimizer)
+    real = (
+        storage_bytes(*model.parameters())
+        + storage_bytes(*(p.grad for p in model.parameters()))
+        + measure_optimizer_state_bytes(optimizer)
+        - step_counter_bytes(optimizer)
+    )
+    memory = training_memory(model, name, precision)
+    assert memory.bytes_per_parameter * parameter_count(model) == real
+    assert str(memory).startswith(f"{parameter_count(model)} parameters, {name}, {precision}")
 
 
 def test_frozen_parameters_get_no_gradient_or_state():
