@@ -159,3 +159,10 @@ def test_bad_argument_from_the_shell_has_no_traceback():
                             text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 2
     assert result.stderr == "accounting report: error: argument --budget: --budget must be a positive number of seconds, got '-1'\n"
+
+
+def test_plot_without_matplotlib_is_refused_before_measuring(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    status, out, err = run_main(["report", "--budget", "1", "--plot", str(tmp_path / "r.png")], capsys)
+    assert status == 2 and out == ""
+    assert err == "accounting report: error: --plot needs matplotlib: pip install matplotlib\n"

@@ -17,6 +17,11 @@ import time
 import warnings
 
 from accounting.errors import AccountingError
+from accounting.report.plot import require_matplotlib, write_plot
+from accounting.report.progress import ProgressBar
+from accounting.report.render import render_header, render_results
+from accounting.report.results import write_json
+from accounting.report.run import build_report, prepare, preview
 
 DEFAULT_BUDGET_S = 60.0
 """Default ``--budget``: about a minute for the whole report."""
@@ -138,23 +143,20 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     detection and set-up are inside it.
     """
     started = time.monotonic() if started is None else started
-    from accounting.report.run import build_report, prepare, preview  # torch is imported only once arguments are good
-
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     try:
         for path, option in ((args.json_path, "--json"), (args.plot_path, "--plot")):
             if path is not None:
                 check_writable(path, option)
+        if args.plot_path is not None:
+            require_matplotlib()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             plan = prepare(device=args.device, dtypes=args.dtypes, budget_s=args.budget)
         plan.notes.extend(str(warning.message) for warning in caught)
     except AccountingError as error:
         parser.error(str(error))
-    from accounting.report.progress import ProgressBar
-    from accounting.report.render import render_header, render_results
-
     print(render_header(preview(plan)) + "\n", file=stdout, flush=True)
     progress = ProgressBar(total=args.budget, stream=stderr, enabled=not args.quiet)
     try:
@@ -168,13 +170,9 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     print(render_results(report), file=stdout, flush=True)
     try:
         if args.json_path is not None:
-            from accounting.report.results import write_json
-
             write_json(report, args.json_path)
             print(f"JSON written to {args.json_path}", file=stdout)
         if args.plot_path is not None:
-            from accounting.report.plot import write_plot
-
             write_plot(report, args.plot_path)
             print(f"Plot written to {args.plot_path}", file=stdout)
     except (OSError, AccountingError) as error:

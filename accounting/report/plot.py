@@ -15,11 +15,17 @@ PEAK_DASH = 5
 DPI = 120
 
 
-def _pyplot():
+def require_matplotlib():
+    """matplotlib, or an :class:`AccountingError` saying how to get it (checked before a long sweep)."""
     try:
         import matplotlib
-    except ImportError as error:
-        raise AccountingError("--plot needs matplotlib: pip install matplotlib") from error
+    except ImportError:
+        raise AccountingError("--plot needs matplotlib: pip install matplotlib") from None
+    return matplotlib
+
+
+def _pyplot():
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as pyplot
 
