@@ -1,0 +1,259 @@
+"""The pytest plugin: GPU skip rules, shape fitting, sync inside the timed call, machine info and its guard."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from accounting import pytest_plugin as plugin
+from accounting.device import DeviceInfo
+from accounting.pytest_plugin import (
+    FlopsBenchmark,
+    accounting_machine_info,
+    fitted_shape,
+    gpu_skip_reason,
+    machine_mismatch,
+    plan_shape,
+    pytest_benchmark_compare_machine_info,
+    pytest_benchmark_update_machine_info,
+    shape_mode,
+)
+
+# ---- skip rules ------------------------------------------------------------------------------
+
+
+def _fake_cuda(monkeypatch, *, available, capability=(9, 0), name="NVIDIA H100 80GB HBM3"):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+
+
+def test_no_cuda_skips_every_gpu_test_with_the_reason(monkeypatch):
+    _fake_cuda(monkeypatch, available=False)
+    assert gpu_skip_reason().startswith("no CUDA device: torch.cuda.is_available() is False")
+    assert gpu_skip_reason("bf16").startswith("no CUDA device")
+
+
+@pytest.mark.parametrize("capability, dtype, skipped", [
+    pytest.param((8, 0), "fp8", True, id="a100-no-fp8"),
+    pytest.param((8, 6), "float8_e5m2", True, id="ampere-consumer-no-fp8"),
+    pytest.param((8, 9), "fp8", False, id="ada-fp8"),
+    pytest.param((9, 0), "fp8", False, id="hopper-fp8"),
+    pytest.param((7, 0), "bf16", False, id="volta-bf16-not-a-capability-skip"),
+])
+def test_fp8_is_skipped_below_capability_8_9(monkeypatch, capability, dtype, skipped):
+    _fake_cuda(monkeypatch, available=True, capability=capability, name="NVIDIA Test GPU")
+    reason = gpu_skip_reason(dtype)
+    if skipped:
+        assert reason == (f"fp8 matmul (torch._scaled_mm) needs compute capability >= 8.9; "
+                          f"NVIDIA Test GPU is {capability[0]}.{capability[1]}")
+    else:
+        assert reason is None
+
+
+def test_collection_marks_gpu_items_skipped_and_leaves_others(monkeypatch):
+    _fake_cuda(monkeypatch, available=False)
+
+    class Item:
+        def __init__(self, gpu):
+            self.gpu, self.added = gpu, []
+
+        def get_closest_marker(self, name):
+            return object() if name == "gpu" and self.gpu else None
+
+        def add_marker(self, marker):
+            self.added.append(marker)
+
+    gpu_item, cpu_item = Item(True), Item(False)
+    plugin.pytest_collection_modifyitems(None, [gpu_item, cpu_item])
+    assert cpu_item.added == []
+    (marker,) = gpu_item.added
+    assert marker.mark.name == "skip" and marker.mark.kwargs["reason"].startswith("no CUDA device")
+
+
+@pytest.mark.parametrize("option, markexpr, mode", [
+    ("auto", "", "quick"),
+    ("auto", "cpu", "full"),
+    ("auto", "gpu", "full"),
+    ("auto", "gpu and not slow", "full"),
+    ("auto", "not gpu", "quick"),
+    ("auto", "slow", "quick"),
+    ("full", "", "full"),
+    ("quick", "cpu", "quick"),
+])
+def test_shape_mode_follows_the_marker_expression(option, markexpr, mode):
+    config = SimpleNamespace(getoption=lambda name, default=None: {"matmul_shapes": option, "markexpr": markexpr}[name])
+    assert shape_mode(config) == mode
+
+
+# ---- shapes that fit free memory ---------------------------------------------------------------
+
+
+def test_a_shape_that_fits_is_kept():
+    assert plan_shape((8192, 8192, 8192), "bf16", 80 * 2**30) == ((8192, 8192, 8192), "")
+
+
+def test_a_shape_is_shrunk_to_the_faked_free_memory(monkeypatch):
+    monkeypatch.setattr(plugin, "free_memory_bytes", lambda device: 2**29)  # 0.5 GiB "free"
+    shape, note = fitted_shape((16384, 16384, 16384), "float32", "cpu")
+    assert shape == (4096, 4096, 4096)  # 3 × 64 MiB fits 0.8 × 512 MiB; 8192 (3 × 256 MiB) does not
+    assert note == "shrunk from 16384x16384x16384 to fit 0.5 GiB free"
+
+
+def test_a_shape_that_cannot_fit_is_skipped_not_crashed(monkeypatch):
+    monkeypatch.setattr(plugin, "free_memory_bytes", lambda device: 2**18)  # 256 KiB "free": not even 256³ bf16 (384 KiB)
+    with pytest.raises(pytest.skip.Exception, match=r"^8192x8192x8192 bfloat16 does not fit 0.0 GiB free, even shrunk"):
+        fitted_shape((8192, 8192, 8192), "bf16", "cpu")
+
+
+# ---- the fixture: sync inside the timed call ---------------------------------------------------
+
+
+class FakeBenchmark:
+    """Stands in for pytest-benchmark's fixture: runs pedantic's setup/target and logs the order."""
+
+    def __init__(self, log, seconds=0.5):
+        self.log, self.seconds, self.extra_info, self.stats = log, seconds, {}, None
+
+    def pedantic(self, target, setup, rounds, warmup_rounds, iterations):
+        assert iterations == 1
+        for _ in range(warmup_rounds + rounds):
+            setup()
+            self.log.append("clock start")
+            target()
+            self.log.append("clock stop")
+        self.stats = SimpleNamespace(stats=SimpleNamespace(median=self.seconds))
+
+
+def test_flops_benchmark_synchronizes_inside_the_timed_call(monkeypatch):
+    log = []
+    monkeypatch.setattr(plugin, "synchronize", lambda device: log.append(f"sync {device}"))
+    config = SimpleNamespace(getoption=lambda name, default=None: None)
+    runner = FlopsBenchmark(FakeBenchmark(log), config)
+    runner._infos["cpu"] = DeviceInfo("cpu", "fake CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}),
+                                      cores=1, clock_ghz=1.0)
+    result = runner(lambda: log.append("fn"), flops=8e9, dtype="float32", device="cpu", rounds=2, warmup_rounds=1)
+    one_round = ["sync cpu", "clock start", "fn", "sync cpu", "clock stop"]
+    assert log == one_round * 3  # setup syncs (untimed); the timed target ends with a sync
+    assert result.mfu == pytest.approx(8e9 / 0.5 / 32e9)  # 1 core × 1 GHz × 32 FLOPs/cycle (AVX2+FMA)
+    extra = runner.benchmark.extra_info
+    assert extra["flops"] == 8_000_000_000 and extra["dtype"] == "float32" and extra["device"] == "fake CPU"
+    assert extra["achieved_tflops"] == pytest.approx(0.016) and extra["mfu"] == pytest.approx(result.mfu)
+
+
+def test_flops_benchmark_takes_the_peak_override_option():
+    config = SimpleNamespace(getoption=lambda name, default=None: {"peak_tflops": 0.016}.get(name))
+    runner = FlopsBenchmark(FakeBenchmark([]), config)
+    result = runner(lambda: None, flops=8e9, dtype="float32", device="cpu", rounds=1, warmup_rounds=0)
+    assert result.mfu == pytest.approx(1.0)
+
+
+# ---- machine info and the comparison guard -----------------------------------------------------
+
+H100 = {"accelerator": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132,
+        "gpu_memory_bytes": 85_000_000_000, "cpu_model": "Xeon", "cpu_cores": 26}
+
+
+def test_machine_info_is_extended_and_volatile_fields_dropped():
+    machine_info = {"node": "runner-1234", "cpu": {"brand_raw": "Xeon", "hz_actual": [2700000000, 0],
+                                                   "hz_actual_friendly": "2.7000 GHz"}}
+    pytest_benchmark_update_machine_info(None, machine_info)
+    assert "node" not in machine_info
+    assert machine_info["cpu"] == {"brand_raw": "Xeon"}
+    accounting = machine_info["accounting"]
+    assert accounting == accounting_machine_info()  # stable from call to call
+    assert accounting["torch"] == torch.__version__
+    assert accounting["cpu_cores"] >= 1 and accounting["cpu_peak_float32_tflops"] > 0
+    assert set(accounting["tf32"]) == {"cuda_matmul", "float32_matmul_precision", "cudnn"}
+
+
+@pytest.mark.parametrize("saved, differing", [
+    pytest.param(H100, [], id="same"),
+    pytest.param({**H100, "cpu_model": "EPYC"}, [], id="host-cpu-irrelevant-for-gpus"),
+    pytest.param({**H100, "accelerator": "NVIDIA H100 PCIe", "sm_count": 114}, ["accelerator", "sm_count"], id="pcie"),
+    pytest.param({**H100, "gpu_memory_bytes": 100_000_000_000}, ["gpu_memory_bytes"], id="nvl-memory"),
+    pytest.param({"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 26},
+                 ["accelerator", "compute_capability", "sm_count", "gpu_memory_bytes"], id="cpu-baseline"),
+])
+def test_machine_mismatch_fields(saved, differing):
+    assert machine_mismatch(H100, saved) == differing
+
+
+def test_cpu_only_runs_compare_the_cpu():
+    here = {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2}
+    assert machine_mismatch(here, {**here, "cpu_cores": 4}) == ["cpu_cores"]
+
+
+def _compare(current, saved):
+    return pytest_benchmark_compare_machine_info(
+        config=None, benchmarksession=None, machine_info={"accounting": current},
+        compared_benchmark={"machine_info": {"accounting": saved} if saved is not None else {}},
+    )
+
+
+def test_compare_guard_fails_on_a_different_accelerator():
+    saved = {**H100, "accelerator": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0", "sm_count": 108}
+    with pytest.raises(pytest.UsageError, match=(
+        r"^--benchmark-compare: the baseline was recorded on NVIDIA A100-SXM4-80GB \(compute capability 8.0, "
+        r"108 SMs\) but this run is on NVIDIA H100 80GB HBM3 \(compute capability 9.0, 132 SMs\) "
+        r"\(accelerator: 'NVIDIA A100-SXM4-80GB' -> 'NVIDIA H100 80GB HBM3', ")):
+        _compare(H100, saved)
+    assert _compare(H100, dict(H100)) is None
+
+
+def test_compare_guard_fails_on_a_baseline_without_hardware_facts():
+    with pytest.raises(pytest.UsageError, match=r"^--benchmark-compare: the saved baseline has no accounting machine info"):
+        _compare(H100, None)
+
+
+# ---- end to end: another project, its own kernel, a doctored baseline --------------------------
+
+PROJECT_TEST = textwrap.dedent("""
+    import pytest, torch
+
+    def test_my_kernel(flops_benchmark):
+        a = torch.ones(128, 128)
+        result = flops_benchmark(lambda: a @ a, flops=2 * 128**3, dtype="float32", rounds=3)
+        assert result.mfu > 0
+
+    @pytest.mark.gpu
+    def test_on_gpu():
+        pass
+""")
+
+
+def _pytest(project, *args):
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("ACCOUNTING_PEAK_TFLOPS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--benchmark-storage",
+         f"file://{project / 'store'}", *args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_an_installed_project_gets_flops_in_its_json_and_a_doctored_baseline_is_refused(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
+    (tmp_path / "test_project.py").write_text(PROJECT_TEST)
+
+    saved = _pytest(tmp_path, "--benchmark-autosave")
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    assert "no CUDA device" in saved.stdout or torch.cuda.is_available()
+    (baseline,) = (tmp_path / "store").glob("*/0001_*.json")
+    data = json.loads(baseline.read_text())
+    extra = data["benchmarks"][0]["extra_info"]
+    assert extra["flops"] == 2 * 128**3 and extra["dtype"] == "float32" and 0 < extra["mfu"] <= 1.05
+    assert data["machine_info"]["accounting"]["cpu_cores"] >= 1
+
+    doctored = json.loads(baseline.read_text())
+    doctored["machine_info"]["accounting"].update(
+        accelerator="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132)
+    (baseline.parent / baseline.name.replace("0001_", "0002_")).write_text(json.dumps(doctored))
+    refused = _pytest(tmp_path, "--benchmark-compare=0002")
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
+    assert "the baseline was recorded on NVIDIA H100 80GB HBM3" in refused.stderr
