@@ -10,6 +10,8 @@ LOG_Y_RATIO = 20.0
 """Use a log y-axis when the largest value plotted is this many times the smallest."""
 
 FIGURE_SIZE_IN = (9.0, 6.0)
+X_MARGIN = 1.15
+"""The x-axis reaches this factor beyond the smallest and largest size."""
 PEAK_DASH = 5
 """Length (points) of one dash of a peak line."""
 DPI = 120
@@ -95,15 +97,18 @@ def write_plot(report: dict, path: str) -> None:
         axes.set_ylim(bottom=0, top=max(values, default=1) * 1.1)
     if sizes:
         axes.set_xscale("log", base=2)
-        low, high = min(sizes), max(sizes)
-        axes.set_xlim(low / 1.15, high * 1.15)
-        ticks = [2**power for power in range(int(low).bit_length() - 1, int(high).bit_length() + 1) if low / 1.15 <= 2**power <= high * 1.15]
+        left, right = min(sizes) / X_MARGIN, max(sizes) * X_MARGIN
+        axes.set_xlim(left, right)
+        powers = range(int(left).bit_length() - 1, int(right).bit_length() + 1)
+        ticks = [2**power for power in powers if left <= 2**power <= right]
+        ticks = ticks or sorted({round(min(sizes)), round(max(sizes))})  # a sweep within one octave
         axes.xaxis.set_major_locator(FixedLocator(ticks))
         axes.xaxis.set_minor_locator(NullLocator())
         axes.set_xticklabels([str(tick) for tick in ticks])
 
     device = report["machine"]["device"]
-    axes.set_title(f"Matmul throughput on {device['name']} ({device['kind']}), budget {report['settings']['budget_s']:g} s")
+    budget = report["settings"]["budget_s"]
+    axes.set_title(f"Matmul throughput on {device['name']} ({device['kind']}), budget {budget:g} s")
     axes.set_xlabel("matrix size  (m·k·n)^(1/3)   — ○ refine shapes, ★ best")
     axes.set_ylabel("achieved TFLOP/s")
     axes.grid(True, which="major", alpha=0.3)

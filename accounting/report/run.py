@@ -25,7 +25,7 @@ from accounting.hardware import (
 )
 from accounting.memory import format_name
 from accounting.report import measure as measuring
-from accounting.report._format import tflops
+from accounting.report._format import GB, tflops
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
 from accounting.report.sweep import Sweep
 from accounting.timing import MEMORY_FRACTION, matmul_case
@@ -130,7 +130,9 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
         config = load_benchmarks()
     except AccountingError as error:
         if dtypes is None:
-            raise AccountingError(f"{error} (it gives the default dtypes; pass --dtypes, or set ACCOUNTING_BENCHMARKS)") from None
+            raise AccountingError(
+                f"{error} (it gives the default dtypes; pass --dtypes, or set ACCOUNTING_BENCHMARKS)"
+            ) from None
         config = None
         notes.append(f"no MFU floors: {error}")
     if dtypes is None:
@@ -194,11 +196,14 @@ def _sections(plan: Plan, sweeps: dict, bandwidth) -> dict:
     }
 
 
+def _machine(plan: Plan) -> dict:
+    return machine_section(describe_device(plan.info), load_average=plan.load_average)
+
+
 def preview(plan: Plan) -> dict:
     """The report document before measuring (for the header: device, peaks, floors)."""
-    return assemble(settings=plan.settings, machine=machine_section(describe_device(plan.info), load_average=plan.load_average),
-                    bandwidth=bandwidth_section(None, plan.spec_bandwidth), dtypes=_sections(plan, {}, None),
-                    elapsed_s=0.0, notes=plan.notes)
+    return assemble(settings=plan.settings, machine=_machine(plan), bandwidth=bandwidth_section(None, plan.spec_bandwidth),
+                    dtypes=_sections(plan, {}, None), elapsed_s=0.0, notes=plan.notes)
 
 
 def max_sizes(plan: Plan) -> dict:
@@ -216,7 +221,7 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) 
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
     bandwidth = measuring.measure_bandwidth(info)
-    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / 1e9:.1f} GB/s")
+    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s")
     sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
     share = sweep_budget / len(plan.dtypes)
     target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
@@ -233,6 +238,6 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) 
     sweeps = sweep.run(plan.dtypes)
     if info.kind == "cuda":
         torch.cuda.empty_cache()
-    return assemble(settings=plan.settings, machine=machine_section(describe_device(info), load_average=plan.load_average),
-                    bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth), dtypes=_sections(plan, sweeps, bandwidth),
-                    elapsed_s=clock() - started, notes=plan.notes)
+    return assemble(settings=plan.settings, machine=_machine(plan),
+                    bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth),
+                    dtypes=_sections(plan, sweeps, bandwidth), elapsed_s=clock() - started, notes=plan.notes)
