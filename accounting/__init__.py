@@ -47,6 +47,22 @@ __all__ = [
     "transformer_activation_bytes",
     "transformer_flops",
     "transformer_training_memory",
+    # hardware, timing and the benchmark matrix
+    "BenchConfig",
+    "DeviceInfo",
+    "MatmulCase",
+    "PeakUnknownWarning",
+    "Timing",
+    "cpu_peak_flops",
+    "detect_device",
+    "device_peak_flops",
+    "load_benchmarks",
+    "matmul_case",
+    "peak_bandwidth",
+    "peak_flops",
+    "synchronize",
+    "time_fn",
+    "time_matmul",
 ]
 
 from accounting.flops import einsum_flops, linear_flops, matmul_flops, mfu
@@ -69,3 +85,7 @@ from accounting.training import (
     transformer_training_memory,
 )
 from accounting.transformer import TransformerConfig
+from accounting.benchconfig import BenchConfig, load_benchmarks
+from accounting.device import DeviceInfo, detect_device, synchronize
+from accounting.hardware import PeakUnknownWarning, cpu_peak_flops, device_peak_flops, peak_bandwidth, peak_flops
+from accounting.timing import MatmulCase, Timing, matmul_case, time_fn, time_matmul
