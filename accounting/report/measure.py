@@ -87,11 +87,14 @@ class MatmulTimer:
         """Time this timer spends on a shape whose calls take ``per_call_s`` (setup not included).
 
         >>> timer = MatmulTimer(DeviceInfo("cpu", "a CPU", None, 2**30), target_s=0.5)
-        >>> timer.expected_wall_s(0.001), timer.expected_wall_s(1.0)
-        (0.504, 4.0)
+        >>> timer.expected_wall_s(0.01), timer.expected_wall_s(1.0)   # target-bound, then MIN_REPEATS-bound
+        (0.54, 4.0)
+        >>> round(timer.expected_wall_s(1e-5), 6)                     # MAX_REPEATS-bound (a fast GPU product)
+        0.00204
         """
         untimed = 1 + self._warmup(per_call_s)
-        return untimed * per_call_s + max(self.target_s, MIN_REPEATS * per_call_s)
+        timed = min(max(self.target_s, MIN_REPEATS * per_call_s), MAX_REPEATS * per_call_s)
+        return untimed * per_call_s + timed
 
     def __call__(self, dtype, m, k, n):
         device = self.info.device
