@@ -61,6 +61,7 @@ IDENTITY_FIELDS_GPU = ("accelerator", "compute_capability", "sm_count", "gpu_mem
 IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores")
 _VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly")
 SHAPE_MODES = ("auto", "quick", "full")
+_SUMMARY = pytest.StashKey[list]()
 
 
 # ---- options, markers, skips -------------------------------------------------------------
@@ -87,6 +88,20 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
+    config.stash[_SUMMARY] = []
+
+
+def add_summary_line(config, line: str) -> None:
+    """Add a line to the end-of-run "achieved TFLOP/s and MFU" section."""
+    config.stash.setdefault(_SUMMARY, []).append(line)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    lines = config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.write_sep("-", "accounting: achieved TFLOP/s and MFU (median round)")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def shape_mode(config) -> str:
@@ -133,8 +148,8 @@ def pytest_collection_modifyitems(config, items):
 def plan_shape(shape, dtype, free_bytes: int, *, extra_bytes: int = 0):
     """``(shape to run, note)``: the configured shape, a halved one that fits, or ``(None, why not)``.
 
-    >>> plan_shape((16384, 16384, 16384), "bf16", 2 * 2**30)
-    ((8192, 8192, 8192), 'shrunk from 16384x16384x16384 to fit 2.0 GiB free')
+    >>> plan_shape((16384, 16384, 16384), "bf16", 2**30)
+    ((8192, 8192, 8192), 'shrunk from 16384x16384x16384 to fit 1.0 GiB free')
     """
     fitted = fit_matmul_shape(shape, dtype, free_bytes, extra_bytes=extra_bytes)
     gib = free_bytes / 2**30
@@ -229,6 +244,11 @@ class FlopsBenchmark:
             "dtype": name,
             "shape": list(shape) if shape is not None else None,
         })
+        if median and hasattr(self.config, "stash"):
+            mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
+            peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
+            add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text}"
+                                          f" [{info.name}, {name}]")
         return result
 
 
