@@ -131,7 +131,8 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     except AccountingError as error:
         if dtypes is None:
             raise AccountingError(
-                f"{error} (it gives the default dtypes; pass --dtypes, or set ACCOUNTING_BENCHMARKS)"
+                f"{error} (the benchmarks file gives the default dtypes: fix it, point $ACCOUNTING_BENCHMARKS "
+                "at another, or pass --dtypes)"
             ) from None
         config = None
         notes.append(f"no MFU floors: {error}")
