@@ -22,6 +22,7 @@ True
 import os
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -285,10 +286,12 @@ def _cuda_info(device: torch.device) -> DeviceInfo:
 def _driver_version() -> str | None:
     """The GPU driver version, from NVML when it can be had; ``None`` otherwise."""
     try:
-        import pynvml  # shipped as nvidia-ml-py with CUDA builds of torch
+        with warnings.catch_warnings():  # the pynvml shim warns that it is deprecated
+            warnings.simplefilter("ignore")
+            import pynvml  # nvidia-ml-py, installed with CUDA builds of torch
 
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
+            pynvml.nvmlInit()
+            version = pynvml.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else str(version)
     except Exception:  # noqa: BLE001 - no NVML, no driver string; not worth failing for
         return None

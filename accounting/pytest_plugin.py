@@ -320,20 +320,23 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 def machine_mismatch(current: dict, saved: dict) -> list[str]:
     """Identity fields that differ between two ``machine_info["accounting"]`` dicts (empty: comparable).
 
-    With an accelerator on either side the GPU identity decides; with none, the CPU's.
+    A run with an accelerator is compared on the accelerator (its host CPU does not
+    matter); a run without one can only produce CPU benchmarks, so it is compared on
+    the CPU (whatever accelerator the baseline's machine had).
 
     >>> machine_mismatch({"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2},
     ...                  {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2})
     []
     """
-    gpu = current.get("accelerator") is not None or saved.get("accelerator") is not None
-    fields = IDENTITY_FIELDS_GPU if gpu else IDENTITY_FIELDS_CPU
+    fields = IDENTITY_FIELDS_GPU if current.get("accelerator") is not None else IDENTITY_FIELDS_CPU
     return [field for field in fields if current.get(field) != saved.get(field)]
 
 
-def _describe(info: dict) -> str:
-    if info.get("accelerator"):
+def _describe(info: dict, gpu: bool) -> str:
+    if gpu and info.get("accelerator"):
         return f"{info['accelerator']} (compute capability {info.get('compute_capability')}, {info.get('sm_count')} SMs)"
+    if gpu:
+        return "a machine without an accelerator"
     return f"CPU {info.get('cpu_model')} ({info.get('cpu_cores')} cores)"
 
 
@@ -349,10 +352,11 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
             "come from this hardware; save a new baseline here with --benchmark-autosave"
         )
     differing = machine_mismatch(current, saved)
+    gpu = current.get("accelerator") is not None
     if differing:
         details = ", ".join(f"{field}: {saved.get(field)!r} -> {current.get(field)!r}" for field in differing)
         raise pytest.UsageError(
-            f"--benchmark-compare: the baseline was recorded on {_describe(saved)} but this run is on "
-            f"{_describe(current)} ({details}); timings from different hardware are not comparable. "
+            f"--benchmark-compare: the baseline was recorded on {_describe(saved, gpu)} but this run is on "
+            f"{_describe(current, gpu)} ({details}); timings from different hardware are not comparable. "
             "Compare against a baseline saved on this machine kind (--benchmark-autosave) instead."
         )

@@ -255,7 +255,7 @@ def fit_matmul_shape(shape, dtype, free_bytes: int, *, fraction: float = MEMORY_
     return m, k, n
 
 
-def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0) -> MatmulCase:
+def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, fp8_fast_accum: bool = True) -> MatmulCase:
     """Random ``(m, k)`` and ``(k, n)`` operands in ``dtype`` on ``device``, and a call that multiplies them.
 
     - float64/float32/bfloat16/float16: ``torch.matmul`` into a preallocated output.
@@ -264,7 +264,9 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0) -
     - float8_e4m3fn / float8_e5m2: ``torch._scaled_mm`` with its layout rules — mat2
       column-major, K and N divisible by 16, float32 scale tensors, ``out_dtype``
       bfloat16. e5m2 × e5m2 is not a cuBLASLt combination, so the e5m2 case is
-      e5m2 × e4m3fn (same FP8 rate).
+      e5m2 × e4m3fn (same FP8 rate). ``fp8_fast_accum`` (default on, the throughput
+      path FP8 training recipes use for the forward matmul) skips Hopper's periodic
+      promotion of partial sums to FP32.
 
     >>> fn, flops = matmul_case("bf16", 64, 32, 16)
     >>> fn().dtype, flops
@@ -294,7 +296,8 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0) -
         scale_b = torch.ones((), dtype=torch.float32, device=device)
 
         def fn():
-            return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=FP8_OUT_DTYPE)
+            return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=FP8_OUT_DTYPE,
+                                    use_fast_accum=fp8_fast_accum)
 
         return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b))
     torch_dtype = storage_dtype(name)

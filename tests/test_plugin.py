@@ -187,6 +187,9 @@ def test_machine_mismatch_fields(saved, differing):
 def test_cpu_only_runs_compare_the_cpu():
     here = {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2}
     assert machine_mismatch(here, {**here, "cpu_cores": 4}) == ["cpu_cores"]
+    assert machine_mismatch(here, {**here, "cpu_model": "EPYC"}) == ["cpu_model"]
+    # Only CPU benchmarks can run without an accelerator: a GPU box's baseline with this CPU compares.
+    assert machine_mismatch(here, {**H100, "cpu_model": "Xeon", "cpu_cores": 2}) == []
 
 
 def _compare(current, saved):
@@ -227,6 +230,19 @@ PROJECT_TEST = textwrap.dedent("""
 """)
 
 
+FAKE_A100_CONFTEST = textwrap.dedent("""
+    from accounting import pytest_plugin
+
+    _real = pytest_plugin.accounting_machine_info
+
+    def _a100(device=None):
+        return {**_real(), "accelerator": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0",
+                "sm_count": 108, "gpu_memory_bytes": 85_000_000_000}
+
+    pytest_plugin.accounting_machine_info = _a100
+""")
+
+
 def _pytest(project, *args):
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("ACCOUNTING_PEAK_TFLOPS", None)
@@ -250,10 +266,15 @@ def test_an_installed_project_gets_flops_in_its_json_and_a_doctored_baseline_is_
     assert extra["flops"] == 2 * 128**3 and extra["dtype"] == "float32" and 0 < extra["mfu"] <= 1.05
     assert data["machine_info"]["accounting"]["cpu_cores"] >= 1
 
+    same = _pytest(tmp_path, "--benchmark-compare=0001")
+    assert same.returncode == 0, same.stdout + same.stderr
+
+    # The baseline says H100; this run (made to look like an A100 box) must refuse to compare.
     doctored = json.loads(baseline.read_text())
-    doctored["machine_info"]["accounting"].update(
-        accelerator="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132)
+    doctored["machine_info"]["accounting"].update(H100)
     (baseline.parent / baseline.name.replace("0001_", "0002_")).write_text(json.dumps(doctored))
+    (tmp_path / "conftest.py").write_text(FAKE_A100_CONFTEST)
     refused = _pytest(tmp_path, "--benchmark-compare=0002")
     assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
-    assert "the baseline was recorded on NVIDIA H100 80GB HBM3" in refused.stderr
+    assert ("ERROR: --benchmark-compare: the baseline was recorded on NVIDIA H100 80GB HBM3 (compute capability 9.0, "
+            "132 SMs) but this run is on NVIDIA A100-SXM4-80GB (compute capability 8.0, 108 SMs)") in refused.stderr
