@@ -260,7 +260,7 @@ def as_device(device) -> torch.device:
 
 
 def _cuda_info(device: torch.device) -> DeviceInfo:
-    if not torch.cuda.is_available():
+    if not cuda_available():
         raise AccountingError(f"device {str(device)!r} is not available: torch.cuda.is_available() is False")
     index = device.index if device.index is not None else torch.cuda.current_device()
     count = torch.cuda.device_count()
@@ -297,6 +297,35 @@ def _driver_version() -> str | None:
         return None
 
 
+def cuda_available() -> bool:
+    """Whether a CUDA (or ROCm) device can be used; asks the driver without creating a context."""
+    return torch.cuda.is_available()
+
+
+def cuda_capability(device=None) -> tuple[tuple[int, int], str]:
+    """``((major, minor), name)`` of a CUDA device (the current one by default)."""
+    index = None if device is None else as_device(device).index
+    return tuple(torch.cuda.get_device_capability(index)), torch.cuda.get_device_name(index)
+
+
+def l2_cache_bytes(device) -> int:
+    """L2 size of a CUDA device in bytes; 0 elsewhere (CPU benchmarks run warm, as CPU code does).
+
+    >>> l2_cache_bytes("cpu")
+    0
+    """
+    device = as_device(device)
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).L2_cache_size)
+
+
+def release_cached_memory(device) -> None:
+    """Hand the caching allocator's free blocks back to the driver (CUDA); a no-op on the CPU."""
+    if as_device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def detect_device(device=None) -> DeviceInfo:
     """Describe ``device`` (``None``: ``cuda:0`` if CUDA is available, else the CPU).
 
@@ -308,7 +337,7 @@ def detect_device(device=None) -> DeviceInfo:
     accounting.errors.AccountingError: unknown device 'tpu': ...
     """
     if device is None:
-        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        device = torch.device("cuda", 0) if cuda_available() else torch.device("cpu")
     device = as_device(device)
     if device.type == "cuda":
         return _cuda_info(device)
@@ -410,9 +439,7 @@ class EventClock:
     def flush_cache(self) -> None:
         """Overwrite L2 so the next run reads its operands from memory, as a cold call would."""
         if self._flush_buffer is None:
-            size = self._l2_bytes
-            if size is None:
-                size = torch.cuda.get_device_properties(self.device).L2_cache_size
+            size = self._l2_bytes if self._l2_bytes is not None else l2_cache_bytes(self.device)
             self._flush_buffer = torch.empty(L2_FLUSH_FACTOR * max(size, 1), dtype=torch.int8, device=self.device)
         self._flush_buffer.zero_()
 

@@ -37,8 +37,11 @@ from accounting.device import (
     L2_FLUSH_FACTOR,
     as_device,
     clock_for,
+    cuda_available,
+    cuda_capability,
     detect_device,
     free_memory_bytes,
+    l2_cache_bytes,
     synchronize,
     tf32_enabled,
 )
@@ -117,17 +120,17 @@ def gpu_skip_reason(dtype=None):
     """Why a GPU benchmark cannot run here (``None`` when it can); ``dtype`` adds fp8's capability rule.
 
     >>> import torch
-    >>> torch.cuda.is_available() or gpu_skip_reason().startswith("no CUDA device")
+    >>> cuda_available() or gpu_skip_reason().startswith("no CUDA device")
     True
     """
-    if not torch.cuda.is_available():
+    if not cuda_available():
         return f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__})"
     if dtype is not None and format_name(dtype).startswith("float8"):
-        capability = torch.cuda.get_device_capability()
+        capability, name = cuda_capability()
         if capability < FP8_MIN_CAPABILITY:
             need = ".".join(map(str, FP8_MIN_CAPABILITY))
             return (f"fp8 matmul (torch._scaled_mm) needs compute capability >= {need}; "
-                    f"{torch.cuda.get_device_name()} is {capability[0]}.{capability[1]}")
+                    f"{name} is {capability[0]}.{capability[1]}")
     return None
 
 
@@ -164,9 +167,7 @@ def plan_shape(shape, dtype, free_bytes: int, *, extra_bytes: int = 0):
 def fitted_shape(shape, dtype, device):
     """The shape to run on ``device``, shrunk to its free memory; skips the test when nothing fits."""
     device = as_device(device)
-    extra = 0
-    if device.type == "cuda":
-        extra = L2_FLUSH_FACTOR * torch.cuda.get_device_properties(device).L2_cache_size
+    extra = L2_FLUSH_FACTOR * l2_cache_bytes(device)  # the flush buffer the benchmark allocates
     fitted, note = plan_shape(shape, dtype, free_memory_bytes(device), extra_bytes=extra)
     if fitted is None:
         pytest.skip(note)
@@ -293,7 +294,7 @@ def accounting_machine_info(device=None) -> dict:
             info[f"cpu_peak_{dtype}_tflops"] = round(peak / TERA, 4)
         except AccountingError:
             info[f"cpu_peak_{dtype}_tflops"] = None
-    gpu = detect_device(device) if device is not None else (detect_device("cuda:0") if torch.cuda.is_available() else None)
+    gpu = detect_device(device) if device is not None else (detect_device("cuda:0") if cuda_available() else None)
     if gpu is not None and gpu.kind == "cuda":
         info.update({
             "accelerator": gpu.name,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from accounting._checks import check_non_negative, check_positive_size, check_size
-from accounting.device import as_device, clock_for, float32_matmul_mode
+from accounting.device import as_device, clock_for, float32_matmul_mode, l2_cache_bytes
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops, mfu
 from accounting.memory import TF32, format_name, storage_dtype
@@ -185,8 +185,7 @@ def time_matmul(a: torch.Tensor, b: torch.Tensor, *, warmup: int = WARMUP_CALLS,
 
 
 def _fits_in_l2(device, *tensors) -> bool:
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    return sum(x.untyped_storage().nbytes() for x in tensors) <= l2
+    return sum(x.untyped_storage().nbytes() for x in tensors) <= l2_cache_bytes(device)
 
 
 # ---- matmul cases per dtype ----------------------------------------------------------------

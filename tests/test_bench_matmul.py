@@ -8,14 +8,15 @@ peak, MFU, device, dtype and shape in ``extra_info`` and fails when MFU is above
 """
 
 import statistics
+import warnings
 
 import pytest
 import torch
 import torch.utils.benchmark
 
 from accounting.benchconfig import load_benchmarks
-from accounting.device import cpu_flags, cpu_vendor, detect_device
-from accounting.hardware import cpu_flops_per_cycle
+from accounting.device import cpu_flags, cpu_vendor, detect_device, release_cached_memory
+from accounting.hardware import PeakUnknownWarning, cpu_flops_per_cycle, device_peak_flops
 from accounting.pytest_plugin import MFU_CEILING, add_summary_line, fitted_shape, gpu_skip_reason, shape_mode
 from accounting.timing import matmul_case, time_matmul
 
@@ -49,6 +50,16 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize(fixture, _points(metafunc.config, kind))
 
 
+def _peak_or_skip(info, dtype, config):
+    """The device's peak for ``dtype`` (``--peak-tflops`` wins); skip, saying how to fix it, when none is known."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PeakUnknownWarning)
+        peak = device_peak_flops(info, dtype, override_tflops=config.getoption("peak_tflops"))
+    if peak is None:
+        pytest.skip(str(caught[-1].message) if caught else f"no {dtype} peak for {info.name}")
+    return peak
+
+
 def _check_bounds(result, floor, what, config):
     """MFU ≤ MFU_CEILING always; MFU ≥ floor in full runs (-m cpu / -m gpu), where the floors gate.
 
@@ -75,12 +86,10 @@ def test_cpu_matmul(cpu_point, flops_benchmark, benchmark_config):
     _per_cycle, path = cpu_flops_per_cycle(dtype, cpu_flags(), vendor=cpu_vendor())
     if dtype != "float32" and "via float32" in path:
         pytest.skip(f"this CPU has no native {dtype} matmul path; torch would emulate it through float32")
+    peak = _peak_or_skip(flops_benchmark.device_info("cpu"), dtype, flops_benchmark.config)
     case = matmul_case(dtype, *shape, "cpu")
-    matrix = benchmark_config.device("cpu")
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device="cpu", shape=shape,
-                             rounds=matrix.rounds)
-    if result.peak_flops is None:
-        pytest.skip("no CPU peak for this dtype")
+                             rounds=benchmark_config.device("cpu").rounds, peak=peak)
     _check_bounds(result, benchmark_config.floor("cpu", dtype), f"cpu {dtype} {shape}", flops_benchmark.config)
 
 
@@ -90,18 +99,17 @@ def test_gpu_matmul(gpu_point, flops_benchmark, benchmark_config):
     reason = gpu_skip_reason(dtype)
     if reason:
         pytest.skip(reason)
-    device = torch.device("cuda", torch.cuda.current_device())
+    info = detect_device()  # cuda:0
+    device = info.device
+    peak = _peak_or_skip(info, dtype, flops_benchmark.config)
     run_shape, note = fitted_shape(shape, dtype, device)
-    info = detect_device(device)
     case = matmul_case(dtype, *run_shape, device)
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device=device, shape=run_shape,
-                             rounds=benchmark_config.device("cuda").rounds)
+                             rounds=benchmark_config.device("cuda").rounds, peak=peak)
     if note:
         flops_benchmark.benchmark.extra_info["shape_note"] = note
     del case
-    torch.cuda.empty_cache()
-    if result.peak_flops is None:
-        pytest.skip(f"no published {dtype} peak for {info.name}; pass --peak-tflops to gate it")
+    release_cached_memory(device)
     floor = benchmark_config.floor("cuda", dtype, chip=info.name)
     _check_bounds(result, floor, f"{info.name} {dtype} {run_shape}", flops_benchmark.config)
 
