@@ -343,7 +343,10 @@ def detect_device(device=None) -> DeviceInfo:
         return _cuda_info(device)
     if device.type != "cpu":
         raise AccountingError(f"device {str(device)!r} is not supported: only cpu and cuda are")
-    ghz, source = cpu_clock_ghz()
+    try:
+        ghz, source = cpu_clock_ghz()
+    except AccountingError as error:  # no clock found: the device is still described; its peak is not
+        ghz, source = None, str(error)
     return DeviceInfo(
         kind="cpu",
         name=cpu_model_name(),

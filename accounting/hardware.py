@@ -361,4 +361,8 @@ def device_peak_flops(info: DeviceInfo, dtype, *, override_tflops=None, sparse: 
     if column in (TF32, _FP8):
         warnings.warn(f"a CPU has no {column} matmul units, so no {column} peak", PeakUnknownWarning, stacklevel=2)
         return None
+    if info.clock_ghz is None:
+        warnings.warn(f"no clock for CPU {info.name!r} ({info.clock_source}); {_override_hint(column)}",
+                      PeakUnknownWarning, stacklevel=2)
+        return None
     return cpu_peak_flops(dtype, flags=info.cpu_flags, cores=info.cores, ghz=info.clock_ghz, vendor=info.vendor)

@@ -214,7 +214,7 @@ class FlopsBenchmark:
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None):
         device = as_device(device)
         info = self.device_info(device)
-        name = format_name(dtype) if not isinstance(dtype, str) or dtype != "int8" else "int8"
+        name = "int8" if dtype in (torch.int8, "int8") else format_name(dtype)
         if peak is None:
             peak = device_peak_flops(info, name, override_tflops=self.config.getoption("peak_tflops", None))
         clock = clock_for(device)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive_size, check_size
 from accounting.device import as_device, clock_for, float32_matmul_mode, l2_cache_bytes
@@ -158,8 +159,9 @@ def time_fn(
     return Timing.from_samples(samples, flops=flops, device=device)
 
 
-def time_matmul(a: torch.Tensor, b: torch.Tensor, *, warmup: int = WARMUP_CALLS, repeats: int = REPEATS,
-                min_time_s: float = MIN_TIME_S, flush_cache: bool | None = None) -> Timing:
+def time_matmul(a: Shaped[torch.Tensor, "*batch_a m k"], b: Shaped[torch.Tensor, "*batch_b k n"], *,
+                warmup: int = WARMUP_CALLS, repeats: int = REPEATS, min_time_s: float = MIN_TIME_S,
+                flush_cache: bool | None = None) -> Timing:
     """Time ``a @ b`` on their device, into a preallocated output; ``flops`` is ``2·m·k·n`` (batched too).
 
     ``flush_cache=None`` flushes L2 on CUDA when the operands fit in it. For float8

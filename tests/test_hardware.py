@@ -293,6 +293,16 @@ def test_device_peak_has_no_cpu_tf32(monkeypatch):
         assert device_peak_flops(CPU_INFO, "tf32") is None
 
 
+def test_a_cpu_without_a_clock_is_described_but_has_no_peak(fake_cpu, monkeypatch):
+    fake_cpu(mhz=("", "", "", ""))
+    info = detect_device("cpu")
+    assert info.clock_ghz is None and info.cores == 2
+    with pytest.warns(PeakUnknownWarning, match=r"^no clock for CPU 'Intel\(R\) Xeon\(R\) Processor' \(cannot find "
+                                                r"this CPU's clock .*\); pass override_tflops="):
+        assert device_peak_flops(info, "float32") is None
+    assert device_peak_flops(info, "float32", override_tflops=1.0) == 1e12
+
+
 def test_device_peak_rejects_a_non_device_info():
     with pytest.raises(AccountingTypeError, match=r"^info must be a DeviceInfo"):
         device_peak_flops("cpu", "float32")

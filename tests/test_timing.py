@@ -149,6 +149,16 @@ def test_time_matmul_counts_batched_flops():
     assert len(timing.samples) == 2 and timing.median > 0
 
 
+def test_time_matmul_shapes_are_checked_by_its_annotation():
+    from beartype import beartype
+    from jaxtyping import TypeCheckError, jaxtyped
+
+    checked = jaxtyped(typechecker=beartype)(time_matmul)
+    assert checked(torch.ones(2, 3, 4), torch.ones(4, 5), warmup=0, repeats=1, min_time_s=0.0).flops == 240
+    with pytest.raises(TypeCheckError):
+        checked(torch.ones(3, 4), torch.ones(5, 6), warmup=0, repeats=1, min_time_s=0.0)
+
+
 def test_time_matmul_sends_float8_to_scaled_mm():
     a = torch.ones(16, 16).to(torch.float8_e4m3fn)
     with pytest.raises(AccountingError, match=r"^a is torch.float8_e4m3fn: time float8 with matmul_case"):
