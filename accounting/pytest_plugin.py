@@ -248,8 +248,8 @@ class FlopsBenchmark:
         if median and hasattr(self.config, "stash"):
             mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
             peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
-            add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text}"
-                                          f" [{info.name}, {name}]")
+            label = getattr(self.benchmark, "name", "benchmark")
+            add_summary_line(self.config, f"{label}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text} [{info.name}, {name}]")
         return result
 
 
