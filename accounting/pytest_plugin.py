@@ -288,7 +288,16 @@ def accounting_machine_info(device=None) -> dict:
         "cpu_clock_ghz": cpu.clock_ghz,
         "cpu_clock_source": cpu.clock_source,
     }
+    if cpu.clock_source.startswith("measured"):
+        # A measured clock jitters by a few percent from run to run, and so would a peak
+        # derived from it: keep them out of the identity. Each benchmark's extra_info
+        # still records the peak its MFU was computed with.
+        info["cpu_clock_ghz"] = None
+        info["cpu_clock_source"] = "measured"
     for dtype in ("float32", "bfloat16"):
+        if info["cpu_clock_ghz"] is None:
+            info[f"cpu_peak_{dtype}_tflops"] = None
+            continue
         try:
             peak = cpu_peak_flops(dtype, flags=cpu.cpu_flags, cores=cpu.cores, ghz=cpu.clock_ghz, vendor=cpu.vendor)
             info[f"cpu_peak_{dtype}_tflops"] = round(peak / TERA, 4)

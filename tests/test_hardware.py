@@ -8,6 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import device as device_module
+from accounting._cpu_clock import measured_cpu_ghz
+from accounting.device import cpu_flags
+from accounting.timing import time_matmul
 from accounting.device import DeviceInfo, cpu_clock_ghz, detect_device, physical_cores
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware import (
@@ -215,7 +218,8 @@ flags\t\t: fpu sse2 avx avx2 fma avx512f
 @pytest.fixture
 def fake_cpu(tmp_path, monkeypatch):
     """Point the device seam at a fake /proc/cpuinfo (4 logical CPUs, 2 cores with SMT) and no cpufreq."""
-    def make(model="Intel(R) Xeon(R) Processor", mhz=(2700.0, 2700.0, 2650.0, 2600.0), cpufreq_khz=None):
+    def make(model="Intel(R) Xeon(R) Processor", mhz=(2700.0, 2700.0, 2650.0, 2600.0), cpufreq_khz=None,
+             measured_ghz=None):
         text = "\n".join(CPUINFO.format(p=p, model=model, core=p // 2, mhz=mhz[p]) for p in range(4))
         (tmp_path / "cpuinfo").write_text(text)
         monkeypatch.setattr(device_module, "_PROC_CPUINFO", tmp_path / "cpuinfo")
@@ -225,12 +229,35 @@ def fake_cpu(tmp_path, monkeypatch):
         monkeypatch.setattr(device_module, "_CPUFREQ_MAX", cpufreq)
         monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
         monkeypatch.delenv(device_module.CPU_GHZ_ENV, raising=False)
+        monkeypatch.setattr(device_module, "measured_cpu_ghz", lambda: measured_ghz)
     return make
 
 
 def test_clock_prefers_cpufreq_max(fake_cpu):
     fake_cpu(model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", cpufreq_khz=3900000)
     assert cpu_clock_ghz() == (3.9, "cpufreq cpuinfo_max_freq")
+
+
+def test_clock_is_measured_where_cpufreq_is_hidden(fake_cpu):
+    fake_cpu(model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", measured_ghz=3.456)
+    assert cpu_clock_ghz() == (3.46, "measured (dependent imul chain)")
+
+
+def test_measured_clock_is_at_least_what_a_single_thread_matmul_implies():
+    """The measured clock must make the one-core peak an upper bound on one core's matmul
+    rate (ratio of two figures taken in this run: MFU on one core may not exceed 1)."""
+    ghz = measured_cpu_ghz()
+    if ghz is None:
+        pytest.skip("the clock cannot be measured on this platform")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(512, 512), torch.randn(512, 512)
+        seconds = time_matmul(a, b).median
+    finally:
+        torch.set_num_threads(threads)
+    one_core_peak = cpu_peak_flops("float32", flags=cpu_flags(), cores=1, ghz=ghz)
+    assert 2 * 512**3 / seconds <= 1.05 * one_core_peak
 
 
 def test_clock_falls_back_to_model_name(fake_cpu):

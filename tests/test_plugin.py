@@ -168,7 +168,11 @@ def test_machine_info_is_extended_and_volatile_fields_dropped():
     accounting = machine_info["accounting"]
     assert accounting == accounting_machine_info()  # stable from call to call
     assert accounting["torch"] == torch.__version__
-    assert accounting["cpu_cores"] >= 1 and accounting["cpu_peak_float32_tflops"] > 0
+    assert accounting["cpu_cores"] >= 1
+    if accounting["cpu_clock_source"] == "measured":  # jitters run to run: kept out of the identity
+        assert accounting["cpu_clock_ghz"] is None and accounting["cpu_peak_float32_tflops"] is None
+    else:
+        assert accounting["cpu_peak_float32_tflops"] > 0
     assert set(accounting["tf32"]) == {"cuda_matmul", "float32_matmul_precision", "cudnn"}
 
 
