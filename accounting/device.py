@@ -32,6 +32,8 @@ from accounting._cpu_clock import measured_cpu_ghz
 from accounting.errors import AccountingError, AccountingTypeError
 
 CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
+MEASURED_CLOCK_SOURCE = "imul-chain measurement"
+"""Where the clock came from when :mod:`accounting._cpu_clock` measured it."""
 """Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
 
 _PROC_CPUINFO = Path("/proc/cpuinfo")
@@ -220,7 +222,7 @@ def cpu_clock_ghz() -> tuple[float, str]:
         return int(text) / _KHZ_PER_GHZ, "cpufreq cpuinfo_max_freq"
     measured = measured_cpu_ghz()
     if measured is not None:
-        return round(measured, 2), "measured (dependent imul chain)"
+        return round(measured, 2), MEASURED_CLOCK_SOURCE
     blocks = _cpuinfo_blocks()
     match = _MODEL_GHZ.search(blocks[0].get("model name", "")) if blocks else None
     if match:

@@ -35,6 +35,7 @@ from accounting.benchconfig import load_benchmarks
 from accounting.device import (
     DeviceInfo,
     L2_FLUSH_FACTOR,
+    MEASURED_CLOCK_SOURCE,
     as_device,
     clock_for,
     cuda_available,
@@ -288,12 +289,11 @@ def accounting_machine_info(device=None) -> dict:
         "cpu_clock_ghz": cpu.clock_ghz,
         "cpu_clock_source": cpu.clock_source,
     }
-    if cpu.clock_source.startswith("measured"):
+    if cpu.clock_source == MEASURED_CLOCK_SOURCE:
         # A measured clock jitters by a few percent from run to run, and so would a peak
         # derived from it: keep them out of the identity. Each benchmark's extra_info
         # still records the peak its MFU was computed with.
         info["cpu_clock_ghz"] = None
-        info["cpu_clock_source"] = "measured"
     for dtype in ("float32", "bfloat16"):
         if info["cpu_clock_ghz"] is None:
             info[f"cpu_peak_{dtype}_tflops"] = None
