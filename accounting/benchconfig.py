@@ -22,6 +22,7 @@ loaded: every error names the entry, e.g. ``cuda.floors.bfloat16``.
 import json
 import numbers
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,15 +215,20 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     return BenchConfig(devices, metric, float(threshold), source)
 
 
+INSTALLED_BENCHMARKS = Path(sys.prefix) / "share" / "accounting" / BENCHMARKS_FILE
+"""Where a (non-editable) install puts the project's ``benchmarks.json`` (pyproject ``data-files``)."""
+
+
 def default_benchmarks_path() -> Path:
-    """``$ACCOUNTING_BENCHMARKS``, else ``./benchmarks.json``, else the one beside this package's source tree."""
+    """``$ACCOUNTING_BENCHMARKS``, else ``./benchmarks.json``, else the one beside this package's
+    source tree (a checkout or an editable install), else the installed copy."""
     override = os.environ.get(BENCHMARKS_ENV)
     if override:
         return Path(override)
-    here = Path.cwd() / BENCHMARKS_FILE
-    if here.is_file():
-        return here
-    return Path(__file__).resolve().parent.parent / BENCHMARKS_FILE
+    for candidate in (Path.cwd() / BENCHMARKS_FILE, Path(__file__).resolve().parent.parent / BENCHMARKS_FILE):
+        if candidate.is_file():
+            return candidate
+    return INSTALLED_BENCHMARKS
 
 
 def load_benchmarks(path=None) -> BenchConfig:

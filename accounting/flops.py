@@ -86,6 +86,12 @@ def linear_flops(tokens: int, in_features: int, out_features: int, phase: str = 
     return {"forward": forward, "backward": backward, "step": forward + backward}[phase]
 
 
+MFU_CEILING = 1.05
+"""MFU above this is no measurement to trust: the peak is wrong for the device (or the dtype ran in a
+faster mode than its peak is for, float32 on TF32 tensor cores), or the timer missed work (a host
+clock read around asynchronous GPU work). A little above 1 is allowed for timer resolution."""
+
+
 def mfu(flops, seconds, peak_flops_per_second) -> float:
     """Model FLOPs utilisation: achieved FLOP/s over the hardware's promised FLOP/s.
 

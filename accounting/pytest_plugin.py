@@ -47,6 +47,7 @@ from accounting.device import (
     tf32_enabled,
 )
 from accounting.errors import AccountingError
+from accounting.flops import MFU_CEILING
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops
 from accounting.memory import format_name
 from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape
@@ -56,8 +57,6 @@ MARKERS = {
     "cpu": "benchmarks that run on the CPU",
     "slow": "takes more than a few seconds",
 }
-MFU_CEILING = 1.05
-"""MFU above this means a wrong peak or a broken timer (a host clock around async work): fail loudly."""
 FP8_MIN_CAPABILITY = (8, 9)
 """torch._scaled_mm needs Ada (8.9) or Hopper (9.0) and later."""
 MACHINE_INFO_KEY = "accounting"

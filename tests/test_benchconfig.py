@@ -144,3 +144,17 @@ def test_default_path_honours_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(BENCHMARKS_ENV, str(target))
     assert default_benchmarks_path() == target
     assert load_benchmarks().device("cpu").rounds == 5
+
+
+def test_default_path_falls_back_from_cwd_to_source_tree_to_installed_copy(tmp_path, monkeypatch):
+    import accounting.benchconfig as benchconfig
+
+    monkeypatch.delenv(BENCHMARKS_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    source_tree = Path(benchconfig.__file__).resolve().parent.parent / "benchmarks.json"
+    assert default_benchmarks_path() == source_tree  # a checkout or an editable install
+    (tmp_path / "benchmarks.json").write_text("{}")
+    assert default_benchmarks_path() == tmp_path / "benchmarks.json"  # the project you run in wins
+    (tmp_path / "benchmarks.json").unlink()
+    monkeypatch.setattr(benchconfig, "__file__", str(tmp_path / "site-packages" / "accounting" / "benchconfig.py"))
+    assert default_benchmarks_path() == benchconfig.INSTALLED_BENCHMARKS  # a wheel install's data file

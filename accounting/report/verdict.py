@@ -15,17 +15,13 @@ below floor: MFU 0.300 < floor 0.500, short by 0.200 (40% under); best 0.150 TFL
 from dataclasses import dataclass
 
 from accounting._checks import check_non_negative
+from accounting.flops import MFU_CEILING
 from accounting.report._format import tflops
 
 HEALTHY = "healthy"
 BELOW_FLOOR = "below floor"
 ABOVE_PEAK = "above peak"
 UNKNOWN = "unknown"
-
-MFU_CEILING = 1.05
-"""MFU above this is no measurement to trust: the peak is wrong for this device, or the dtype ran in a
-faster mode than the one its peak is for (float32 on TF32 tensor cores). A little above 1 is allowed:
-a CPU's real clock may beat the clock its estimate uses."""
 
 
 @dataclass(frozen=True)
