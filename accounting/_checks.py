@@ -41,11 +41,10 @@ def check_shape(shape, what: str = "shape") -> tuple[int, ...]:
         raise AccountingTypeError(f"{what} must be a sequence of integers, got {shape!r}")
     shape = tuple(shape)
     for position, size in enumerate(shape):
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
-            kind = AccountingError if isinstance(size, numbers.Integral) and not isinstance(size, bool) else AccountingTypeError
-            raise kind(
-                f"{what} {shape!r}: entry {position} must be a non-negative integer, got {size!r}"
-            )
+        is_integer = isinstance(size, numbers.Integral) and not isinstance(size, bool)
+        if not is_integer or size < 0:
+            error = AccountingError if is_integer else AccountingTypeError
+            raise error(f"{what} {shape!r}: entry {position} must be a non-negative integer, got {size!r}")
     return tuple(int(size) for size in shape)
 
 
