@@ -173,8 +173,14 @@ def tensor_bytes(x: Shaped[torch.Tensor, "..."]) -> int:
     return x.numel() * x.element_size()
 
 
-def _storage_key(x: torch.Tensor):
-    storage = x.untyped_storage()
+def storage_key(x: torch.Tensor):
+    """A hashable identity of the storage behind ``x``: equal for views of one storage.
+
+    >>> x = torch.arange(6)
+    >>> storage_key(x) == storage_key(x[2:]), storage_key(x) == storage_key(x.clone())
+    (True, False)
+    """
+    storage = _require_tensor(x).untyped_storage()
     pointer = storage.data_ptr()
     if pointer == 0:
         # Meta and empty storages have no address; the storage object itself identifies them.
@@ -194,7 +200,7 @@ def storage_bytes(*tensors: Shaped[torch.Tensor, "..."]) -> int:
     sizes = {}
     for position, x in enumerate(tensors):
         x = _require_tensor(x, f"tensor {position}")
-        sizes[_storage_key(x)] = x.untyped_storage().nbytes()
+        sizes[storage_key(x)] = x.untyped_storage().nbytes()
     return sum(sizes.values())
 
 
@@ -205,4 +211,4 @@ def same_storage(a: Shaped[torch.Tensor, "..."], b: Shaped[torch.Tensor, "..."])
     >>> same_storage(x, x.view(2, 3)), same_storage(x, x.clone())
     (True, False)
     """
-    return _storage_key(_require_tensor(a, "a")) == _storage_key(_require_tensor(b, "b"))
+    return storage_key(_require_tensor(a, "a")) == storage_key(_require_tensor(b, "b"))

@@ -38,7 +38,7 @@ import torch
 from accounting._checks import check_choice, check_non_negative, check_positive_size, check_size
 from accounting._units import readable_bytes
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.memory import _storage_key, storage_bytes, storage_dtype
+from accounting.memory import storage_bytes, storage_dtype, storage_key
 from accounting.transformer import TransformerConfig
 
 # ---- parameters ---------------------------------------------------------------------
@@ -82,7 +82,7 @@ def parameter_count(model, trainable_only: bool = False) -> int:
         tensors = [tensor for tensor in tensors if tensor.requires_grad]
     elements = {}
     for tensor in tensors:
-        elements[_storage_key(tensor)] = tensor.untyped_storage().nbytes() // tensor.element_size()
+        elements[storage_key(tensor)] = tensor.untyped_storage().nbytes() // tensor.element_size()
     return sum(elements.values())
 
 
@@ -157,7 +157,8 @@ def optimizer_state_bytes(parameters, optimizer: str, **settings) -> int:
     Adam, AdamW); other settings (lr, betas, weight decay…) change no memory and are refused.
 
     Each state slot is a tensor like its parameter (same dtype and element count); Adagrad,
-    RMSprop, Adam and AdamW add one scalar step counter per parameter tensor (4 bytes).
+    RMSprop, Adam and AdamW add one scalar step counter per parameter tensor (4 bytes, or 8:
+    see :func:`_step_counter_bytes`).
 
     >>> model = torch.nn.Linear(10, 5)  # 50 weights + 5 biases, two tensors
     >>> optimizer_state_bytes(model, "adam")  # 2 slots * 55 * 4 bytes + 2 step counters * 4
