@@ -1,10 +1,12 @@
 """The whole report with a device of known speed (instant fake timings) against crafted floors."""
 
+import dataclasses
 import json
 
 import pytest
 
 from accounting.__main__ import main
+from accounting.device import detect_device
 from accounting.hardware import device_peak_flops
 from accounting.report import run
 from accounting.report.results import BandwidthMeasurement
@@ -99,3 +101,28 @@ def test_a_missing_benchmarks_file_needs_dtypes(half_speed_cpu, tmp_path, monkey
     assert exit_.value.code == 2
     assert capsys.readouterr().err.startswith(
         f"accounting report: error: cannot read benchmarks file {str(tmp_path / 'missing.json')!r}: ")
+
+
+def test_a_cpu_without_a_clock_is_reported_with_no_peak(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    """No clock found: the header says so where the peak's source goes, and the run ends with verdict unknown."""
+    clockless = dataclasses.replace(detect_device("cpu"), clock_ghz=None, clock_source="no clock anywhere")
+
+    class FixedSpeedTimer:
+        def __init__(self, info, *, target_s):
+            pass
+
+        def expected_wall_s(self, per_call_s):
+            return 0.0
+
+        def __call__(self, dtype, m, k, n):
+            flops = 2 * m * k * n
+            return MatmulMeasurement(dtype, m, k, n, flops, flops / 1e11, 0.0, 5)
+
+    monkeypatch.setattr(run, "detect_device", lambda device=None: clockless)
+    monkeypatch.setattr(run.measuring, "MatmulTimer", FixedSpeedTimer)
+    status, out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.3})
+    assert status == 0
+    section = document["dtypes"]["float32"]
+    assert section["peak_source"] == "no CPU clock (no clock anywhere)"
+    assert section["peak_flops_per_s"] is None and section["verdict"]["status"] == "unknown"
+    assert "no CPU clock (no clock anywhere)" in out

@@ -95,6 +95,8 @@ def peak_source(info: DeviceInfo, dtype: str, chip) -> str:
     >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
     >>> peak_source(cpu, "float32", None)
     '4 cores × 3 GHz × 32 FLOP/cycle (AVX2+FMA)'
+    >>> peak_source(dataclasses.replace(cpu, clock_ghz=None, clock_source="no cpufreq"), "float32", None)
+    'no CPU clock (no cpufreq)'
     """
     if peak_override_tflops() is not None:
         return f"${PEAK_TFLOPS_ENV}"
@@ -106,6 +108,8 @@ def peak_source(info: DeviceInfo, dtype: str, chip) -> str:
         per_cycle, path = cpu_flops_per_cycle(dtype, info.cpu_flags or (), vendor=info.vendor)
     except AccountingError:
         return f"a CPU has no {dtype} units"
+    if info.clock_ghz is None:
+        return f"no CPU clock ({info.clock_source or 'none found'})"
     return f"{info.cores} cores × {info.clock_ghz:g} GHz × {per_cycle} FLOP/cycle ({path})"
 
 
