@@ -95,6 +95,23 @@ def test_dtype_section_without_peak_is_unknown_and_says_why():
     assert section["ridge_basis"].startswith("best measured")
 
 
+@pytest.mark.parametrize(
+    "peak, spec_bandwidth, ridge, basis",
+    [
+        pytest.param(1e12, 1e11, 10.0, "spec peak FLOP/s / spec bandwidth", id="both-spec"),
+        pytest.param(1e12, None, 100.0, "spec peak FLOP/s / measured bandwidth", id="spec-peak-only"),
+        pytest.param(None, 1e11, 2.0, "best measured FLOP/s / spec bandwidth", id="spec-bandwidth-only"),
+        pytest.param(None, None, 20.0, "best measured FLOP/s / measured bandwidth", id="neither"),
+    ],
+)
+def test_ridge_basis_names_the_figures_it_was_computed_from(peak, spec_bandwidth, ridge, basis):
+    """Best measured 2e11 FLOP/s, measured bandwidth 1e10 B/s; the spec figures, where given, win."""
+    runs = [measured("float16", 256, 256, 256, 1e11), measured("float16", 512, 512, 512, 2e11)]
+    section = dtype_section("float16", runs, peak=peak, floor=0.5, bandwidth=1e10, spec_bandwidth=spec_bandwidth)
+    assert section["ridge_flop_per_byte"] == pytest.approx(ridge)
+    assert section["ridge_basis"] == basis
+
+
 def test_dtype_section_with_nothing_measured():
     section = dtype_section("float32", [], peak=1e12, floor=0.5, bandwidth=None,
                             spec_bandwidth=None)

@@ -36,9 +36,6 @@ from accounting.report.verdict import judge, overall
 
 SCHEMA = "accounting-report/1"
 
-RIDGE_FROM_SPEC = "spec peak FLOP/s / spec bandwidth"
-RIDGE_FROM_MEASURED_BANDWIDTH = "spec peak FLOP/s / measured bandwidth"
-RIDGE_FROM_MEASUREMENTS = "best measured FLOP/s / measured bandwidth"
 
 
 @dataclass(frozen=True)
@@ -54,6 +51,19 @@ class BandwidthMeasurement:
     def bytes_per_second(self) -> float:
         """Achieved bandwidth: ``bytes_moved / seconds``."""
         return self.bytes_moved / self.seconds
+
+
+def ridge_basis(*, spec_peak: bool, spec_bandwidth: bool) -> str:
+    """What a ridge point was computed from, in words: the figures actually used.
+
+    >>> ridge_basis(spec_peak=True, spec_bandwidth=True)
+    'spec peak FLOP/s / spec bandwidth'
+    >>> ridge_basis(spec_peak=False, spec_bandwidth=True)
+    'best measured FLOP/s / spec bandwidth'
+    """
+    flops = "spec peak" if spec_peak else "best measured"
+    memory = "spec" if spec_bandwidth else "measured"
+    return f"{flops} FLOP/s / {memory} bandwidth"
 
 
 def _measurement_row(done, peak, ridge) -> dict:
@@ -83,10 +93,9 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     ridge, basis = None, None
     if roof and memory_speed:
         ridge = ridge_point(roof, memory_speed)
-        basis = RIDGE_FROM_SPEC if spec_bandwidth and peak else (
-            RIDGE_FROM_MEASURED_BANDWIDTH if peak else RIDGE_FROM_MEASUREMENTS)
+        basis = ridge_basis(spec_peak=peak is not None, spec_bandwidth=bool(spec_bandwidth))
     rows = [_measurement_row(done, peak, ridge) for done in measurements]
-    best_row = max(rows, key=lambda row: row["flops_per_s"]) if rows else None
+    best_row = None if best is None else _measurement_row(best, peak, ridge)
     median = summary["median_flops_per_second"]
     best_mfu = best_row["mfu"] if best_row else None
     if not rows:
