@@ -1,9 +1,12 @@
 """The report's CUDA-only paths, on the CPU, with a fake GPU standing in where torch.cuda would be."""
 
+import weakref
+
 import pytest
 import torch
 
 from accounting.device import DeviceInfo
+from accounting.errors import AccountingError
 from accounting.hardware import PeakUnknownWarning
 from accounting.report import measure, run
 from accounting.report.measure import BANDWIDTH_BYTES_GPU, MatmulTimer, bandwidth_bytes, largest_square
@@ -106,9 +109,31 @@ def test_out_of_memory_gives_none_so_the_sweep_stops_growing(monkeypatch):
 
     emptied = []
     monkeypatch.setattr(measure, "matmul_case", out_of_memory)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    monkeypatch.setattr(measure, "release_cached_memory", emptied.append)
     assert MatmulTimer(H100, target_s=0.1)("bfloat16", 65536, 65536, 65536) is None
-    assert emptied == [True]
+    assert emptied == [torch.device("cuda", 0)]
+
+
+def test_operands_are_freed_before_the_cache_is_released(monkeypatch):
+    """An out-of-memory error in the first call: the case's operands must be gone when the cache is handed back."""
+
+    class OutOfMemoryCase(FakeCase):
+        def fn(self):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    made = []
+
+    def make_case(dtype, m, k, n, device):
+        case = OutOfMemoryCase(operand_bytes=3 * 2**30)
+        made.append(weakref.ref(case))
+        return case
+
+    alive_at_release = []
+    monkeypatch.setattr(measure, "matmul_case", make_case)
+    monkeypatch.setattr(measure, "synchronize", lambda device: None)
+    monkeypatch.setattr(measure, "release_cached_memory", lambda device: alive_at_release.append(made[0]() is not None))
+    assert MatmulTimer(H100, target_s=0.1)("bfloat16", 32768, 32768, 32768) is None
+    assert alive_at_release == [False]
 
 
 def test_other_runtime_errors_are_not_swallowed(monkeypatch):
@@ -118,3 +143,17 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch):
     monkeypatch.setattr(measure, "matmul_case", broken)
     with pytest.raises(RuntimeError, match="CUBLAS_STATUS_NOT_SUPPORTED"):
         MatmulTimer(H100, target_s=0.1)("float8_e4m3fn", 1024, 1024, 1024)
+
+
+@pytest.mark.parametrize("nbytes, message", [
+    pytest.param(0, "nbytes must be a positive integer, got 0", id="zero"),
+    pytest.param(-1, "nbytes must be a non-negative integer, got -1", id="negative"),
+])
+def test_bandwidth_copy_size_is_checked(nbytes, message):
+    with pytest.raises(AccountingError, match=f"^{message}$"):
+        measure.measure_bandwidth(H100, nbytes=nbytes)
+
+
+def test_largest_square_rejects_negative_free_memory():
+    with pytest.raises(AccountingError, match=r"^free_bytes must be a non-negative integer, got -1$"):
+        largest_square("bf16", -1)

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from accounting._checks import check_positive
-from accounting.device import DeviceInfo, free_memory_bytes, synchronize
+from accounting._checks import check_positive, check_positive_size, check_size
+from accounting.device import DeviceInfo, free_memory_bytes, release_cached_memory, synchronize
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
 from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, time_fn
@@ -53,6 +53,7 @@ def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
     >>> largest_square("float32", 10 * 2**20, fraction=0.8)
     768
     """
+    free_bytes = check_size(free_bytes, "free_bytes")
     check_positive(fraction, "fraction")
     budget = fraction * free_bytes
     # Start from an upper bound (one byte per element of one operand) and step down until it fits.
@@ -97,30 +98,32 @@ class MatmulTimer:
         return untimed * per_call_s + timed
 
     def __call__(self, dtype, m, k, n):
-        device = self.info.device
-        case = None
         try:
-            case = matmul_case(dtype, m, k, n, device)
-            synchronize(device)
-            before = time.perf_counter()
-            case.fn()
-            synchronize(device)
-            first_call = time.perf_counter() - before
-            timing = time_fn(
-                case.fn, device=device, warmup=self._warmup(first_call), repeats=MIN_REPEATS, min_time_s=self.target_s,
-                max_repeats=MAX_REPEATS, flops=case.flops,
-                flush_cache=device.type == "cuda" and case.operand_bytes <= (self.info.l2_cache_bytes or 0),
-            )
-        except (torch.OutOfMemoryError, RuntimeError) as error:
+            timing = self._time(dtype, m, k, n)
+        except RuntimeError as error:  # torch.OutOfMemoryError is one
             if not _out_of_memory(error):
                 raise
-            case = None
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            timing = None
+        if timing is None:
+            # Out here the error, its traceback and the operands its frames held are gone, so the
+            # allocator's cached blocks can really be handed back.
+            release_cached_memory(self.info.device)
             return None
-        finally:
-            del case
         return MatmulMeasurement(dtype, m, k, n, timing.flops, timing.median, timing.iqr, len(timing.samples))
+
+    def _time(self, dtype, m, k, n):
+        device = self.info.device
+        case = matmul_case(dtype, m, k, n, device)
+        synchronize(device)
+        before = time.perf_counter()
+        case.fn()
+        synchronize(device)
+        first_call = time.perf_counter() - before
+        return time_fn(
+            case.fn, device=device, warmup=self._warmup(first_call), repeats=MIN_REPEATS, min_time_s=self.target_s,
+            max_repeats=MAX_REPEATS, flops=case.flops,
+            flush_cache=device.type == "cuda" and case.operand_bytes <= (self.info.l2_cache_bytes or 0),
+        )
 
 
 def bandwidth_bytes(info: DeviceInfo, free_bytes: int) -> int:
@@ -136,9 +139,15 @@ def bandwidth_bytes(info: DeviceInfo, free_bytes: int) -> int:
 
 
 def measure_bandwidth(info: DeviceInfo, *, nbytes: int | None = None) -> BandwidthMeasurement:
-    """Time ``dst.copy_(src)`` of ``nbytes`` on the device; bytes moved = 2 × ``nbytes`` (read + write)."""
+    """Time ``dst.copy_(src)`` of ``nbytes`` on the device; bytes moved = 2 × ``nbytes`` (read + write).
+
+    ``nbytes`` defaults to :func:`bandwidth_bytes` of the free memory; given, it must be a positive integer.
+    """
     device = info.device
-    nbytes = bandwidth_bytes(info, free_memory_bytes(device)) if nbytes is None else nbytes
+    if nbytes is None:
+        nbytes = bandwidth_bytes(info, free_memory_bytes(device))
+    else:
+        nbytes = check_positive_size(nbytes, "nbytes")
     source = torch.ones(nbytes, dtype=torch.uint8, device=device)
     destination = torch.zeros_like(source)
     timing = time_fn(lambda: destination.copy_(source), device=device, warmup=2, repeats=BANDWIDTH_REPEATS,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from accounting.benchconfig import load_benchmarks
-from accounting.device import DeviceInfo, detect_device, free_memory_bytes
+from accounting.device import DeviceInfo, detect_device, free_memory_bytes, release_cached_memory
 from accounting.errors import AccountingError
 from accounting.hardware import (
     PEAK_TFLOPS_ENV,
@@ -241,8 +241,7 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) 
                   max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
                   expected_wall_s=timer.expected_wall_s)
     sweeps = sweep.run(plan.dtypes)
-    if info.kind == "cuda":
-        torch.cuda.empty_cache()
+    release_cached_memory(info.device)
     return assemble(settings=plan.settings, machine=_machine(plan),
                     bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth),
                     dtypes=_sections(plan, sweeps, bandwidth), elapsed_s=clock() - started, notes=plan.notes)
