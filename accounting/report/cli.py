@@ -16,7 +16,10 @@ import sys
 import time
 import warnings
 
+from accounting.benchconfig import BENCHMARKS_ENV
+from accounting.device import CPU_GHZ_ENV
 from accounting.errors import AccountingError
+from accounting.hardware import PEAK_TFLOPS_ENV
 from accounting.report.plot import require_matplotlib, write_plot
 from accounting.report.progress import ProgressBar
 from accounting.report.render import render_header, render_results
@@ -41,8 +44,8 @@ DESCRIPTION = (
 )
 EPILOG = (
     "exit status: 0 the report ran, 1 with --strict when a dtype is not healthy, 2 bad input. "
-    "Environment: ACCOUNTING_PEAK_TFLOPS (a peak to use instead of the table or CPU estimate), "
-    "ACCOUNTING_CPU_GHZ (the CPU clock for its estimate), ACCOUNTING_BENCHMARKS (another benchmarks.json)."
+    f"Environment: {PEAK_TFLOPS_ENV} (a peak to use instead of the table or CPU estimate), "
+    f"{CPU_GHZ_ENV} (the CPU clock for its estimate), {BENCHMARKS_ENV} (another benchmarks.json)."
 )
 
 

@@ -29,6 +29,7 @@ import platform
 from dataclasses import dataclass
 
 from accounting.flops import mfu as model_flops_utilisation
+from accounting.hardware import PEAK_TFLOPS_ENV
 from accounting.report._format import TERA
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
@@ -101,7 +102,7 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     if not rows:
         reason = reason or "nothing measured: the budget ran out first"
     elif peak is None:
-        reason = reason or f"no spec peak for {dtype} on this device (set ACCOUNTING_PEAK_TFLOPS)"
+        reason = reason or f"no spec peak for {dtype} on this device (set ${PEAK_TFLOPS_ENV})"
     verdict = judge(dtype, best_mfu, floor, best_flops=best_row["flops_per_s"] if best_row else None,
                     peak_flops=peak, reason=reason)
     return {

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from accounting.benchconfig import load_benchmarks
-from accounting.device import DeviceInfo, detect_device, free_memory_bytes, release_cached_memory
+from accounting.benchconfig import BENCHMARKS_ENV, load_benchmarks
+from accounting.device import CPU_GHZ_ENV, DeviceInfo, detect_device, free_memory_bytes, release_cached_memory
 from accounting.errors import AccountingError
 from accounting.hardware import (
     PEAK_TFLOPS_ENV,
@@ -135,7 +135,7 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     except AccountingError as error:
         if dtypes is None:
             raise AccountingError(
-                f"{error} (the benchmarks file gives the default dtypes: fix it, point $ACCOUNTING_BENCHMARKS "
+                f"{error} (the benchmarks file gives the default dtypes: fix it, point ${BENCHMARKS_ENV} "
                 "at another, or pass --dtypes)"
             ) from None
         config = None
@@ -170,7 +170,7 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     floors = {dtype: _floor(config, info.kind, dtype, info.name) for dtype in runnable}
     spec_bandwidth = peak_bandwidth(info.name, arch=info.arch) if chip is not None else None
     if info.kind == "cpu":
-        notes.append(f"CPU peaks are estimates (clock from {info.clock_source}; override with $ACCOUNTING_CPU_GHZ "
+        notes.append(f"CPU peaks are estimates (clock from {info.clock_source}; override with ${CPU_GHZ_ENV} "
                      f"or ${PEAK_TFLOPS_ENV}); CPUs have no spec bandwidth figure")
     elif torch.cuda.device_count() > 1:
         others = [f"cuda:{index} {torch.cuda.get_device_name(index)}" for index in range(torch.cuda.device_count())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from accounting._checks import check_non_negative
 from accounting.flops import MFU_CEILING
+from accounting.hardware import PEAK_TFLOPS_ENV
 from accounting.report._format import tflops
 
 HEALTHY = "healthy"
@@ -68,7 +69,7 @@ def judge(dtype: str, mfu: float | None, floor: float | None, *, best_flops: flo
     mfu = check_non_negative(mfu, "mfu")
     if mfu > MFU_CEILING:
         message = (f"{ABOVE_PEAK}: MFU {mfu:.3f} is over {MFU_CEILING}: the peak is wrong for this device "
-                   "(set ACCOUNTING_PEAK_TFLOPS) or the dtype ran in a faster mode (float32 on TF32)")
+                   f"(set ${PEAK_TFLOPS_ENV}) or the dtype ran in a faster mode (float32 on TF32)")
         return Verdict(dtype, ABOVE_PEAK, None, mfu, floor, None, message)
     if floor is None:
         why = reason or f"benchmarks.json sets no floor for {dtype} here"
