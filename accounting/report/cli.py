@@ -102,12 +102,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``accounting report`` on its own (``python -m accounting`` nests it as a sub-command)."""
-    parser = OneLineParser(prog=f"{PROG} report", description=DESCRIPTION, epilog=EPILOG)
-    return add_arguments(parser)
-
-
 def check_writable(path: str, option: str) -> str:
     """Make sure ``path`` can be written, by creating it (and removing it again) now.
 
@@ -129,14 +123,6 @@ def check_writable(path: str, option: str) -> str:
     if not existed:
         os.remove(path)
     return path
-
-
-def main(argv=None, *, stdout=None, stderr=None) -> int:
-    """Run ``accounting report`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    started = time.monotonic()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return run(args, parser=parser, stdout=stdout, stderr=stderr, started=started)
 
 
 def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None) -> int:
