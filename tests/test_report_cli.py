@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from accounting.__main__ import main
+from accounting.report import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BUDGET = "2"
@@ -166,3 +167,21 @@ def test_plot_without_matplotlib_is_refused_before_measuring(tmp_path, monkeypat
     status, out, err = run_main(["report", "--budget", "1", "--plot", str(tmp_path / "r.png")], capsys)
     assert status == 2 and out == ""
     assert err == "accounting report: error: --plot needs matplotlib: pip install matplotlib\n"
+
+
+def test_ctrl_c_closes_the_bar_once_and_exits_130(monkeypatch, capsys):
+    class RecordingBar:
+        def __init__(self, *, stream, **_kwargs):
+            self.stream = stream
+
+        def close(self):
+            self.stream.write("[bar closed]\n")
+
+    def interrupted(plan, *, progress, started):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "ProgressBar", RecordingBar)
+    monkeypatch.setattr(cli, "build_report", interrupted)
+    status, _out, err = run_main(["report", "--device", "cpu", "--dtypes", "float32", "--budget", "1"], capsys)
+    assert status == 130
+    assert err == "[bar closed]\naccounting report: interrupted\n", "the bar is closed once, before the message"

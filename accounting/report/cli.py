@@ -151,11 +151,12 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     try:
         report = build_report(plan, progress=progress, started=started)
     except KeyboardInterrupt:
-        progress.close()
-        print(f"{parser.prog}: interrupted", file=stderr)
-        return EXIT_INTERRUPTED
+        report = None
     finally:
         progress.close()
+    if report is None:
+        print(f"{parser.prog}: interrupted", file=stderr)
+        return EXIT_INTERRUPTED
     print(render_results(report), file=stdout, flush=True)
     try:
         if args.json_path is not None:
