@@ -46,6 +46,7 @@ def test_text_has_every_dtype_its_best_and_its_verdict(crafted_report):
     assert "float32   below floor: MFU 0.755 < floor 0.800" in text
     assert "machine: below floor" in text
     assert "of spec 3350 GB/s" in text
+    assert "memory 80.00 GiB" in text and "(device copy, 2.00 GiB read + written" in text
     assert "float8_e4m3fn skipped" in text
 
 

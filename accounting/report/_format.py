@@ -1,5 +1,7 @@
 """Units and number formats shared by the report's text, verdicts and plot (one place for each).
 
+Byte counts are written with :func:`accounting._units.readable_bytes`, as everywhere in the package.
+
 >>> tflops(2.3711e11), tflops(7.9e14), tflops(None)
 ('0.237', '790', '—')
 """
@@ -8,8 +10,6 @@ from accounting.hardware import TERA  # FLOP/s per TFLOP/s, one definition for t
 
 GB = 1e9
 """Bytes per GB (bandwidths are quoted in decimal units, as vendors do)."""
-GIB = 2**30
-"""Bytes per GiB (memory sizes)."""
 
 NOT_KNOWN = "—"
 

@@ -9,7 +9,8 @@ bfloat16     1.93
 
 import re
 
-from accounting.report._format import GB, GIB, NOT_KNOWN, fraction, tflops
+from accounting._units import readable_bytes
+from accounting.report._format import GB, NOT_KNOWN, fraction, tflops
 
 MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
                     "amx_tile", "amx_bf16", "amx_fp16", "amx_int8")
@@ -48,7 +49,7 @@ def _device_lines(report: dict) -> list[str]:
              + f" — {device['name']}"]
     details = []
     if device.get("memory_bytes"):
-        details.append(f"memory {device['memory_bytes'] / GIB:.1f} GiB")
+        details.append(f"memory {readable_bytes(device['memory_bytes'])}")
     if device.get("cores"):
         details.append(f"{device['cores']} cores")
     if device.get("compute_capability"):
@@ -82,7 +83,7 @@ def _bandwidth_lines(report: dict) -> list[str]:
     if bandwidth["measured_bytes_per_s"] is None:
         return ["Memory bandwidth: not measured"]
     line = (f"Memory bandwidth: {bandwidth['measured_bytes_per_s'] / GB:.1f} GB/s "
-            f"(device copy, {bandwidth['bytes_moved'] / 2 / GIB:.2f} GiB read + written, median of {bandwidth['repeats']})")
+            f"(device copy, {readable_bytes(bandwidth['bytes_moved'] // 2)} read + written, median of {bandwidth['repeats']})")
     if bandwidth["fraction_of_spec"] is not None:
         line += f", {bandwidth['fraction_of_spec']:.0%} of spec {bandwidth['spec_bytes_per_s'] / GB:.0f} GB/s"
     else:
