@@ -4,7 +4,7 @@ import pytest
 
 from accounting import AccountingError
 from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
-from accounting.report.roofline import arithmetic_intensity, attainable_flops, bound, ridge_point
+from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import MatmulMeasurement
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, HEALTHY, UNKNOWN, judge, overall
 
@@ -144,7 +144,6 @@ def test_roofline_on_h100_figures():
     assert ridge == pytest.approx(295.34, rel=1e-3)
     assert bound(arithmetic_intensity(8192, 8192, 8192, "bf16"), ridge) == "compute"
     assert bound(arithmetic_intensity(8192, 8192, 16, "bf16"), ridge) == "memory"
-    assert attainable_flops(10.0, 989.4e12, 3.35e12) == pytest.approx(33.5e12)
 
 
 def test_ridge_point_rejects_zero_bandwidth():

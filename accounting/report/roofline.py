@@ -57,14 +57,3 @@ def bound(intensity: float, ridge: float) -> str:
     ridge = check_positive(ridge, "ridge point")
     return COMPUTE_BOUND if intensity >= ridge else MEMORY_BOUND
 
-
-def attainable_flops(intensity: float, peak_flops_per_second: float, bytes_per_second: float) -> float:
-    """The roofline: the most FLOP/s a kernel of this intensity can reach, ``min(peak, AI × bandwidth)``.
-
-    >>> attainable_flops(10.0, peak_flops_per_second=2e12, bytes_per_second=1e11)
-    1000000000000.0
-    """
-    intensity = check_positive(intensity, "arithmetic intensity")
-    peak = check_positive(peak_flops_per_second, "peak_flops_per_second")
-    bandwidth = check_positive(bytes_per_second, "bytes_per_second")
-    return min(peak, intensity * bandwidth)
