@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from accounting.__main__ import main
+from accounting.flops import MFU_CEILING
 from accounting.report import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BUDGET = "2"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-MFU_CEILING = 1.05
-"""MFU may exceed 1 a little where the CPU's real clock beats the estimate; more means a wrong peak."""
 
 
 def run_main(argv, capsys):
@@ -81,9 +80,18 @@ def test_json_entry_per_dtype(cpu_run, dtype):
     assert section["verdict"]["status"] in ("healthy", "below floor", "unknown")
 
 
-def test_elapsed_stays_near_the_budget(cpu_run):
+BUDGET_OVERRUN_LIMIT = 10
+"""A run may overrun its budget on a loaded machine, but not by this factor: that is a budget ignored."""
+
+
+def test_elapsed_covers_the_timed_work_and_respects_the_budget(cpu_run):
     _result, report, _plot = cpu_run
-    assert report["elapsed_s"] < 2 * float(TINY_BUDGET) + 2.0
+    elapsed = report["elapsed_s"]
+    # At least half of a median's repeats took the median or longer, so the calls timed took at least this:
+    timed = [report["bandwidth"]] + [row for section in report["dtypes"].values() for row in section["measurements"]]
+    least_timed_s = sum(0.5 * done["seconds"] * done["repeats"] for done in timed)
+    assert 0 < least_timed_s <= elapsed, "elapsed_s counts the whole run, not just part of it"
+    assert elapsed < BUDGET_OVERRUN_LIMIT * float(TINY_BUDGET)
 
 
 def test_plot_is_a_real_png(cpu_run):
