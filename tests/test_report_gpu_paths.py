@@ -9,8 +9,8 @@ from accounting.device import DeviceInfo
 from accounting.errors import AccountingError
 from accounting.hardware import PeakUnknownWarning
 from accounting.report import measure, run
-from accounting.report.measure import BANDWIDTH_BYTES_GPU, MatmulTimer, bandwidth_bytes, largest_square
-from accounting.timing import Timing
+from accounting.report.measure import MatmulTimer, bandwidth_bytes, largest_square
+from accounting.timing import Timing, matmul_bytes
 
 GIB = 2**30
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB, compute_capability=(9, 0), multiprocessors=132,
@@ -58,13 +58,24 @@ def test_a_dtype_the_gpu_cannot_run_is_an_error_when_asked_for(monkeypatch):
         run.prepare(device="cuda", dtypes=["bf16", "fp8"], budget_s=30.0)
 
 
-def test_gpu_bandwidth_copy_is_large_but_fits():
-    assert bandwidth_bytes(H100, free_bytes=79 * GIB) == BANDWIDTH_BYTES_GPU
-    assert bandwidth_bytes(H100, free_bytes=4 * GIB) == GIB // 2
+@pytest.mark.parametrize("free_gib", [79, 4, 0.3])
+def test_gpu_bandwidth_copy_is_capped_by_free_memory(free_gib):
+    free = int(free_gib * GIB)
+    nbytes = bandwidth_bytes(H100, free_bytes=free)
+    assert nbytes % 2**20 == 0
+    assert 2 * nbytes <= measure.BANDWIDTH_MEMORY_FRACTION * free, "source plus destination leave most memory free"
+
+
+def test_gpu_bandwidth_copy_dwarfs_the_l2_when_memory_allows():
+    roomy, tight = bandwidth_bytes(H100, free_bytes=79 * GIB), bandwidth_bytes(H100, free_bytes=4 * GIB)
+    assert roomy >= 10 * H100.l2_cache_bytes, "a copy that fits in L2 would time the cache, not the memory"
+    assert tight < roomy, "less free memory, smaller copy"
 
 
 def test_largest_square_on_a_gpu():
-    assert largest_square("bf16", 80 * GIB, fraction=0.8) == measure.MAX_SIZE, "80 GB holds more than the cap"
+    roomy = largest_square("bf16", 80 * GIB, fraction=0.8)
+    assert roomy % 128 == 0 and matmul_bytes(roomy, roomy, roomy, "bf16") <= 0.8 * 80 * GIB
+    assert largest_square("bf16", 80 * GIB, fraction=0.8, cap=4096) == 4096, "the cap wins over free memory"
     size = largest_square("float32", 2 * GIB, fraction=0.8)
     budget = 0.8 * 2 * GIB
     assert size % 128 == 0
