@@ -80,3 +80,25 @@ def check_choice(value, choices, what: str):
         listed = ", ".join(repr(choice) for choice in choices)
         raise AccountingError(f"{what} must be one of {listed}, got {value!r}")
     return value
+
+
+def positive_number_from_text(text: str, what: str, unit: str | None = None) -> float:
+    """Parse ``text`` (an environment variable, a command-line value) as a finite number above zero.
+
+    >>> positive_number_from_text(" 2.5 ", "$ACCOUNTING_CPU_GHZ", "GHz")
+    2.5
+    >>> positive_number_from_text("nan", "$ACCOUNTING_CPU_GHZ", "GHz")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: $ACCOUNTING_CPU_GHZ must be a positive number of GHz, got 'nan'
+    """
+    if not isinstance(text, str):
+        raise AccountingTypeError(f"{what} must be given as text, got {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        number = f"a positive number of {unit}" if unit else "a positive number"
+        raise AccountingError(f"{what} must be {number}, got {text!r}")
+    return value

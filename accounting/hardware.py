@@ -26,7 +26,6 @@ flags allow (:func:`cpu_peak_flops`).
 320.0
 """
 
-import math
 import os
 import re
 import warnings
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from accounting._checks import check_positive, check_positive_size
+from accounting._checks import check_positive, check_positive_size, positive_number_from_text
 from accounting.device import DeviceInfo, cpu_clock_ghz, cpu_flags, cpu_vendor, physical_cores
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.memory import TF32, format_name
@@ -129,6 +128,8 @@ _CHIPS: dict[str, Chip] = {
     ),
 }
 _COMPILED = [(re.compile(pattern), chip) for pattern, chip in _CHIPS.items()]
+CHIP_ROWS = tuple(dict.fromkeys(chip.row for chip in _CHIPS.values()))
+"""Every row name of the peak table, in table order (what ``benchmarks.json``'s ``chip_floors`` may key on)."""
 
 # Names that are real but do not say which table row they are.
 _AMBIGUOUS = {"h100": "H100 SXM, H100 PCIe or H100 NVL"}
@@ -163,6 +164,25 @@ def find_chip(device_name: str, *, arch: str | None = None) -> Chip | None:
     return None
 
 
+def chip_row(info: DeviceInfo) -> str | None:
+    """The peak-table row of a detected device (by name, then ROCm ``arch``); ``None`` for a CPU or an unknown chip.
+
+    The one lookup for anything keyed by chip (``benchmarks.json``'s ``chip_floors``):
+    a gfx942 card whose driver prints only ``"AMD Radeon Graphics"`` is the MI300X row.
+
+    >>> chip_row(DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx942:sramecc+:xnack-"))
+    'MI300X'
+    >>> print(chip_row(DeviceInfo("cpu", "some CPU", None, 2**30)))
+    None
+    """
+    if not isinstance(info, DeviceInfo):
+        raise AccountingTypeError(f"info must be a DeviceInfo (see detect_device), got {info!r}")
+    if info.kind != "cuda":
+        return None
+    chip = find_chip(info.name, arch=info.arch)
+    return chip.row if chip is not None else None
+
+
 def _override_hint(dtype: str) -> str:
     return (
         f"pass override_tflops= (pytest: --peak-tflops) or set ${PEAK_TFLOPS_ENV} "
@@ -170,12 +190,42 @@ def _override_hint(dtype: str) -> str:
     )
 
 
-def _column(dtype) -> str:
-    """The table column for a dtype given as a torch dtype or a name (``int8`` included)."""
+def dtype_name(dtype) -> str:
+    """Canonical name of a matmul dtype: a floating-point format (:func:`accounting.memory.format_name`) or ``"int8"``.
+
+    >>> dtype_name(torch.int8), dtype_name("bf16"), dtype_name("fp8")
+    ('int8', 'bfloat16', 'float8_e4m3fn')
+    """
     if dtype in (torch.int8, INT8):
         return INT8
-    name = format_name(dtype)
+    return format_name(dtype)
+
+
+def _column(dtype) -> str:
+    """The table column for a dtype given as a torch dtype or a name (``int8`` included)."""
+    name = dtype_name(dtype)
     return _FP8 if name.startswith("float8") else name
+
+
+def dtype_runs_on(kind: str, dtype) -> str | None:
+    """Why a device of ``kind`` (``"cpu"`` or ``"cuda"``) has no native ``dtype`` matmul; ``None`` when it has.
+
+    A CPU has no TF32 (a CUDA tensor-core mode) and no FP8 matmul units. Whether a given
+    GPU has them is its table row's business (:func:`peak_flops`).
+
+    >>> dtype_runs_on("cpu", "tf32")
+    'a CPU has no tf32 matmul units (tf32 is a CUDA tensor-core mode)'
+    >>> dtype_runs_on("cpu", "fp8"), dtype_runs_on("cuda", "tf32"), dtype_runs_on("cpu", "bf16")
+    ('a CPU has no fp8 matmul units', None, None)
+    """
+    column = _column(dtype)
+    if kind not in ("cpu", "cuda"):
+        raise AccountingError(f"kind must be 'cpu' or 'cuda', got {kind!r}")
+    if kind == "cpu" and column == TF32:
+        return f"a CPU has no {column} matmul units ({column} is a CUDA tensor-core mode)"
+    if kind == "cpu" and column == _FP8:
+        return f"a CPU has no {column} matmul units"
+    return None
 
 
 def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | None = None) -> float | None:
@@ -282,7 +332,7 @@ def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int
     (16, 'AVX2+FMA (FP64)')
     """
     column = _column(dtype)
-    if column in (TF32, _FP8):
+    if dtype_runs_on("cpu", column):
         raise AccountingError(f"no CPU computes {column} matmuls natively; there is no CPU peak for {dtype!r}")
     if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
         raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
@@ -327,13 +377,7 @@ def peak_override_tflops(override_tflops=None) -> float | None:
     text = os.environ.get(PEAK_TFLOPS_ENV, "").strip()
     if not text:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise AccountingError(f"${PEAK_TFLOPS_ENV} must be a positive number of TFLOP/s, got {text!r}")
-    return value
+    return positive_number_from_text(text, f"${PEAK_TFLOPS_ENV}", "TFLOP/s")
 
 
 def device_peak_flops(info: DeviceInfo, dtype, *, override_tflops=None, sparse: bool = False) -> float | None:
@@ -358,8 +402,9 @@ def device_peak_flops(info: DeviceInfo, dtype, *, override_tflops=None, sparse: 
     if info.kind == "cuda":
         return peak_flops(info.name, dtype, sparse=sparse, arch=info.arch)
     column = _column(dtype)
-    if column in (TF32, _FP8):
-        warnings.warn(f"a CPU has no {column} matmul units, so no {column} peak", PeakUnknownWarning, stacklevel=2)
+    reason = dtype_runs_on("cpu", column)
+    if reason:
+        warnings.warn(f"{reason}, so no {column} peak", PeakUnknownWarning, stacklevel=2)
         return None
     if info.clock_ghz is None:
         warnings.warn(f"no clock for CPU {info.name!r} ({info.clock_source}); {_override_hint(column)}",
