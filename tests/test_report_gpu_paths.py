@@ -1,5 +1,6 @@
 """The report's CUDA-only paths, on the CPU, with a fake GPU standing in where torch.cuda would be."""
 
+import json
 import weakref
 
 import pytest
@@ -7,7 +8,8 @@ import torch
 
 from accounting.device import DeviceInfo
 from accounting.errors import AccountingError
-from accounting.hardware import PeakUnknownWarning
+from accounting.benchconfig import BENCHMARKS_ENV
+from accounting.hardware import PEAK_TFLOPS_ENV, PeakUnknownWarning, peak_flops
 from accounting.report import measure, run
 from accounting.report.measure import MatmulTimer, bandwidth_bytes, largest_square
 from accounting.timing import Timing, matmul_bytes
@@ -15,6 +17,9 @@ from accounting.timing import Timing, matmul_bytes
 GIB = 2**30
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB, compute_capability=(9, 0), multiprocessors=132,
                   l2_cache_bytes=50 * 2**20, runtime="CUDA 12.8")
+GFX942_UNNAMED = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 192 * GIB, arch="gfx942:sramecc+:xnack-",
+                            runtime="ROCm 6.2")
+"""An MI300X whose driver prints only a generic name: the table row comes from ``arch``."""
 UNKNOWN_GPU = DeviceInfo("cuda", "NVIDIA GH200 480GB", 0, 96 * GIB, compute_capability=(9, 0))
 
 
@@ -33,6 +38,23 @@ def test_prepare_uses_the_gpu_table_and_its_spec_bandwidth(fake_gpu):
                           "float8_e4m3fn": pytest.approx(1978.9e12)}
     assert plan.spec_bandwidth == pytest.approx(3.35e12)
     assert not any("CPU peaks" in note for note in plan.notes)
+
+
+def test_chip_floor_follows_the_rocm_arch_like_the_peak(monkeypatch, tmp_path):
+    benchmarks = {
+        "regression": {"metric": "median", "threshold_percent": 10},
+        "cuda": {"dtypes": ["bf16"], "shapes": [[8192, 8192, 8192]], "floors": {"bf16": 0.6},
+                 "chip_floors": {"MI300X": {"bf16": 0.4}}},
+    }
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(benchmarks))
+    monkeypatch.setenv(BENCHMARKS_ENV, str(path))
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    monkeypatch.setattr(run, "detect_device", lambda device=None: GFX942_UNNAMED)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: None)
+    plan = run.prepare(device="cuda", dtypes=["bf16"], budget_s=30.0)
+    assert plan.peaks["bfloat16"] == pytest.approx(peak_flops("AMD Instinct MI300X", "bf16"))
+    assert plan.floors == {"bfloat16": 0.4}, "the MI300X floor, not the default 0.6"
 
 
 def test_unknown_gpu_has_no_peak_and_says_how_to_give_one(monkeypatch):

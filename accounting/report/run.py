@@ -17,6 +17,7 @@ from accounting.device import CPU_GHZ_ENV, DeviceInfo, detect_device, free_memor
 from accounting.errors import AccountingError
 from accounting.hardware import (
     PEAK_TFLOPS_ENV,
+    chip_row,
     cpu_flops_per_cycle,
     device_peak_flops,
     find_chip,
@@ -167,7 +168,7 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     chip = find_chip(info.name, arch=info.arch) if info.kind == "cuda" else None
     peaks = {dtype: device_peak_flops(info, dtype) for dtype in runnable}
     sources = {dtype: peak_source(info, dtype, chip) for dtype in runnable}
-    floors = {dtype: _floor(config, info.kind, dtype, info.name) for dtype in runnable}
+    floors = {dtype: _floor(config, info.kind, dtype, chip_row(info)) for dtype in runnable}
     spec_bandwidth = peak_bandwidth(info.name, arch=info.arch) if chip is not None else None
     if info.kind == "cpu":
         notes.append(f"CPU peaks are estimates (clock from {info.clock_source}; override with ${CPU_GHZ_ENV} "
