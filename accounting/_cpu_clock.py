@@ -10,6 +10,9 @@ The loop is a few bytes of machine code placed in an executable page (x86-64,
 System V calling convention: Linux, macOS); elsewhere, or where the system refuses
 executable memory, the measurement is unavailable and returns ``None``.
 
+:func:`measure_cpu_ghz` measures afresh each call (to compare with work done just
+before it); :func:`measured_cpu_ghz` measures once per process (for the CPU peak).
+
 >>> ghz = measured_cpu_ghz()
 >>> ghz is None or 0.5 < ghz < 10
 True
@@ -52,7 +55,12 @@ def _compiled_loop():
 
 @functools.cache
 def measured_cpu_ghz() -> float | None:
-    """The clock (GHz) of the core this runs on, measured; ``None`` where it cannot be.
+    """:func:`measure_cpu_ghz`, measured on the first call and remembered for the process."""
+    return measure_cpu_ghz()
+
+
+def measure_cpu_ghz() -> float | None:
+    """The clock (GHz) of the core this runs on, measured now (about 0.1 s); ``None`` where it cannot be.
 
     The fastest of a few short runs is taken, so the figure is the turbo clock one busy
     core reaches — an upper bound on the all-core clock under a long matmul.

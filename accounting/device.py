@@ -19,6 +19,7 @@ uses), physical cores from the ``core id`` lines, and a clock (see
 True
 """
 
+import functools
 import os
 import re
 import time
@@ -28,13 +29,16 @@ from pathlib import Path
 
 import torch
 
+from accounting._checks import positive_number_from_text
 from accounting._cpu_clock import measured_cpu_ghz
 from accounting.errors import AccountingError, AccountingTypeError
 
 CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
+"""Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
 MEASURED_CLOCK_SOURCE = "imul-chain measurement"
 """Where the clock came from when :mod:`accounting._cpu_clock` measured it."""
-"""Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
+TIMED_KINDS = ("cpu", "cuda")
+"""Device types that can be timed: a CPU, or a CUDA (or ROCm) GPU."""
 
 _PROC_CPUINFO = Path("/proc/cpuinfo")
 _PROC_MEMINFO = Path("/proc/meminfo")
@@ -121,8 +125,23 @@ def parse_cpuinfo(text: str) -> list[dict[str, str]]:
 
 
 def _cpuinfo_blocks() -> list[dict[str, str]]:
-    text = _read(_PROC_CPUINFO)
+    return _parsed_cpuinfo(_PROC_CPUINFO)
+
+
+@functools.cache
+def _parsed_cpuinfo(path: Path) -> list[dict[str, str]]:
+    """``/proc/cpuinfo`` read and parsed once per process (keyed by path, so tests can point elsewhere)."""
+    text = _read(path)
     return parse_cpuinfo(text) if text else []
+
+
+@functools.cache
+def _torch_cpu_capabilities() -> dict:
+    """torch's CPUID probe, asked once per process (``{}`` on a torch without it)."""
+    try:
+        return dict(torch.cpu.get_capabilities())
+    except (AttributeError, RuntimeError):  # older torch
+        return {}
 
 
 def cpu_flags() -> frozenset[str]:
@@ -133,11 +152,7 @@ def cpu_flags() -> frozenset[str]:
     flags = set()
     for block in _cpuinfo_blocks()[:1]:
         flags.update(block.get("flags", "").split())
-    try:
-        capabilities = torch.cpu.get_capabilities()
-    except (AttributeError, RuntimeError):  # older torch
-        capabilities = {}
-    for name, present in capabilities.items():
+    for name, present in _torch_cpu_capabilities().items():
         if present is True:
             flags.add(_TORCH_FLAG_NAMES.get(name, name))
     return frozenset(flags)
@@ -178,10 +193,7 @@ def physical_cores() -> int:
         cores.add((block.get("physical id", "0"), block["core id"]))
     if cores:
         return len(cores)
-    try:
-        count = torch.cpu.get_capabilities().get("num_physical_cores")
-    except (AttributeError, RuntimeError):
-        count = None
+    count = _torch_cpu_capabilities().get("num_physical_cores")
     return int(count or os.cpu_count() or 1)
 
 
@@ -210,13 +222,7 @@ def cpu_clock_ghz() -> tuple[float, str]:
     """
     override = os.environ.get(CPU_GHZ_ENV)
     if override:
-        try:
-            ghz = float(override)
-        except ValueError:
-            ghz = float("nan")
-        if not ghz > 0 or ghz == float("inf"):
-            raise AccountingError(f"${CPU_GHZ_ENV} must be a positive number of GHz, got {override!r}")
-        return ghz, f"${CPU_GHZ_ENV}"
+        return positive_number_from_text(override, f"${CPU_GHZ_ENV}", "GHz"), f"${CPU_GHZ_ENV}"
     text = _read(_CPUFREQ_MAX)
     if text and text.strip().isdigit():
         return int(text) / _KHZ_PER_GHZ, "cpufreq cpuinfo_max_freq"
@@ -270,13 +276,40 @@ def as_device(device) -> torch.device:
     raise AccountingTypeError(f"device must be a string, torch.device or DeviceInfo, got {device!r}")
 
 
-def _cuda_info(device: torch.device) -> DeviceInfo:
+def _check_cuda(device: torch.device) -> int:
+    """The index of a CUDA ``device`` that exists here; raise naming it otherwise."""
     if not cuda_available():
         raise AccountingError(f"device {str(device)!r} is not available: torch.cuda.is_available() is False")
     index = device.index if device.index is not None else torch.cuda.current_device()
     count = torch.cuda.device_count()
     if not 0 <= index < count:
         raise AccountingError(f"device {str(device)!r} is not available: {count} CUDA device(s) present")
+    return index
+
+
+def timed_device(device) -> torch.device:
+    """``device`` as a ``torch.device`` if work on it can be timed: the CPU, or a CUDA device present here.
+
+    Anything else (``meta``, ``mps``, CUDA on a machine without it) raises
+    :class:`AccountingError` naming the device, before any clock is read.
+
+    >>> timed_device("cpu")
+    device(type='cpu')
+    >>> timed_device("meta")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: device 'meta' cannot be timed: only cpu and cuda can
+    """
+    device = as_device(device)
+    if device.type not in TIMED_KINDS:
+        raise AccountingError(f"device {str(device)!r} cannot be timed: only {' and '.join(TIMED_KINDS)} can")
+    if device.type == "cuda":
+        _check_cuda(device)
+    return device
+
+
+def _cuda_info(device: torch.device) -> DeviceInfo:
+    index = _check_cuda(device)
     props = torch.cuda.get_device_properties(index)
     hip = getattr(torch.version, "hip", None)
     runtime = f"ROCm {hip}" if hip else f"CUDA {torch.version.cuda}"
@@ -294,8 +327,9 @@ def _cuda_info(device: torch.device) -> DeviceInfo:
     )
 
 
+@functools.cache
 def _driver_version() -> str | None:
-    """The GPU driver version, from NVML when it can be had; ``None`` otherwise."""
+    """The GPU driver version, from NVML when it can be had; ``None`` otherwise (asked once per process)."""
     try:
         with warnings.catch_warnings():  # the pynvml shim warns that it is deprecated
             warnings.simplefilter("ignore")
@@ -332,7 +366,10 @@ def l2_cache_bytes(device) -> int:
 
 
 def release_cached_memory(device) -> None:
-    """Hand the caching allocator's free blocks back to the driver (CUDA); a no-op on the CPU."""
+    """Hand the caching allocator's free blocks back to the driver (CUDA); a no-op on the CPU.
+
+    The one place the package calls ``torch.cuda.empty_cache``.
+    """
     if as_device(device).type == "cuda":
         torch.cuda.empty_cache()
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import device as device_module
-from accounting._cpu_clock import measured_cpu_ghz
+from accounting._cpu_clock import measure_cpu_ghz
 from accounting.device import cpu_flags
 from accounting.timing import time_matmul
 from accounting.device import DeviceInfo, cpu_clock_ghz, detect_device, physical_cores
@@ -16,6 +16,7 @@ from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware import (
     PEAK_TFLOPS_ENV,
     PeakUnknownWarning,
+    chip_row,
     cpu_flops_per_cycle,
     cpu_peak_flops,
     device_peak_flops,
@@ -114,6 +115,16 @@ def test_ambiguous_h100_asks_for_an_override():
 def test_rocm_arch_resolves_an_unrecognised_name(arch, row):
     assert find_chip("", arch=arch).row == row
     assert find_chip("AMD Radeon Graphics", arch=arch).row == row
+
+
+def test_chip_row_resolves_a_device_by_name_then_rocm_arch():
+    radeon = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx942:sramecc+:xnack-")
+    assert chip_row(radeon) == "MI300X"
+    assert chip_row(DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 2**30)) == "H100 SXM"
+    assert chip_row(DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30)) is None
+    assert chip_row(DeviceInfo("cpu", "NVIDIA H100 80GB HBM3", None, 2**30)) is None  # a CPU has no table row
+    with pytest.raises(AccountingTypeError, match="'NVIDIA H100 80GB HBM3'"):
+        chip_row("NVIDIA H100 80GB HBM3")
 
 
 def test_sparse_rates_double_tensor_dtypes_only():
@@ -222,6 +233,7 @@ def fake_cpu(tmp_path, monkeypatch):
              measured_ghz=None):
         text = "\n".join(CPUINFO.format(p=p, model=model, core=p // 2, mhz=mhz[p]) for p in range(4))
         (tmp_path / "cpuinfo").write_text(text)
+        device_module._parsed_cpuinfo.cache_clear()  # parsed once per path and process: reread the new text
         monkeypatch.setattr(device_module, "_PROC_CPUINFO", tmp_path / "cpuinfo")
         cpufreq = tmp_path / "cpuinfo_max_freq"
         if cpufreq_khz is not None:
@@ -245,15 +257,18 @@ def test_clock_is_measured_where_cpufreq_is_hidden(fake_cpu):
 
 def test_measured_clock_is_at_least_what_a_single_thread_matmul_implies():
     """The measured clock must make the one-core peak an upper bound on one core's matmul
-    rate (ratio of two figures taken in this run: MFU on one core may not exceed 1)."""
-    ghz = measured_cpu_ghz()
-    if ghz is None:
+    rate (ratio of two figures taken back to back in this run: MFU on one core may not exceed 1).
+
+    The clock is measured afresh right after the matmul (measure_cpu_ghz, not the
+    session-cached measured_cpu_ghz), so both see the same machine state."""
+    if measure_cpu_ghz() is None:
         pytest.skip("the clock cannot be measured on this platform")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         a, b = torch.randn(512, 512), torch.randn(512, 512)
         seconds = time_matmul(a, b).median
+        ghz = measure_cpu_ghz()
     finally:
         torch.set_num_threads(threads)
     one_core_peak = cpu_peak_flops("float32", flags=cpu_flags(), cores=1, ghz=ghz)
@@ -284,6 +299,37 @@ def test_physical_cores_count_smt_siblings_once(fake_cpu, monkeypatch):
     assert physical_cores() == 2
     monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert physical_cores() == 1  # both allowed CPUs are threads of core 0
+
+
+def test_detection_reads_cpuinfo_and_asks_torch_once(fake_cpu, monkeypatch):
+    fake_cpu()
+    reads, probes = [], []
+    read = device_module._read
+    monkeypatch.setattr(device_module, "_read", lambda path: reads.append(path) or read(path))
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: probes.append(1) or {"avx2": True})
+    device_module._torch_cpu_capabilities.cache_clear()
+    try:
+        for _ in range(2):
+            info = detect_device("cpu")
+        assert reads.count(device_module._PROC_CPUINFO) == 1 and probes == [1]
+        assert info.cores == 2 and "avx2" in info.cpu_flags
+    finally:
+        device_module._torch_cpu_capabilities.cache_clear()  # forget the fake probe
+
+
+def test_driver_version_asks_nvml_once(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    inits = []
+    fake = SimpleNamespace(nvmlInit=lambda: inits.append(1), nvmlSystemGetDriverVersion=lambda: b"550.54.15")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    device_module._driver_version.cache_clear()
+    try:
+        assert [device_module._driver_version() for _ in range(3)] == ["550.54.15"] * 3
+        assert inits == [1]
+    finally:
+        device_module._driver_version.cache_clear()  # forget the fake driver
 
 
 def test_detected_cpu_peak_uses_the_fake_machine(fake_cpu, monkeypatch):
