@@ -10,12 +10,12 @@ dtype is not healthy, 2 for bad input, 130 when interrupted.
 """
 
 import argparse
-import math
 import os
 import sys
 import time
 import warnings
 
+from accounting._checks import positive_number_from_text
 from accounting.benchconfig import BENCHMARKS_ENV
 from accounting.device import CPU_GHZ_ENV
 from accounting.errors import AccountingError
@@ -67,12 +67,9 @@ def positive_seconds(text: str) -> float:
     argparse.ArgumentTypeError: --budget must be a positive number of seconds, got '0'
     """
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"--budget must be a positive number of seconds, got {text!r}")
-    return value
+        return positive_number_from_text(text, "--budget", "seconds")
+    except AccountingError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def dtype_list(text: str) -> list[str]:
