@@ -477,9 +477,13 @@ class EventClock:
         self._flush_buffer = None
 
     def mark(self):
-        """Record an event on the current stream (does not wait)."""
+        """Record an event on this device's current stream (does not wait).
+
+        The stream is this clock's device's, not the current device's: timing ``cuda:1``
+        while ``cuda:0`` is current must not time ``cuda:0``'s idle stream.
+        """
         event = self._event()
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def elapsed(self, start, end) -> float:
@@ -489,19 +493,22 @@ class EventClock:
 
     def flush_cache(self) -> None:
         """Overwrite L2 so the next run reads its operands from memory, as a cold call would."""
-        if self._flush_buffer is None:
-            size = self._l2_bytes if self._l2_bytes is not None else l2_cache_bytes(self.device)
-            self._flush_buffer = torch.empty(L2_FLUSH_FACTOR * max(size, 1), dtype=torch.int8, device=self.device)
-        self._flush_buffer.zero_()
+        with torch.cuda.device(self.device):  # the flush runs on the timed device's current stream
+            if self._flush_buffer is None:
+                size = self._l2_bytes if self._l2_bytes is not None else l2_cache_bytes(self.device)
+                self._flush_buffer = torch.empty(L2_FLUSH_FACTOR * max(size, 1), dtype=torch.int8, device=self.device)
+            self._flush_buffer.zero_()
 
 
 def clock_for(device):
     """The clock that times work on ``device``: CUDA events on a GPU, ``perf_counter`` on the CPU.
 
+    Only those two (see :func:`timed_device`): anything else raises naming the device.
+
     >>> type(clock_for("cpu")).__name__
     'HostClock'
     """
-    device = as_device(device)
+    device = timed_device(device)
     if device.type == "cuda":
         return EventClock(device)
     return HostClock(synchronize=lambda: synchronize(device))

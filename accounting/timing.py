@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive_size, check_size
-from accounting.device import as_device, clock_for, float32_matmul_mode, l2_cache_bytes
+from accounting.device import TIMED_KINDS, as_device, clock_for, float32_matmul_mode, l2_cache_bytes, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops, mfu
 from accounting.memory import TF32, format_name, storage_dtype
@@ -141,7 +141,10 @@ def time_fn(
     if max_repeats < repeats:
         raise AccountingError(f"max_repeats ({max_repeats}) is below repeats ({repeats})")
     device = as_device(device)
-    clock = clock or clock_for(device)
+    if clock is None:
+        clock = clock_for(device)  # only cpu and cuda (present here) have one: anything else raises
+    elif device.type not in TIMED_KINDS:
+        timed_device(device)  # raises: a clock passed in (a fake in tests) still times only cpu or cuda
     for _ in range(warmup):
         fn()
     clock.synchronize()
@@ -178,6 +181,7 @@ def time_matmul(a: Shaped[torch.Tensor, "*batch_a m k"], b: Shaped[torch.Tensor,
             raise AccountingError(f"{name} is {x.dtype}: time float8 with matmul_case (torch._scaled_mm)")
     if a.device != b.device:
         raise AccountingError(f"a is on {a.device} but b is on {b.device}")
+    timed_device(a.device)
     flops = matmul_flops(tuple(a.shape), tuple(b.shape))
     out = torch.matmul(a, b)
     if flush_cache is None:

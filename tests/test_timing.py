@@ -56,8 +56,9 @@ class FakeEvent:
     def __init__(self, log, clock):
         self.log, self.clock, self.at = log, clock, None
 
-    def record(self):
+    def record(self, stream=None):
         self.log.append(f"record#{id(self) % 997}")
+        self.stream = stream
         self.at = self.clock.now_silent()
 
     def synchronize(self):
@@ -77,7 +78,16 @@ class FakeGpu(Recorder):
         return FakeEvent(self.log, self)
 
 
-def test_event_clock_records_around_the_work_and_waits_before_reading():
+@pytest.fixture
+def fake_streams(monkeypatch):
+    """torch.cuda.current_stream without CUDA: one named stream per device, and cuda:0 the current device."""
+    def current_stream(device=None):
+        index = 0 if device is None else torch.device(device).index
+        return f"stream of cuda:{0 if index is None else index}"
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+
+
+def test_event_clock_records_around_the_work_and_waits_before_reading(fake_streams):
     gpu = FakeGpu(step=0.25)
     clock = EventClock("cuda:0", event_factory=gpu.event, synchronize=gpu.synchronize)
     timing = time_fn(gpu.work, device="cuda:0", warmup=1, repeats=2, min_time_s=0, clock=clock)
@@ -85,6 +95,16 @@ def test_event_clock_records_around_the_work_and_waits_before_reading():
     assert log == ["fn", "sync"] + ["record", "fn", "record", "event.synchronize", "elapsed_time"] * 2
     assert "clock" not in gpu.log  # no host clock anywhere
     assert timing.samples == (0.25, 0.25)
+
+
+def test_event_clock_records_on_the_benchmarked_devices_stream(fake_streams):
+    """Timing cuda:1 while cuda:0 is current: the events go on cuda:1's stream, not the current device's."""
+    gpu = FakeGpu()
+    events = []
+    clock = EventClock("cuda:1", event_factory=lambda: events.append(gpu.event()) or events[-1],
+                       synchronize=gpu.synchronize)
+    time_fn(gpu.work, device="cuda:1", warmup=0, repeats=2, min_time_s=0, clock=clock)
+    assert [event.stream for event in events] == ["stream of cuda:1"] * 4
 
 
 class FlushingClock(HostClock):
@@ -135,11 +155,25 @@ def test_timing_without_flops_refuses_throughput():
     (dict(min_time_s=-0.5), AccountingError, r"^min_time_s must be non-negative, got -0.5"),
     (dict(repeats=10, max_repeats=5), AccountingError, r"^max_repeats \(5\) is below repeats \(10\)"),
     (dict(device="tpu"), AccountingError, r"^unknown device 'tpu'"),
+    (dict(device="meta"), AccountingError, r"^device 'meta' cannot be timed: only cpu and cuda can"),
+    (dict(device="meta", clock=HostClock()), AccountingError, r"^device 'meta' cannot be timed"),
 ])
 def test_time_fn_rejects_bad_arguments(kwargs, error, message):
     kwargs = {"fn": lambda: None, **kwargs}
     with pytest.raises(error, match=message):
         time_fn(kwargs.pop("fn"), **kwargs)
+
+
+def test_time_fn_refuses_cuda_where_there_is_none(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(AccountingError, match=r"^device 'cuda' is not available: torch.cuda.is_available\(\) is False"):
+        time_fn(lambda: None, device="cuda")
+
+
+def test_time_matmul_refuses_meta_tensors():
+    a = torch.ones(64, 64, device="meta")
+    with pytest.raises(AccountingError, match=r"^device 'meta' cannot be timed: only cpu and cuda can"):
+        time_matmul(a, a)
 
 
 def test_time_matmul_counts_batched_flops():
