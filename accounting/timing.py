@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Shaped
 
-from accounting._checks import check_non_negative, check_positive_size, check_size
+from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
 from accounting.device import TIMED_KINDS, as_device, clock_for, float32_matmul_mode, l2_cache_bytes, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops, mfu
@@ -69,8 +69,14 @@ class Timing:
 
     @classmethod
     def from_samples(cls, samples, *, flops=None, device="cpu") -> "Timing":
-        """Summarise raw per-call seconds."""
-        samples = tuple(float(s) for s in samples)
+        """Summarise raw per-call seconds (each finite and >= 0).
+
+        >>> Timing.from_samples([0.5, float("nan")])
+        Traceback (most recent call last):
+        ...
+        accounting.errors.AccountingError: sample 1 must be finite, got nan
+        """
+        samples = tuple(check_non_negative(s, f"sample {i}") for i, s in enumerate(samples))
         if not samples:
             raise AccountingError("a timing needs at least one sample")
         if len(samples) > 1:
@@ -244,7 +250,8 @@ def fit_matmul_shape(shape, dtype, free_bytes: int, *, fraction: float = MEMORY_
     """Halve ``(m, k, n)`` until the product fits ``fraction`` of ``free_bytes``; ``None`` below ``min_size``.
 
     Sizes stay multiples of 16 (float8's rule). ``extra_bytes`` is other memory the
-    run needs (an L2 flush buffer).
+    run needs (an L2 flush buffer). ``None`` too when halving stops changing the shape
+    (every edge at 16) and it still does not fit.
 
     >>> fit_matmul_shape((8192, 8192, 8192), "bf16", 200 * 2**20)
     (4096, 4096, 4096)
@@ -252,11 +259,17 @@ def fit_matmul_shape(shape, dtype, free_bytes: int, *, fraction: float = MEMORY_
     None
     """
     m, k, n = (check_positive_size(size, f"shape entry {i}") for i, size in enumerate(shape))
+    fraction = check_positive(fraction, "fraction")
+    if fraction > 1:
+        raise AccountingError(f"fraction must be at most 1 (a share of free memory), got {fraction!r}")
+    min_size = check_positive_size(min_size, "min_size")
+    extra_bytes = check_size(extra_bytes, "extra_bytes")
     budget = fraction * check_size(free_bytes, "free_bytes") - extra_bytes
     while matmul_bytes(m, k, n, dtype) > budget:
-        m, k, n = (max(FP8_ALIGNMENT, size // 2 // FP8_ALIGNMENT * FP8_ALIGNMENT) for size in (m, k, n))
-        if min(m, k, n) < min_size:
+        halved = tuple(max(FP8_ALIGNMENT, size // 2 // FP8_ALIGNMENT * FP8_ALIGNMENT) for size in (m, k, n))
+        if halved == (m, k, n) or min(halved) < min_size:
             return None
+        m, k, n = halved
     return m, k, n
 
 

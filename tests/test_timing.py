@@ -141,6 +141,16 @@ def test_timing_statistics_match_numpy(samples):
     assert timing.min == min(samples)
 
 
+@pytest.mark.parametrize("bad, message", [
+    (float("nan"), r"^sample 1 must be finite, got nan"),
+    (float("inf"), r"^sample 1 must be finite, got inf"),
+    (-0.5, r"^sample 1 must be non-negative, got -0.5"),
+])
+def test_timing_rejects_impossible_samples(bad, message):
+    with pytest.raises(AccountingError, match=message):
+        Timing.from_samples([0.5, bad, 0.25])
+
+
 def test_timing_without_flops_refuses_throughput():
     with pytest.raises(AccountingError, match=r"^this timing has no flops"):
         Timing.from_samples([1.0]).flop_per_s
@@ -286,3 +296,31 @@ def test_fitted_shape_fits_the_budget_or_is_refused(shape, dtype, free_mib):
     else:
         assert matmul_bytes(*fitted, dtype) <= 0.8 * free
         assert all(f <= s and f % 16 == 0 and f >= MIN_MATMUL_SIZE for f, s in zip(fitted, shape))
+
+
+def test_fit_matmul_shape_gives_up_when_halving_stops_shrinking():
+    """min_size <= 16: edges stop at 16 and halving changes nothing; it must return None, not spin."""
+    import threading
+
+    result = []
+    worker = threading.Thread(target=lambda: result.append(fit_matmul_shape((64, 64, 64), "bf16", 100, min_size=16)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "fit_matmul_shape loops forever"
+    assert result == [None]
+    assert fit_matmul_shape((64, 64, 64), "bf16", 2**20, min_size=16) == (64, 64, 64)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(fraction=-1), AccountingError, r"^fraction must be positive, got -1"),
+    (dict(fraction=0), AccountingError, r"^fraction must be positive, got 0"),
+    (dict(fraction=1.5), AccountingError, r"^fraction must be at most 1 .*got 1.5"),
+    (dict(fraction=float("nan")), AccountingError, r"^fraction must be finite, got nan"),
+    (dict(extra_bytes=-1), AccountingError, r"^extra_bytes must be a non-negative integer, got -1"),
+    (dict(extra_bytes="1 GiB"), AccountingTypeError, r"^extra_bytes must be a non-negative integer, got '1 GiB'"),
+    (dict(min_size=0), AccountingError, r"^min_size must be a positive integer, got 0"),
+])
+def test_fit_matmul_shape_rejects_bad_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        fit_matmul_shape((1024, 1024, 1024), "bf16", 2**30, **kwargs)
