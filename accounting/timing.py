@@ -17,6 +17,7 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 (True, 524288, True)
 """
 
+import contextlib
 import math
 import statistics
 from collections.abc import Callable
@@ -29,7 +30,8 @@ from accounting._checks import check_non_negative, check_positive, check_positiv
 from accounting.device import TIMED_KINDS, as_device, clock_for, float32_matmul_mode, l2_cache_bytes, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops, mfu
-from accounting.memory import TF32, format_name, storage_dtype
+from accounting.hardware import dtype_runs_on
+from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
 
 WARMUP_CALLS = 3
 """Untimed calls first: handle creation, kernel selection, page faults."""
@@ -173,7 +175,9 @@ def time_matmul(a: Shaped[torch.Tensor, "*batch_a m k"], b: Shaped[torch.Tensor,
                 flush_cache: bool | None = None) -> Timing:
     """Time ``a @ b`` on their device, into a preallocated output; ``flops`` is ``2·m·k·n`` (batched too).
 
-    ``flush_cache=None`` flushes L2 on CUDA when the operands fit in it. For float8
+    ``flush_cache=None`` flushes L2 on CUDA when the operands fit in it
+    (:func:`should_flush_l2`). float32 on CUDA runs as plain FP32 (TF32 off for the
+    call, whatever the global flag), as the FLOPs and the FP32 peak assume. For float8
     operands use :func:`matmul_case` (``torch._scaled_mm``).
 
     >>> t = time_matmul(torch.ones(32, 16), torch.ones(16, 8), repeats=3, min_time_s=0)
@@ -189,15 +193,39 @@ def time_matmul(a: Shaped[torch.Tensor, "*batch_a m k"], b: Shaped[torch.Tensor,
         raise AccountingError(f"a is on {a.device} but b is on {b.device}")
     timed_device(a.device)
     flops = matmul_flops(tuple(a.shape), tuple(b.shape))
-    out = torch.matmul(a, b)
+    mode = _float32_mode(a.device, a.dtype, b.dtype)
+    with mode:
+        out = torch.matmul(a, b)
     if flush_cache is None:
-        flush_cache = a.device.type == "cuda" and _fits_in_l2(a.device, a, b)
-    return time_fn(lambda: torch.matmul(a, b, out=out), device=a.device, warmup=warmup, repeats=repeats,
-                   min_time_s=min_time_s, flush_cache=flush_cache, flops=flops)
+        flush_cache = should_flush_l2(a.device, a, b)
+
+    def fn():
+        with mode:
+            return torch.matmul(a, b, out=out)
+
+    return time_fn(fn, device=a.device, warmup=warmup, repeats=repeats, min_time_s=min_time_s,
+                   flush_cache=flush_cache, flops=flops)
 
 
-def _fits_in_l2(device, *tensors) -> bool:
-    return sum(x.untyped_storage().nbytes() for x in tensors) <= l2_cache_bytes(device)
+def _float32_mode(device, *dtypes):
+    """Plain FP32 (TF32 off) for float32 matmuls on CUDA; nothing to set elsewhere."""
+    if as_device(device).type == "cuda" and torch.float32 in dtypes:
+        return float32_matmul_mode(tf32=False)
+    return contextlib.nullcontext()
+
+
+def should_flush_l2(device, *tensors) -> bool:
+    """Whether to overwrite L2 before each timed call: on CUDA, when the operands' storages fit in L2.
+
+    Operands bigger than L2 are read from memory anyway, and a CPU benchmark runs warm,
+    as CPU code does.
+
+    >>> should_flush_l2("cpu", torch.ones(4))
+    False
+    """
+    if as_device(device).type != "cuda":
+        return False
+    return storage_bytes(*tensors) <= l2_cache_bytes(device)
 
 
 # ---- matmul cases per dtype ----------------------------------------------------------------
@@ -220,15 +248,12 @@ class MatmulCase:
 
     @property
     def operand_bytes(self) -> int:
-        return sum(x.untyped_storage().nbytes() for x in self.operands)
+        """Bytes of the operands' storages (each counted once)."""
+        return storage_bytes(*self.operands)
 
     def __iter__(self):
         """``fn, flops = matmul_case(...)`` unpacks the two things a timer needs."""
         return iter((self.fn, self.flops))
-
-
-def _case_dtype_name(dtype) -> str:
-    return format_name(dtype)
 
 
 def matmul_bytes(m: int, k: int, n: int, dtype) -> int:
@@ -239,7 +264,7 @@ def matmul_bytes(m: int, k: int, n: int, dtype) -> int:
     >>> matmul_bytes(1024, 1024, 1024, "bf16") / 2**20
     6.0
     """
-    name = _case_dtype_name(dtype)
+    name = format_name(dtype)
     size = storage_dtype(name).itemsize
     out_size = FP8_OUT_DTYPE.itemsize if name.startswith("float8") else size
     return (m * k + k * n) * size + m * n * out_size
@@ -290,10 +315,14 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
     >>> fn().dtype, flops
     (torch.bfloat16, 65536)
     """
-    name = _case_dtype_name(dtype)
+    name = format_name(dtype)
     m, k, n = (check_positive_size(size, what) for size, what in ((m, "m"), (k, "k"), (n, "n")))
     device = as_device(device)
-    if name == TF32 and device.type != "cuda":
+    # tf32 is refused off CUDA: elsewhere it would silently run as float32. float8 is not, though
+    # a CPU has no FP8 units either: torch emulates _scaled_mm there, so the case runs (with no
+    # known peak) and its layout rules can be checked without a GPU.
+    reason = dtype_runs_on("cpu", name) if device.type != "cuda" else None
+    if reason and name == TF32:
         raise AccountingError(f"tf32 is a CUDA tensor-core mode; device {str(device)!r} has none")
     generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -322,7 +351,7 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
     a, b = randn(m, k, torch_dtype), randn(k, n, torch_dtype)
     out = torch.empty(m, n, dtype=torch_dtype, device=device)
     if device.type == "cuda" and torch_dtype == torch.float32:
-        mode = float32_matmul_mode(tf32=name == TF32)
+        mode = float32_matmul_mode(tf32=name == TF32)  # tf32 on; float32 off, as _float32_mode
 
         def fn():
             with mode:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from accounting.device import EventClock, HostClock, float32_matmul_mode, tf32_enabled
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops
+from accounting import timing as timing_module
 from accounting.timing import (
     FP8_OUT_DTYPE,
     MIN_MATMUL_SIZE,
@@ -16,6 +17,7 @@ from accounting.timing import (
     fit_matmul_shape,
     matmul_bytes,
     matmul_case,
+    should_flush_l2,
     time_fn,
     time_matmul,
 )
@@ -267,6 +269,44 @@ def test_tf32_case_needs_cuda():
 def test_matmul_case_rejects_bad_sizes():
     with pytest.raises(AccountingError, match=r"^k must be a positive integer, got 0"):
         matmul_case("float32", 4, 0, 4)
+
+
+def test_float32_on_cuda_runs_without_tf32_whatever_the_global_flag():
+    with float32_matmul_mode(tf32=True):
+        with timing_module._float32_mode(torch.device("cuda", 0), torch.float32, torch.float32):
+            assert not tf32_enabled()
+        assert tf32_enabled()  # restored
+        for device, dtype in (("cpu", torch.float32), ("cuda", torch.bfloat16)):
+            with timing_module._float32_mode(torch.device(device), dtype, dtype):
+                assert tf32_enabled()  # nothing to set: no TF32 on a CPU, not a float32 matmul
+
+
+def test_time_matmul_runs_every_call_inside_the_float32_mode(monkeypatch):
+    entered, asked = [], []
+
+    class Mode:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc_info):
+            return False
+
+    def fake_mode(device, *dtypes):
+        asked.append((torch.device(device).type, *dtypes))
+        return Mode()
+
+    monkeypatch.setattr(timing_module, "_float32_mode", fake_mode)
+    timing = time_matmul(torch.ones(8, 8), torch.ones(8, 8), warmup=2, repeats=3, min_time_s=0)
+    assert asked == [("cpu", torch.float32, torch.float32)]
+    assert len(entered) == 1 + 2 + len(timing.samples)  # the output's allocation, warm-up, timed calls
+
+
+def test_l2_is_flushed_on_cuda_only_when_the_operands_fit(monkeypatch):
+    monkeypatch.setattr(timing_module, "l2_cache_bytes", lambda device: 50 * 2**20)
+    small, big = torch.ones(1024, 1024), torch.ones(4096, 4096)  # 4 MiB, 64 MiB
+    assert should_flush_l2("cuda:0", small, small.t())  # one storage, counted once
+    assert not should_flush_l2("cuda:0", small, big)
+    assert not should_flush_l2("cpu", small)
 
 
 def test_float32_matmul_mode_sets_and_restores_the_flag():
