@@ -10,6 +10,7 @@ from accounting.device import DeviceInfo
 from accounting.errors import AccountingError
 from accounting.benchconfig import BENCHMARKS_ENV
 from accounting.hardware import PEAK_TFLOPS_ENV, PeakUnknownWarning, peak_flops
+from accounting import timing
 from accounting.report import measure, run
 from accounting.report.measure import MatmulTimer, bandwidth_bytes, largest_square
 from accounting.timing import Timing, matmul_bytes
@@ -106,7 +107,7 @@ def test_largest_square_on_a_gpu():
 
 class FakeCase:
     def __init__(self, operand_bytes):
-        self.operand_bytes = operand_bytes
+        self.operands = (torch.empty(operand_bytes, dtype=torch.uint8, device="meta"),)  # sized, never allocated
         self.flops = 2 * 64**3
         self.calls = 0
 
@@ -123,6 +124,7 @@ def test_gpu_timer_flushes_l2_only_for_operands_that_fit(monkeypatch, operand_by
     case = FakeCase(operand_bytes)
     monkeypatch.setattr(measure, "matmul_case", lambda dtype, m, k, n, device: case)
     monkeypatch.setattr(measure, "synchronize", lambda device: None)
+    monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: H100.l2_cache_bytes)
 
     def fake_time_fn(fn, **kwargs):
         seen.update(kwargs)

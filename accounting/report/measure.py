@@ -20,7 +20,7 @@ from accounting._checks import check_positive, check_positive_size, check_size
 from accounting.device import DeviceInfo, free_memory_bytes, release_cached_memory, synchronize
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
-from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, time_fn
+from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
 
 MIN_REPEATS = 3
 """Timed calls per shape at least (a median of fewer says little)."""
@@ -122,7 +122,7 @@ class MatmulTimer:
         return time_fn(
             case.fn, device=device, warmup=self._warmup(first_call), repeats=MIN_REPEATS, min_time_s=self.target_s,
             max_repeats=MAX_REPEATS, flops=case.flops,
-            flush_cache=device.type == "cuda" and case.operand_bytes <= (self.info.l2_cache_bytes or 0),
+            flush_cache=should_flush_l2(device, *case.operands),
         )
 
 
