@@ -7,7 +7,9 @@ One section per device kind (``cpu``, ``cuda``) and a ``regression`` section::
              "floors": {"float32": 0.3}, "rounds": 10}}
 
 ``floors`` are MFU floors per dtype; ``chip_floors`` (optional) override them per chip,
-keyed by the peak table's row name (``"MI300X"``). Keys starting with ``_`` are notes
+keyed by the peak table's row name (``"MI300X"``; any other key is an error). A
+section that lists a float8 dtype needs every shape's K and N divisible by 16
+(``torch._scaled_mm``). Keys starting with ``_`` are notes
 (JSON has no comments) and are kept, not checked. The file is validated as it is
 loaded: every error names the entry, e.g. ``cuda.floors.bfloat16``.
 
@@ -27,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.memory import TF32, format_name
+from accounting.hardware import CHIP_ROWS, dtype_runs_on, find_chip
+from accounting.memory import format_name
+from accounting.timing import FP8_ALIGNMENT
 
 BENCHMARKS_ENV = "ACCOUNTING_BENCHMARKS"
 """Environment variable naming the benchmarks file to load instead of the default."""
@@ -38,8 +42,6 @@ METRICS = ("min", "max", "mean", "median", "stddev", "iqr")
 DEFAULT_ROUNDS = 10
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds"}
 _REGRESSION_KEYS = {"metric", "threshold_percent"}
-_CPU_DTYPES = ("float64", "float32", "bfloat16", "float16")
-"""A CPU has no TF32 or FP8 matmul units; those belong in the ``cuda`` section."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,6 @@ class BenchConfig:
 
 
 def _chip_row(device_name: str) -> str | None:
-    from accounting.hardware import find_chip  # late: hardware pulls in device detection
-
     chip = find_chip(device_name)
     return chip.row if chip else None
 
@@ -126,8 +126,9 @@ def _dtype(value, kind, source, where) -> str:
         name = format_name(value)
     except AccountingError:
         _fail(source, where, f"has unknown dtype {value!r}")
-    if kind == "cpu" and name not in _CPU_DTYPES:
-        _fail(source, where, f"has dtype {value!r}, which a CPU cannot run; cpu dtypes: {', '.join(_CPU_DTYPES)}")
+    reason = dtype_runs_on(kind, name)
+    if reason:  # only a CPU refuses a format (tf32, float8): those belong in the cuda section
+        _fail(source, where, f"has dtype {value!r}, which a CPU cannot run: {reason}; list it under cuda")
     return name
 
 
@@ -145,6 +146,26 @@ def _shapes(value, source, where, *, required) -> tuple:
                 _fail(source, f"{where}[{position}]", f"= {shape!r}: sizes must be positive integers, got {size!r}")
         shapes.append(tuple(shape))
     return tuple(shapes)
+
+
+def _check_fp8_alignment(shapes, dtypes, source, where):
+    """float8 runs through ``torch._scaled_mm``, which needs K and N divisible by ``FP8_ALIGNMENT``."""
+    fp8 = [name for name in dtypes if name.startswith("float8")]
+    if not fp8:
+        return
+    for position, (m, k, n) in enumerate(shapes):
+        if k % FP8_ALIGNMENT or n % FP8_ALIGNMENT:
+            _fail(source, f"{where}[{position}]",
+                  f"= {[m, k, n]!r}: {fp8[0]} (torch._scaled_mm) needs k and n divisible by {FP8_ALIGNMENT}")
+
+
+def _chip(key: str, source, where) -> str:
+    """A ``chip_floors`` key: a row of the peak table, exactly."""
+    if key not in CHIP_ROWS:
+        chip = find_chip(key)
+        hint = f" (did you mean {chip.row!r}?)" if chip is not None else ""
+        _fail(source, where, f"is not a row of the peak table{hint}; rows: {', '.join(CHIP_ROWS)}")
+    return key
 
 
 def _floor(value, source, where) -> float:
@@ -173,7 +194,10 @@ def _kind(kind: str, value, source: str) -> DeviceMatrix:
         _fail(source, f"{kind}.dtypes", f"must be a non-empty list of dtype names, got {dtypes!r}")
     names = tuple(_dtype(dtype, kind, source, f"{kind}.dtypes[{i}]") for i, dtype in enumerate(dtypes))
     shapes = _shapes(value.get("shapes"), source, f"{kind}.shapes", required=True)
-    quick = _shapes(value.get("quick_shapes"), source, f"{kind}.quick_shapes", required=False) or shapes[:1]
+    quick_given = _shapes(value.get("quick_shapes"), source, f"{kind}.quick_shapes", required=False)
+    _check_fp8_alignment(shapes, names, source, f"{kind}.shapes")
+    _check_fp8_alignment(quick_given, names, source, f"{kind}.quick_shapes")
+    quick = quick_given or shapes[:1]
     floors = _floors(value.get("floors", {}), names, kind, source, f"{kind}.floors")
     missing = [name for name in names if name not in floors]
     if missing:
@@ -181,12 +205,11 @@ def _kind(kind: str, value, source: str) -> DeviceMatrix:
     chip_floors = {}
     for chip, table in _mapping(value.get("chip_floors", {}), source, f"{kind}.chip_floors").items():
         if not chip.startswith("_"):
-            chip_floors[chip] = _floors(table, names, kind, source, f"{kind}.chip_floors.{chip}")
+            where = f"{kind}.chip_floors.{chip}"
+            chip_floors[_chip(chip, source, where)] = _floors(table, names, kind, source, where)
     rounds = value.get("rounds", DEFAULT_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
         _fail(source, f"{kind}.rounds", f"= {rounds!r}: must be a positive integer")
-    if TF32 in names and kind != "cuda":
-        _fail(source, f"{kind}.dtypes", "lists tf32, a CUDA-only mode")
     return DeviceMatrix(kind, names, shapes, quick, floors, chip_floors, rounds)
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from accounting.benchconfig import BENCHMARKS_ENV, default_benchmarks_path, load_benchmarks, parse_benchmarks
 from accounting.errors import AccountingError
-from accounting.hardware import find_chip
+from accounting.device import DeviceInfo
+from accounting.hardware import chip_row, find_chip
 
 SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
 
@@ -69,6 +70,12 @@ def test_chip_floors_override_by_row_or_device_name(chip, floor):
     assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=chip) == floor
 
 
+def test_chip_floors_follow_the_rocm_arch_through_chip_row():
+    radeon = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx942:sramecc+:xnack-")
+    assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=chip_row(radeon)) == 0.4
+    assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=radeon.name) == 0.6  # the name alone cannot tell
+
+
 def _broken(path, value):
     """GOOD with the entry at ``path`` (a tuple of keys/indices) set to ``value`` (or deleted if ``...``)."""
     data = copy.deepcopy(GOOD)
@@ -103,6 +110,17 @@ def _broken(path, value):
                  id="floor-for-unlisted-dtype"),
     pytest.param(("cuda", "chip_floors", "MI300X", "bfloat16"), 2,
                  r"cuda.chip_floors.MI300X.bfloat16 = 2: an MFU floor must be", id="chip-floor-above-one"),
+    pytest.param(("cuda", "chip_floors", "H100-SXM"), {"bfloat16": 0.5},
+                 r"cuda.chip_floors.H100-SXM is not a row of the peak table \(did you mean 'H100 SXM'\?\); "
+                 r"rows: H100 SXM, H100 PCIe, ", id="chip-floor-row-typo"),
+    pytest.param(("cuda", "chip_floors", "Some GPU"), {"bfloat16": 0.5},
+                 r"cuda.chip_floors.Some GPU is not a row of the peak table; rows: H100 SXM, .*MI300X", id="chip-floor-unknown"),
+    pytest.param(("cuda", "shapes", 0), [8192, 8200, 8192],
+                 r"cuda.shapes\[0\] = \[8192, 8200, 8192\]: float8_e4m3fn \(torch._scaled_mm\) needs k and n "
+                 r"divisible by 16$", id="fp8-k-misaligned"),
+    pytest.param(("cuda", "quick_shapes", 0), [4096, 4096, 4100],
+                 r"cuda.quick_shapes\[0\] = \[4096, 4096, 4100\]: float8_e4m3fn \(torch._scaled_mm\) needs k and n",
+                 id="fp8-quick-n-misaligned"),
     pytest.param(("cpu", "rounds"), 0, r"cpu.rounds = 0: must be a positive integer$", id="rounds-zero"),
     pytest.param(("cpu", "round"), 5, r"cpu has unknown key\(s\) 'round'; known: ", id="typo-key"),
     pytest.param(("regression", "threshold_percent"), 0, r"regression.threshold_percent = 0: must be a percentage", id="threshold-zero"),
@@ -113,6 +131,14 @@ def _broken(path, value):
 def test_a_bad_entry_is_named(path, value, message):
     with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
         parse_benchmarks(_broken(path, value))
+
+
+def test_fp8_alignment_binds_only_k_and_n_and_only_with_a_float8_dtype():
+    assert parse_benchmarks(_broken(("cuda", "shapes", 0), [8200, 8192, 8192])).device("cuda").shapes[0][0] == 8200
+    without_fp8 = _broken(("cuda", "dtypes"), ["tf32", "bfloat16"])
+    del without_fp8["cuda"]["floors"]["fp8"]
+    without_fp8["cuda"]["shapes"] = [[8192, 8200, 8200]]
+    assert parse_benchmarks(without_fp8).device("cuda").shapes == ((8192, 8200, 8200),)
 
 
 def test_no_device_section_is_an_error():
