@@ -6,7 +6,8 @@ pytest-benchmark JSON::
 
     def test_my_kernel(flops_benchmark):
         x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-        result = flops_benchmark(lambda: my_kernel(x), flops=2 * 4096**3, dtype="bf16", device="cuda")
+        result = flops_benchmark(lambda: my_kernel(x), flops=2 * 4096**3, dtype="bf16", device="cuda",
+                                 operands=(x,))  # L2 is flushed between rounds when these fit in it
         assert result.mfu is None or result.mfu > 0.5
 
 What it adds:
@@ -47,10 +48,9 @@ from accounting.device import (
     tf32_enabled,
 )
 from accounting.errors import AccountingError
-from accounting.flops import MFU_CEILING
-from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops
+from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
-from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape
+from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, should_flush_l2
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
@@ -65,6 +65,8 @@ IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores")
 _VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly")
 SHAPE_MODES = ("auto", "quick", "full")
 _SUMMARY = pytest.StashKey[list]()
+_DEVICE_INFOS = pytest.StashKey[dict]()
+"""Detected devices, by ``str(torch.device)``, for the whole session (detection reads /proc, NVML...)."""
 
 
 # ---- options, markers, skips -------------------------------------------------------------
@@ -194,15 +196,19 @@ class FlopsBenchmark:
     pytest-benchmark reads a host clock (``perf_counter``) around the target. A CUDA
     call returns once its kernels are *queued*, so the target here is ``fn()``
     followed by ``synchronize(device)``: the clock stops when the GPU is done. The
-    untimed ``setup`` before each round flushes L2 (on CUDA) and synchronizes, so
-    neither the flush nor the previous round's tail is billed to this round. On the
-    CPU the synchronize is a no-op and this is ordinary pytest-benchmark timing.
+    untimed ``setup`` before each round flushes L2 (on CUDA, when the ``operands`` given
+    fit in it: :func:`accounting.timing.should_flush_l2`; on CUDA always when none are
+    given) and synchronizes, so neither the flush nor the previous round's tail is billed
+    to this round. On the CPU the synchronize is a no-op and this is ordinary
+    pytest-benchmark timing.
+
+    ``infos`` is the cache of detected devices; the fixture shares one across the session.
     """
 
-    def __init__(self, benchmark, config):
+    def __init__(self, benchmark, config, infos: dict | None = None):
         self.benchmark = benchmark
         self.config = config
-        self._infos = {}
+        self._infos = {} if infos is None else infos
 
     def device_info(self, device) -> DeviceInfo:
         key = str(as_device(device))
@@ -211,14 +217,20 @@ class FlopsBenchmark:
         return self._infos[key]
 
     def __call__(self, fn, *, flops: int, dtype, device="cpu", shape=None, rounds: int = 10,
-                 warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None):
+                 warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
+                 operands=()):
         device = as_device(device)
         info = self.device_info(device)
-        name = "int8" if dtype in (torch.int8, "int8") else format_name(dtype)
+        name = dtype_name(dtype)
         if peak is None:
             peak = device_peak_flops(info, name, override_tflops=self.config.getoption("peak_tflops", None))
         clock = clock_for(device)
-        flush = device.type == "cuda" if flush_cache is None else flush_cache
+        if flush_cache is not None:
+            flush = flush_cache
+        elif operands:
+            flush = should_flush_l2(device, *operands)
+        else:
+            flush = device.type == "cuda"  # nothing known about fn's operands: flush, as a cold call
 
         def setup():
             if flush:
@@ -262,7 +274,7 @@ def benchmark_config(pytestconfig):
 @pytest.fixture
 def flops_benchmark(benchmark, pytestconfig):
     """``flops_benchmark(fn, flops=..., dtype=..., device=...)`` → :class:`FlopsResult`, with FLOPs/MFU in ``extra_info``."""
-    return FlopsBenchmark(benchmark, pytestconfig)
+    return FlopsBenchmark(benchmark, pytestconfig, infos=pytestconfig.stash.setdefault(_DEVICE_INFOS, {}))
 
 
 # ---- machine info and the comparison guard -------------------------------------------------

@@ -15,9 +15,10 @@ import torch
 import torch.utils.benchmark
 
 from accounting.benchconfig import load_benchmarks
-from accounting.device import cpu_flags, cpu_vendor, detect_device, release_cached_memory
-from accounting.hardware import PeakUnknownWarning, cpu_flops_per_cycle, device_peak_flops
-from accounting.pytest_plugin import MFU_CEILING, add_summary_line, fitted_shape, gpu_skip_reason, shape_mode
+from accounting.device import cpu_flags, cpu_vendor, release_cached_memory
+from accounting.flops import MFU_CEILING
+from accounting.hardware import PeakUnknownWarning, chip_row, cpu_flops_per_cycle, device_peak_flops
+from accounting.pytest_plugin import add_summary_line, fitted_shape, gpu_skip_reason, shape_mode
 from accounting.timing import matmul_case, time_matmul
 
 TIMER_AGREEMENT = (0.9, 1.1)
@@ -99,18 +100,18 @@ def test_gpu_matmul(gpu_point, flops_benchmark, benchmark_config):
     reason = gpu_skip_reason(dtype)
     if reason:
         pytest.skip(reason)
-    info = detect_device()  # cuda:0
+    info = flops_benchmark.device_info("cuda:0")
     device = info.device
     peak = _peak_or_skip(info, dtype, flops_benchmark.config)
     run_shape, note = fitted_shape(shape, dtype, device)
     case = matmul_case(dtype, *run_shape, device)
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device=device, shape=run_shape,
-                             rounds=benchmark_config.device("cuda").rounds, peak=peak)
+                             rounds=benchmark_config.device("cuda").rounds, peak=peak, operands=case.operands)
     if note:
         flops_benchmark.benchmark.extra_info["shape_note"] = note
     del case
     release_cached_memory(device)
-    floor = benchmark_config.floor("cuda", dtype, chip=info.name)
+    floor = benchmark_config.floor("cuda", dtype, chip=chip_row(info))  # name, then ROCm arch
     _check_bounds(result, floor, f"{info.name} {dtype} {run_shape}", flops_benchmark.config)
 
 

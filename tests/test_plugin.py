@@ -153,6 +153,36 @@ def test_flops_benchmark_takes_the_peak_override_option():
     assert result.mfu == pytest.approx(1.0)
 
 
+def test_flops_benchmark_detects_each_device_once_per_session(monkeypatch):
+    detected = []
+    monkeypatch.setattr(plugin, "detect_device", lambda device: detected.append(str(device)) or str(device))
+    config = SimpleNamespace(getoption=lambda name, default=None: None, stash=pytest.Stash())
+    make_fixture = plugin.flops_benchmark.__wrapped__  # the fixture's body, as pytest runs it for each test
+    for _test in range(3):  # three tests, three fixtures, one session (one config)
+        assert make_fixture(FakeBenchmark([]), config).device_info("cuda:1") == "cuda:1"
+    assert detected == ["cuda:1"]
+
+
+@pytest.mark.parametrize("operands, flushed", [
+    pytest.param((torch.ones(256, 256),) * 2, True, id="operands-fit-L2"),
+    pytest.param((torch.ones(4096, 4096), torch.ones(256, 256)), False, id="operands-exceed-L2"),
+    pytest.param((), True, id="operands-unknown"),
+])
+def test_flops_benchmark_flushes_l2_by_the_shared_rule(monkeypatch, operands, flushed):
+    from accounting import timing
+
+    log = []
+    clock = SimpleNamespace(flush_cache=lambda: log.append("flush"))
+    monkeypatch.setattr(plugin, "clock_for", lambda device: clock)
+    monkeypatch.setattr(plugin, "synchronize", lambda device: None)
+    monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
+    config = SimpleNamespace(getoption=lambda name, default=None: None)
+    runner = FlopsBenchmark(FakeBenchmark(log), config, infos={"cuda:0": plugin.DeviceInfo("cuda", "fake GPU", 0, 2**30)})
+    runner(lambda: None, flops=1, dtype="bf16", device="cuda:0", rounds=1, warmup_rounds=0, peak=1e15,
+           operands=operands)
+    assert ("flush" in log) is flushed
+
+
 # ---- machine info and the comparison guard -----------------------------------------------------
 
 H100 = {"accelerator": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132,
