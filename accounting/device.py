@@ -347,6 +347,17 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def cuda_device_names() -> list[str]:
+    """Names of the CUDA (or ROCm) devices, by index; empty without CUDA.
+
+    >>> cuda_device_names() if not cuda_available() else []
+    []
+    """
+    if not cuda_available():
+        return []
+    return [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+
+
 def cuda_capability(device=None) -> tuple[tuple[int, int], str]:
     """``((major, minor), name)`` of a CUDA device (the current one by default)."""
     index = None if device is None else as_device(device).index

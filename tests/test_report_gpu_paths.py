@@ -41,6 +41,12 @@ def test_prepare_uses_the_gpu_table_and_its_spec_bandwidth(fake_gpu):
     assert not any("CPU peaks" in note for note in plan.notes)
 
 
+def test_other_cuda_devices_are_named_in_a_note(fake_gpu, monkeypatch):
+    monkeypatch.setattr(run, "cuda_device_names", lambda: ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"])
+    plan = run.prepare(device="cuda", dtypes=["bf16"], budget_s=30.0)
+    assert "other CUDA devices, not tested (pick one with --device): cuda:1 NVIDIA A100-SXM4-80GB" in plan.notes
+
+
 def test_chip_floor_follows_the_rocm_arch_like_the_peak(monkeypatch, tmp_path):
     benchmarks = {
         "regression": {"metric": "median", "threshold_percent": 10},

@@ -10,10 +10,16 @@ import os
 import time
 from dataclasses import dataclass, field
 
-import torch
 
 from accounting.benchconfig import BENCHMARKS_ENV, load_benchmarks
-from accounting.device import CPU_GHZ_ENV, DeviceInfo, detect_device, free_memory_bytes, release_cached_memory
+from accounting.device import (
+    CPU_GHZ_ENV,
+    DeviceInfo,
+    cuda_device_names,
+    detect_device,
+    free_memory_bytes,
+    release_cached_memory,
+)
 from accounting.errors import AccountingError
 from accounting.hardware import (
     PEAK_TFLOPS_ENV,
@@ -173,9 +179,8 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     if info.kind == "cpu":
         notes.append(f"CPU peaks are estimates (clock from {info.clock_source}; override with ${CPU_GHZ_ENV} "
                      f"or ${PEAK_TFLOPS_ENV}); CPUs have no spec bandwidth figure")
-    elif torch.cuda.device_count() > 1:
-        others = [f"cuda:{index} {torch.cuda.get_device_name(index)}" for index in range(torch.cuda.device_count())
-                  if index != info.index]
+    elif len(names := cuda_device_names()) > 1:
+        others = [f"cuda:{index} {name}" for index, name in enumerate(names) if index != info.index]
         notes.append(f"other CUDA devices, not tested (pick one with --device): {'; '.join(others)}")
     load = _load_average()
     logical = os.cpu_count() or 1
