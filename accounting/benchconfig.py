@@ -2,7 +2,8 @@
 
 One section per device kind (``cpu``, ``cuda``) and a ``regression`` section::
 
-    {"regression": {"metric": "median", "threshold_percent": 10},
+    {"regression": {"metric": "median", "threshold_percent": 10,
+                    "per_kind": {"cuda": 5}, "per_benchmark": {"test_cpu_matmul[float16-1024x1024x1024]": 20}},
      "cpu": {"dtypes": ["float32"], "shapes": [[1024, 1024, 1024]], "quick_shapes": [[512, 512, 512]],
              "floors": {"float32": 0.3}, "rounds": 10}}
 
@@ -12,6 +13,10 @@ section that lists a float8 dtype needs every shape's K and N divisible by 16
 (``torch._scaled_mm``). Keys starting with ``_`` are notes
 (JSON has no comments) and are kept, not checked. The file is validated as it is
 loaded: every error names the entry, e.g. ``cuda.floors.bfloat16``.
+
+``regression.threshold_percent`` is the smallest slowdown the regression gate
+(:mod:`accounting.gate`) calls a regression; ``per_kind`` overrides it per device kind,
+``per_benchmark`` per benchmark (its pytest-benchmark ``name`` or ``fullname``, the node id).
 
 >>> config = parse_benchmarks({
 ...     "regression": {"metric": "median", "threshold_percent": 10},
@@ -41,7 +46,7 @@ METRICS = ("min", "max", "mean", "median", "stddev", "iqr")
 """Statistics ``--benchmark-compare-fail`` accepts."""
 DEFAULT_ROUNDS = 10
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds"}
-_REGRESSION_KEYS = {"metric", "threshold_percent"}
+_REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,10 @@ class BenchConfig:
     regression_metric: str
     regression_threshold_percent: float
     source: str = BENCHMARKS_FILE
+    regression_per_kind: dict = field(default_factory=dict)
+    """Device kind -> threshold percent, overriding ``regression_threshold_percent``."""
+    regression_per_benchmark: dict = field(default_factory=dict)
+    """Benchmark name or fullname -> threshold percent, overriding both."""
 
     def device(self, kind: str) -> DeviceMatrix:
         """The matrix for ``"cpu"`` or ``"cuda"``."""
@@ -90,6 +99,25 @@ class BenchConfig:
             if row in matrix.chip_floors and name in matrix.chip_floors[row]:
                 return matrix.chip_floors[row][name]
         return matrix.floors[name]
+
+    def regression_threshold(self, kind: str | None = None, benchmark: str | None = None) -> float:
+        """The regression threshold in percent for ``benchmark`` (a fullname) on device ``kind``.
+
+        A ``per_benchmark`` entry matches the fullname (node id) or the name after its last ``::``.
+
+        >>> config = parse_benchmarks({"regression": {"metric": "median", "threshold_percent": 10,
+        ...     "per_kind": {"cuda": 5}, "per_benchmark": {"test_mm[bf16]": 20}},
+        ...     "cpu": {"dtypes": ["fp32"], "shapes": [[64, 64, 64]], "floors": {"fp32": 0.1}}})
+        >>> config.regression_threshold("cpu"), config.regression_threshold("cuda", "tests/t.py::test_mm[fp32]")
+        (10.0, 5.0)
+        >>> config.regression_threshold("cuda", "tests/t.py::test_mm[bf16]")
+        20.0
+        """
+        if benchmark is not None:
+            for key in (benchmark, benchmark.rsplit("::", 1)[-1]):
+                if key in self.regression_per_benchmark:
+                    return self.regression_per_benchmark[key]
+        return self.regression_per_kind.get(kind, self.regression_threshold_percent)
 
     @property
     def compare_fail(self) -> str:
@@ -229,13 +257,27 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     metric = regression.get("metric")
     if metric not in METRICS:
         _fail(source, "regression.metric", f"= {metric!r}: must be one of {', '.join(METRICS)}")
-    threshold = regression.get("threshold_percent")
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 < threshold < 100:
-        _fail(source, "regression.threshold_percent", f"= {threshold!r}: must be a percentage in (0, 100)")
+    threshold = _percent(regression.get("threshold_percent"), source, "regression.threshold_percent")
+    per_kind = {}
+    for kind, value in _mapping(regression.get("per_kind", {}), source, "regression.per_kind").items():
+        if not kind.startswith("_"):
+            if kind not in KINDS:
+                _fail(source, f"regression.per_kind.{kind}", f"is not a device kind; kinds: {', '.join(KINDS)}")
+            per_kind[kind] = _percent(value, source, f"regression.per_kind.{kind}")
+    per_benchmark = {}
+    for name, value in _mapping(regression.get("per_benchmark", {}), source, "regression.per_benchmark").items():
+        if not name.startswith("_"):
+            per_benchmark[name] = _percent(value, source, f"regression.per_benchmark.{name}")
     devices = {kind: _kind(kind, data[kind], source) for kind in KINDS if kind in data}
     if not devices:
         _fail(source, "the top level", f"needs at least one of {', '.join(KINDS)}")
-    return BenchConfig(devices, metric, float(threshold), source)
+    return BenchConfig(devices, metric, threshold, source, per_kind, per_benchmark)
+
+
+def _percent(value, source, where) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 100:
+        _fail(source, where, f"= {value!r}: must be a percentage in (0, 100)")
+    return float(value)
 
 
 INSTALLED_BENCHMARKS = Path(sys.prefix) / "share" / "accounting" / BENCHMARKS_FILE

@@ -1,0 +1,21 @@
+"""The regression gate: does this run's benchmark suite run slower than the saved history says it should?
+
+``python -m accounting gate`` (or the ``accounting gate`` console script) compares the
+current pytest-benchmark runs with the last K saved runs of the same hardware and decides
+each benchmark: **regression**, **no change**, **improvement** or **inconclusive**. It
+fails (exit status 1) only on a regression it is sure of — slower beyond doubt *and* by
+more than ``regression.threshold_percent`` in ``benchmarks.json`` — and re-measures
+inconclusive benchmarks in fresh processes, a bounded number of times, before deciding.
+
+One module per job:
+
+- :mod:`~accounting.gate.stats` — the tests (permutation test over runs, t interval, Holm);
+- :mod:`~accounting.gate.storage` — pytest-benchmark's saved runs, read and checked;
+- :mod:`~accounting.gate.guard` — the load guard (was a run measured on a quiet machine?);
+- :mod:`~accounting.gate.decide` — the verdict on a whole matrix;
+- :mod:`~accounting.gate.render` — the table, as text and as Markdown;
+- :mod:`~accounting.gate.plot` — the history of each benchmark as a PNG;
+- :mod:`~accounting.gate.measure` — running pytest: baselines, current runs, re-measurements;
+- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare``;
+- :mod:`~accounting.gate.error_rates` — the gate's own false-alarm and detection rates, measured.
+"""

@@ -1,0 +1,148 @@
+"""The gate's verdict on a whole matrix: every benchmark of the baseline and current runs.
+
+:func:`judge` pairs benchmarks by fullname (the node id), leaves out current runs that the
+load guard calls disturbed (:mod:`accounting.gate.guard`), adjusts the matrix's p-values
+with Holm (:func:`accounting.gate.stats.holm`) and decides each benchmark with
+:func:`accounting.gate.stats.compare_runs` at its own threshold (``benchmarks.json``:
+per benchmark, else per device kind, else the default). A benchmark on one side only is
+listed as *not compared*, with the side it is missing from — never silently dropped.
+
+>>> from accounting.gate.storage import BenchmarkRun, SavedRun
+>>> def run(path, median):
+...     rounds = tuple(median * (1 + 0.01 * step) for step in (-2, -1, 0, 1, 2))
+...     return SavedRun(path, {}, {"t::mm": BenchmarkRun("t::mm", rounds, {"device_kind": "cpu"})})
+>>> result = judge([run(f"{i:04}_base.json", 0.015 + 0.0001 * i) for i in range(6)],
+...                [run(f"current-{i}.json", 0.019 + 0.0001 * i) for i in range(4)], threshold_for=lambda kind, name: 10)
+>>> [(verdict.name, verdict.decision.value) for verdict in result.verdicts], result.regressions[0].name
+([('t::mm', 'regression')], 't::mm')
+"""
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
+from accounting.gate.stats import ALPHA, Comparison, Decision, compare_runs, holm, permutation_test
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One benchmark's row: its run medians on both sides and the decision (``None``: not compared)."""
+
+    name: str
+    kind: str | None
+    threshold: float
+    """The smallest slowdown that counts, as a fraction (0.10 = 10 %)."""
+    decision: Decision | None
+    reason: str
+    baseline_medians: tuple = ()
+    """Median of each baseline run's rounds (seconds), oldest run first."""
+    current_medians: tuple = ()
+    """... of each current run the comparison used (disturbed runs left out)."""
+    disturbed_medians: tuple = ()
+    """... of each current run the load guard left out."""
+    comparison: Comparison | None = None
+
+    @property
+    def baseline_median(self) -> float | None:
+        """The median of the baseline run medians (seconds)."""
+        return statistics.median(self.baseline_medians) if self.baseline_medians else None
+
+    @property
+    def current_median(self) -> float | None:
+        """The median of the current run medians used (seconds)."""
+        return statistics.median(self.current_medians) if self.current_medians else None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Every benchmark's verdict, in name order, and the notes the summary prints under the table."""
+
+    verdicts: tuple
+    notes: tuple
+    baseline_runs: tuple
+    """File names of the baseline runs, oldest first."""
+    current_runs: tuple
+    alpha: float = ALPHA
+
+    @property
+    def regressions(self) -> list[Verdict]:
+        """The benchmarks the gate fails on."""
+        return [verdict for verdict in self.verdicts if verdict.decision is Decision.REGRESSION]
+
+    @property
+    def suspects(self) -> list[str]:
+        """Inconclusive benchmarks that fresh current runs could decide (those with a baseline spread)."""
+        return [verdict.name for verdict in self.verdicts
+                if verdict.decision is Decision.INCONCLUSIVE and len(verdict.baseline_medians) >= 2]
+
+
+def _current_disturbances(runs, baseline_runs) -> dict:
+    """Current run path -> reasons it cannot be used (load guard, or a clock unlike the baseline's)."""
+    clocks = [clock for clock in (run_clock_mhz(run.guard) for run in baseline_runs) if clock]
+    baseline_clock = statistics.median(clocks) if clocks else None
+    reasons = {}
+    for run in runs:
+        found = recorded_disturbances(run.guard)
+        mismatch = clock_mismatch(run_clock_mhz(run.guard), baseline_clock)
+        if mismatch:
+            found.append(mismatch)
+        if found:
+            reasons[run.path] = found
+    return reasons
+
+
+def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=()) -> GateResult:
+    """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
+
+    ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
+    (:meth:`accounting.benchconfig.BenchConfig.regression_threshold`); ``notes`` are
+    carried into the result (e.g. the baseline runs that were passed over).
+    """
+    notes = list(notes)
+    if len(baseline_runs) == 1:
+        notes.append("only 1 baseline run: the gate cannot tell noise from change; save more baseline runs")
+    disturbed = _current_disturbances(current_runs, baseline_runs)
+    for run in current_runs:
+        if run.path in disturbed:
+            notes.append(f"{run.label} not used, measured on a disturbed machine: {'; '.join(disturbed[run.path])}")
+    names = sorted({name for run in (*baseline_runs, *current_runs) for name in run.benchmarks})
+    rows = {}
+    for name in names:
+        base = [run.benchmarks[name] for run in baseline_runs if name in run.benchmarks]
+        clean = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path not in disturbed]
+        noisy = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path in disturbed]
+        kind = next((bench.kind for bench in (*clean, *noisy, *base) if bench.kind), None)
+        rows[name] = (base, clean, noisy, kind, threshold_for(kind, name) / 100)
+    comparable = [name for name, (base, clean, _, _, _) in rows.items() if len(base) >= 2 and clean]
+    raw = {}
+    for name in comparable:
+        base, clean = rows[name][0], rows[name][1]
+        test = permutation_test(np.log([bench.median for bench in base]), np.log([bench.median for bench in clean]))
+        raw[name] = (test.p_greater, test.p_less)
+    slower = dict(zip(comparable, holm([raw[name][0] for name in comparable])))
+    faster = dict(zip(comparable, holm([raw[name][1] for name in comparable])))
+    verdicts = []
+    for name, (base, clean, noisy, kind, threshold) in rows.items():
+        medians = dict(baseline_medians=tuple(bench.median for bench in base),
+                       current_medians=tuple(bench.median for bench in clean),
+                       disturbed_medians=tuple(bench.median for bench in noisy))
+        if not base:
+            verdicts.append(Verdict(name, kind, threshold, None, "no baseline: a new benchmark, or one the baseline "
+                                                                  "runs did not run", **medians))
+        elif not clean and not noisy:
+            verdicts.append(Verdict(name, kind, threshold, None, "not in the current run(s): deselected, skipped or "
+                                                                  "failed", **medians))
+        elif not clean:
+            verdicts.append(Verdict(name, kind, threshold, Decision.INCONCLUSIVE,
+                                    "re-measure: every current run was measured on a disturbed machine", **medians))
+        else:
+            comparison = compare_runs(
+                medians["baseline_medians"], medians["current_medians"], threshold=threshold, alpha=alpha,
+                family=max(1, len(comparable)),
+                p_adjust=(lambda p_slower, p_faster, name=name: (slower[name], faster[name])) if name in slower else None)
+            verdicts.append(Verdict(name, kind, threshold, comparison.decision, comparison.reason, **medians,
+                                    comparison=comparison))
+    return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
+                      tuple(run.label for run in current_runs), alpha)

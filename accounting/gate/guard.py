@@ -1,0 +1,154 @@
+"""The load guard: was a run measured on a quiet, unthrottled machine?
+
+The gate takes one :func:`accounting.telemetry.snapshot` of the device before each pytest
+process it starts and one after (load average, CPU clock — measured where a VM shows only
+a nominal one — and on GPUs SM clock, temperature, throttle reasons, other processes'
+memory, busy sibling GPUs), and keeps both in the saved run (``"accounting_gate"``). A run
+is *disturbed*, and its timings are not used, when
+
+- the device reported a throttle reason before or after it;
+- other GPUs were busy or other processes held more than :data:`OTHER_MEMORY_LIMIT_BYTES`
+  on the device (they share its power and memory bandwidth);
+- the load average not explained by the gate's own earlier runs exceeded
+  :data:`FOREIGN_LOAD_PER_CPU` per logical CPU, before or after;
+- the clock moved by more than :data:`CLOCK_TOLERANCE` between before and after.
+
+A benchmark whose every current run was disturbed is *inconclusive*, with the reason named;
+a disturbed baseline run is passed over for an older quiet one. A reading the backend
+cannot give is ``None`` and decides nothing (the report says which were missing).
+
+The load average is the kernel's exponentially damped count of runnable threads
+(``L ← L·e^(−5/60) + n·(1 − e^(−5/60))`` every 5 s), so the gate's own previous run is
+still in it seconds later. :func:`own_load` estimates that share from the run's CPU time
+(average runnable threads = CPU seconds / wall seconds) and subtracts it.
+
+>>> quiet = {"load_average_1m": 0.3, "logical_cpus": 2, "clock_mhz_mean": 3000.0, "throttle_reasons": []}
+>>> disturbances(quiet, dict(quiet, clock_mhz_mean=2500.0))
+['the clock moved from 3000 to 2500 MHz during the run']
+>>> disturbances(dict(quiet, load_average_1m=2.4), quiet)
+['load average 2.4 on 2 CPUs before the run (2.4 not from the gate; limit 1)']
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+FOREIGN_LOAD_PER_CPU = 0.5
+"""Load average from other work, per logical CPU, above which a run is disturbed: on our 2
+cores, one other busy thread (load 1) already moves a 2-thread matmul's median by tens of %."""
+CLOCK_TOLERANCE = 0.05
+"""Relative clock change during a run (or against the baseline runs' clock) that disturbs it."""
+OTHER_MEMORY_LIMIT_BYTES = 4 * 2**30
+"""Memory other processes may hold on the GPU before the run counts as shared (as telemetry's busy siblings)."""
+LOAD_PERIOD_S = 60.0
+"""Time constant of the 1-minute load average."""
+
+
+@dataclass(frozen=True)
+class OwnRun:
+    """A pytest process the gate ran: when it ended, how long it took, how many threads it kept busy."""
+
+    ended: float
+    """``time.monotonic()`` when it ended."""
+    duration_s: float
+    busy_threads: float
+    """CPU seconds / wall seconds of the process (its children included)."""
+
+
+def own_load(runs, now: float) -> float:
+    """The share of the 1-minute load average that the gate's own earlier ``runs`` still account for.
+
+    A process keeping ``a`` threads busy for ``T`` seconds adds ``a·(1 − e^(−T/60))`` to
+    the load average, which then decays as ``e^(−Δt/60)``.
+
+    >>> round(own_load([OwnRun(ended=100.0, duration_s=60.0, busy_threads=2.0)], now=100.0), 3)
+    1.264
+    """
+    total = 0.0
+    for run in runs:
+        gained = run.busy_threads * (1 - math.exp(-run.duration_s / LOAD_PERIOD_S))
+        total += gained * math.exp(-max(0.0, now - run.ended) / LOAD_PERIOD_S)
+    return total
+
+
+def _number(reading: dict | None, name: str):
+    value = reading.get(name) if reading else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def disturbances(before: dict | None, after: dict | None, *, own_before: float = 0.0,
+                 own_after: float = 0.0) -> list[str]:
+    """Why a run between the ``before`` and ``after`` readings (``Summary.to_dict()``) cannot be trusted.
+
+    ``own_before``/``own_after``: the gate's own share of the load average at each reading
+    (:func:`own_load`; after the run it includes the run itself). Empty: a quiet run.
+    """
+    reasons = []
+    for when, reading, own in (("before", before, own_before), ("after", after, own_after)):
+        if not reading:
+            continue
+        throttled = reading.get("throttle_reasons") or []
+        if throttled:
+            reasons.append(f"throttled {when} the run ({', '.join(throttled)})")
+        siblings = reading.get("busy_siblings") or []
+        if siblings:
+            reasons.append(f"other GPUs busy {when} the run ({', '.join(siblings)})")
+        memory = _number(reading, "other_process_memory_bytes")
+        if memory is not None and memory > OTHER_MEMORY_LIMIT_BYTES:
+            reasons.append(f"other processes held {memory / 2**30:.1f} GiB on the device {when} the run")
+        load = _number(reading, "load_average_1m")
+        cpus = _number(reading, "logical_cpus") or 1
+        if load is not None:
+            foreign = load - own
+            if foreign > FOREIGN_LOAD_PER_CPU * cpus:
+                reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
+                               f"the gate; limit {FOREIGN_LOAD_PER_CPU * cpus:g})")
+    first, last = _number(before, "clock_mhz_mean"), _number(after, "clock_mhz_mean")
+    if first and last and abs(last / first - 1) > CLOCK_TOLERANCE:
+        reasons.append(f"the clock moved from {first:.0f} to {last:.0f} MHz during the run")
+    return reasons
+
+
+def run_clock_mhz(guard: dict | None) -> float | None:
+    """The clock a run was measured at: the mean of its before and after readings (``None`` if unknown)."""
+    if not guard:
+        return None
+    clocks = [_number(guard.get(when), "clock_mhz_mean") for when in ("before", "after")]
+    clocks = [clock for clock in clocks if clock]
+    return sum(clocks) / len(clocks) if clocks else None
+
+
+def clock_mismatch(current_mhz: float | None, baseline_mhz: float | None) -> str | None:
+    """Why a run's clock makes it incomparable with the baseline's (``None``: comparable or unknown).
+
+    >>> clock_mismatch(2800.0, 3200.0)
+    'measured at 2800 MHz, the baseline runs at 3200 MHz (-12 %)'
+    """
+    if not current_mhz or not baseline_mhz or abs(current_mhz / baseline_mhz - 1) <= CLOCK_TOLERANCE:
+        return None
+    change = (current_mhz / baseline_mhz - 1) * 100
+    return f"measured at {current_mhz:.0f} MHz, the baseline runs at {baseline_mhz:.0f} MHz ({change:+.0f} %)"
+
+
+def read(device: str) -> dict:
+    """One telemetry reading of ``device`` now, as plain JSON values (stored with the run)."""
+    from accounting.telemetry import snapshot
+
+    return snapshot(device).to_dict()
+
+
+def now() -> float:
+    """The clock :class:`OwnRun` times are on."""
+    return time.monotonic()
+
+
+def recorded_disturbances(guard: dict | None) -> list[str]:
+    """:func:`disturbances` of a saved run's ``"accounting_gate"`` record (empty when it has none).
+
+    >>> recorded_disturbances({"before": {"throttle_reasons": ["hw_slowdown"]}, "after": None})
+    ['throttled before the run (hw_slowdown)']
+    """
+    if not guard:
+        return []
+    return disturbances(guard.get("before"), guard.get("after"), own_before=guard.get("own_before") or 0.0,
+                        own_after=guard.get("own_after") or 0.0)

@@ -1,0 +1,154 @@
+"""The gate's table, for a terminal and as Markdown for a CI summary: pure functions of a :class:`GateResult`.
+
+One row per benchmark with one mark (as asv's compare), the baseline and current medians
+(the median of the run medians, with the number of runs), the ratio current/baseline with
+its interval, the Holm-adjusted one-sided p-value of "slower", and the decision; every
+reason that asks for action is listed under the table, then the notes.
+
+>>> from accounting.gate.decide import GateResult, Verdict
+>>> from accounting.gate.stats import compare_runs
+>>> comparison = compare_runs([0.0150, 0.0149, 0.0151], [0.0150], threshold=0.1)
+>>> verdict = Verdict("tests/t.py::test_mm", "cpu", 0.1, comparison.decision, comparison.reason,
+...                   (0.0150, 0.0149, 0.0151), (0.0150,), comparison=comparison)
+>>> print(render_text(GateResult((verdict,), (), ("0001_a.json",), ("current.json",))))
+Gate: pass: 1 no change
+<BLANKLINE>
+   benchmark  baseline           current           ratio [90% CI]         p (slower)  decision
+-  ---------  -----------------  ----------------  ---------------------  ----------  ---------
+   test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  no change
+<BLANKLINE>
+Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix.
+"""
+
+from accounting.gate.decide import GateResult, Verdict
+from accounting.gate.stats import Decision
+from accounting.report.render import table
+
+MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE: " ",
+         Decision.INCONCLUSIVE: "?", None: "x"}
+LEGEND = ("+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive "
+          "(re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not "
+          "significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix.")
+HEADER = ["", "benchmark", "baseline", "current", "ratio [90% CI]", "p (slower)", "decision"]
+
+
+def seconds(value: float | None) -> str:
+    """A duration with a unit that keeps 3–4 significant digits.
+
+    >>> seconds(0.01523), seconds(2.5e-5), seconds(1.5), seconds(None)
+    ('15.23 ms', '25.00 µs', '1.500 s', '—')
+    """
+    if value is None:
+        return "—"
+    if value >= 1:
+        return f"{value:.3f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.2f} µs"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
+
+
+def _short_names(verdicts) -> dict:
+    """Each fullname shortened to the part after ``::`` where that stays unique."""
+    short = {verdict.name: verdict.name.rsplit("::", 1)[-1] for verdict in verdicts}
+    taken = list(short.values())
+    return {name: (value if taken.count(value) == 1 else name) for name, value in short.items()}
+
+
+def _ratio(verdict: Verdict) -> str:
+    comparison = verdict.comparison
+    if comparison is None:
+        return "—"
+    text = f"{comparison.ratio:.3f}×"
+    if comparison.ci_low == comparison.ci_low:  # not nan: there was a spread to build it from
+        text += f" [{comparison.ci_low:.3f}, {comparison.ci_high:.3f}]"
+    beyond = comparison.ratio >= 1 + comparison.threshold or comparison.ratio <= 1 / (1 + comparison.threshold)
+    if beyond and comparison.decision not in (Decision.REGRESSION, Decision.IMPROVEMENT):
+        text = "~" + text
+    return text
+
+
+def rows(result: GateResult) -> list[list[str]]:
+    """The table's cells, one list per benchmark (the columns of :data:`HEADER`)."""
+    names = _short_names(result.verdicts)
+    cells = []
+    for verdict in result.verdicts:
+        comparison = verdict.comparison
+        current = len(verdict.current_medians)
+        cells.append([
+            MARKS[verdict.decision],
+            names[verdict.name],
+            f"{seconds(verdict.baseline_median)} ({_runs(len(verdict.baseline_medians))})",
+            f"{seconds(verdict.current_median)} ({_runs(current)})" if current else "—",
+            _ratio(verdict),
+            f"{comparison.p_slower:.2g}" if comparison is not None else "—",
+            verdict.decision.value if verdict.decision is not None else "not compared",
+        ])
+    return cells
+
+
+def headline(result: GateResult) -> str:
+    """``Gate: FAIL: ...`` or ``Gate: pass: ...`` with the count of each decision.
+
+    >>> headline(GateResult((), (), (), ()))
+    'Gate: pass: nothing compared'
+    """
+    counts = {}
+    for verdict in result.verdicts:
+        label = verdict.decision.value if verdict.decision is not None else "not compared"
+        counts[label] = counts.get(label, 0) + 1
+    order = [decision.value for decision in Decision] + ["not compared"]
+    summary = ", ".join(f"{counts[label]} {label}" for label in order if label in counts) or "nothing compared"
+    return f"Gate: {'FAIL' if result.regressions else 'pass'}: {summary}"
+
+
+def _reasons(result: GateResult) -> list[str]:
+    names = _short_names(result.verdicts)
+    return [f"{names[verdict.name]}: {verdict.reason}" for verdict in result.verdicts
+            if verdict.decision is not Decision.NO_CHANGE]
+
+
+def render_text(result: GateResult) -> str:
+    """The terminal version: headline, table, reasons, legend, notes."""
+    lines = [headline(result), "", table(HEADER, rows(result)), ""]
+    lines += _reasons(result)
+    lines.append(f"Legend: {LEGEND}")
+    lines += [f"Note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|") or " "
+
+
+def render_markdown(result: GateResult) -> str:
+    """The CI-summary version (GitHub-flavoured Markdown), same content as :func:`render_text`.
+
+    >>> print(render_markdown(GateResult((), ("no saved runs",), (), ())))
+    ### Benchmark regression gate
+    <BLANKLINE>
+    **Gate: pass: nothing compared** (0 baseline runs, 0 current runs)
+    <BLANKLINE>
+    |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | decision |
+    |---|---|---|---|---|---|---|
+    <BLANKLINE>
+    <sub>+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix.</sub>
+    <BLANKLINE>
+    - Note: no saved runs
+    """
+    lines = ["### Benchmark regression gate", "",
+             f"**{headline(result)}** ({_runs(len(result.baseline_runs)).replace('run', 'baseline run')}, "
+             f"{_runs(len(result.current_runs)).replace('run', 'current run')})", "",
+             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    for cells in rows(result):
+        lines.append("| " + " | ".join(_markdown_cell(cell.strip()) for cell in cells) + " |")
+    lines.append("")
+    lines += [f"- {_markdown_cell(reason)}" for reason in _reasons(result)]
+    lines.append(f"<sub>{LEGEND}</sub>")
+    if result.notes:
+        lines.append("")
+        lines += [f"- Note: {note}" for note in result.notes]
+    return "\n".join(lines)

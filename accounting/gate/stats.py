@@ -1,0 +1,310 @@
+"""The statistics of the gate: one benchmark, K baseline runs against c current runs.
+
+**The unit is the run (one pytest process), not the round.** Rounds inside one process
+share its thread placement, its host clock and its neighbours; on our 2-core CI machine an
+unchanged fp32 1024³ matmul's median moves between 12 and 17.5 ms from one process to the
+next, while a 1.25× slowdown reads a steady 1.24–1.28× within one. Rounds of one process
+are therefore not independent samples of the noise that matters, and a test on pooled
+rounds (asv's Mann-Whitney on raw samples) would call every process-to-process wobble
+significant. Each run is reduced to one number, the **median of its raw rounds**
+(``stats.data``, saved with ``--benchmark-save-data``), on a log scale: the samples of the
+tests below are log run-medians, so a change is a ratio.
+
+Two questions, two tools:
+
+- **Is it slower?** :func:`permutation_test` — the difference of mean log-medians
+  (current − baseline), one-sided, exact over every split of the runs into a "baseline"
+  and a "current" group (Firecracker's A/B permutation test; scipy's
+  ``permutation_test(..., permutation_type="independent")``). It is distribution-free
+  and needs no guess of the noise's shape; its smallest possible p-value is
+  ``1 / binom(K + c, c)`` (asv's ``p_min`` check), so a regression must show in several
+  fresh processes, never in one unlucky one: one current run against 10 baseline runs
+  can reach p = 1/11 at best, which is never "significant". When the sizes cannot reach
+  the level, the answer is *inconclusive, re-measure* (:func:`min_pvalue`), never
+  *unchanged*.
+- **How much, and can a regression of the threshold's size be excluded?**
+  :func:`ratio_interval` — a pooled-variance t interval on the difference of mean
+  log-medians, turned into a ratio. With one current run it is the prediction interval
+  of a new run over the baseline history (Bencher's approach); it assumes log-normal
+  run-to-run noise, which is why it only ever *clears* a benchmark (upper bound below the
+  threshold → *no change*) and never *convicts* one.
+
+:func:`compare_runs` combines them into a :class:`Comparison` with one of four
+:class:`Decision` values; :func:`holm` adjusts the p-values of a whole matrix (Holm,
+not Benjamini–Hochberg: one false regression fails the whole CI run, so the error to
+control is the chance of *any* false alarm — the family-wise rate — and Holm controls it
+under any dependence between benchmarks, which share one process and one machine).
+
+>>> base = [0.0150, 0.0147, 0.0153, 0.0149, 0.0151, 0.0148]
+>>> slower = [0.0187, 0.0190, 0.0186, 0.0189]
+>>> result = compare_runs(base, slower, threshold=0.10)
+>>> result.decision.value, round(result.ratio, 2), round(result.p_slower, 4)
+('regression', 1.26, 0.0048)
+>>> compare_runs(base, [0.0150], threshold=0.10).decision.value
+'no change'
+"""
+
+import enum
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accounting.errors import AccountingError
+
+ALPHA = 0.01
+"""Family-wise significance level of "slower" (and "faster") across the whole matrix (Holm).
+
+Pinpoint calls p ≤ 0.01 *different*; asv uses 0.002 two-sided on raw samples. Our samples
+are runs, few and costly, so 0.01 one-sided: with 10 baseline runs, 3 current runs reach
+p = 1/286 and 4 reach 1/1001, enough for a matrix of 3 (Holm's smallest level 0.01/3)."""
+CONFIDENCE = 0.90
+"""Two-sided level of the ratio's interval: its upper end is a one-sided 95 % bound, the
+one a benchmark must stay under to be called *no change*."""
+EXACT_LIMIT = 200_000
+"""Enumerate every split up to this many (``binom(K + c, c)``); above it, draw random ones."""
+RANDOM_RESAMPLES = 9_999
+SEED = 0
+"""The random splits are drawn from a seeded generator, so CI reruns of the same data agree."""
+
+
+class Decision(enum.Enum):
+    """What the gate says about one benchmark."""
+
+    REGRESSION = "regression"
+    """Slower beyond doubt (p ≤ the Holm-adjusted level) *and* by more than the threshold."""
+    IMPROVEMENT = "improvement"
+    """Faster beyond doubt *and* by more than the threshold."""
+    NO_CHANGE = "no change"
+    """A slowdown as large as the threshold is excluded (the ratio's upper bound is below it);
+    smaller significant changes are "no change" too: significant is not the same as large."""
+    INCONCLUSIVE = "inconclusive"
+    """Neither shown nor excluded (or measured on a loaded machine): collect more runs."""
+
+
+@dataclass(frozen=True)
+class PermutationResult:
+    """One-sided p-values of the permutation test, with what it took to get them."""
+
+    statistic: float
+    """mean(current) − mean(baseline)."""
+    p_greater: float
+    p_less: float
+    method: str
+    """``"exact"`` (every split enumerated) or ``"random"`` (``RANDOM_RESAMPLES`` splits, +1 counted)."""
+    splits: int
+    """How many splits the p-values are counted over."""
+    baseline_size: int
+    current_size: int
+
+
+def min_pvalue(baseline_size: int, current_size: int) -> float:
+    """The smallest one-sided p the exact permutation test can give for these sizes: ``1/binom(K+c, c)``.
+
+    >>> min_pvalue(10, 1), round(min_pvalue(10, 3), 5)
+    (0.09090909090909091, 0.0035)
+    """
+    return 1.0 / math.comb(baseline_size + current_size, current_size)
+
+
+def runs_needed(baseline_size: int, alpha: float, *, cap: int = 50) -> int | None:
+    """The fewest current runs for which :func:`min_pvalue` reaches ``alpha`` (``None`` beyond ``cap``).
+
+    >>> runs_needed(10, 0.01 / 3), runs_needed(5, 0.01), runs_needed(1, 0.01)
+    (4, 4, None)
+    """
+    for current in range(1, cap + 1):
+        if min_pvalue(baseline_size, current) <= alpha:
+            return current
+    return None
+
+
+def _as_samples(values, what: str) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 1 or array.size == 0:
+        raise AccountingError(f"{what} must be a non-empty list of numbers, got {values!r}")
+    if not np.all(np.isfinite(array)):
+        raise AccountingError(f"{what} has a value that is not finite: {values!r}")
+    return array
+
+
+def permutation_test(baseline, current, *, exact_limit: int = EXACT_LIMIT,
+                     n_resamples: int = RANDOM_RESAMPLES, seed: int = SEED) -> PermutationResult:
+    """Two-sample permutation test of mean(current) − mean(baseline), both one-sided p-values.
+
+    Exact when ``binom(K + c, c) <= exact_limit``: every way of choosing which c of the
+    pooled values are "current" is counted, and p is the share of splits whose statistic
+    is at least (``p_greater``) / at most (``p_less``) the observed one — ties count
+    against significance. Otherwise ``n_resamples`` random splits from a generator seeded
+    with ``seed``, the observed split counted too (+1 in numerator and denominator, so
+    p is never 0), as scipy does.
+
+    >>> result = permutation_test([1.0, 2.0, 3.0], [4.0, 5.0])
+    >>> result.p_greater, result.method, result.splits  # 1 of the 10 splits is as extreme
+    (0.1, 'exact', 10)
+    """
+    baseline = _as_samples(baseline, "baseline")
+    current = _as_samples(current, "current")
+    pooled = np.concatenate([baseline, current])
+    size, chosen = pooled.size, current.size
+    # mean(current) − mean(baseline) rises with sum(current) (the total is fixed), so splits
+    # are compared by the sum of their "current" values; the tolerance keeps a split equal to
+    # the observed one (up to rounding) counted as "as extreme".
+    observed = current.sum()
+    tolerance = 1e-9 * max(1.0, float(np.abs(pooled).sum()))
+    statistic = current.mean() - baseline.mean()
+    splits = math.comb(size, chosen)
+    if splits <= exact_limit:
+        indices = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(size), chosen)),
+                              dtype=np.intp, count=splits * chosen).reshape(splits, chosen)
+        sums = pooled[indices].sum(axis=1)
+        greater = int(np.count_nonzero(sums >= observed - tolerance))
+        less = int(np.count_nonzero(sums <= observed + tolerance))
+        p_greater, p_less, method = greater / splits, less / splits, "exact"
+    else:
+        generator = np.random.default_rng(seed)
+        sums = generator.permuted(np.tile(pooled, (n_resamples, 1)), axis=1)[:, :chosen].sum(axis=1)
+        greater = int(np.count_nonzero(sums >= observed - tolerance)) + 1
+        less = int(np.count_nonzero(sums <= observed + tolerance)) + 1
+        splits = n_resamples + 1
+        p_greater, p_less, method = greater / splits, less / splits, "random"
+    return PermutationResult(float(statistic), p_greater, p_less, method, splits, baseline.size, current.size)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """current / baseline as a ratio of geometric means of run medians, with its t interval."""
+
+    ratio: float
+    low: float
+    high: float
+    """``nan`` when there is nothing to estimate the spread from (one run on each side)."""
+    confidence: float
+    degrees_of_freedom: int
+
+
+def ratio_interval(baseline, current, *, confidence: float = CONFIDENCE) -> RatioInterval:
+    """Pooled-variance t interval of ``mean(log current) − mean(log baseline)``, exponentiated.
+
+    ``d ± t(1 − (1 − confidence)/2, K + c − 2) · s · sqrt(1/K + 1/c)``, with ``s²`` the
+    pooled variance of the log medians. With ``c = 1`` it is the prediction interval of
+    one new run over the K baseline runs.
+
+    >>> interval = ratio_interval([10.0, 11.0, 9.0, 10.0], [12.0])
+    >>> round(interval.ratio, 3), round(interval.low, 3), round(interval.high, 3)
+    (1.203, 0.97, 1.493)
+    """
+    from scipy import stats as scipy_stats
+
+    log_base = np.log(_positive(baseline, "baseline"))
+    log_current = np.log(_positive(current, "current"))
+    difference = log_current.mean() - log_base.mean()
+    freedom = log_base.size + log_current.size - 2
+    if freedom < 1:
+        return RatioInterval(math.exp(difference), math.nan, math.nan, confidence, freedom)
+    squares = ((log_base - log_base.mean()) ** 2).sum() + ((log_current - log_current.mean()) ** 2).sum()
+    spread = math.sqrt(squares / freedom) * math.sqrt(1 / log_base.size + 1 / log_current.size)
+    half_width = scipy_stats.t.ppf(1 - (1 - confidence) / 2, freedom) * spread
+    return RatioInterval(math.exp(difference), math.exp(difference - half_width), math.exp(difference + half_width),
+                         confidence, freedom)
+
+
+def _positive(values, what: str) -> np.ndarray:
+    array = _as_samples(values, what)
+    if np.any(array <= 0):
+        raise AccountingError(f"{what} has a time that is not positive: {values!r}")
+    return array
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjusted p-values: ``p̃_(j) = max_{i≤j} min(1, (m − i + 1) · p_(i))``.
+
+    A benchmark is significant at family-wise level α when its adjusted p is ≤ α.
+
+    >>> holm([0.01, 0.04, 0.03])
+    [0.03, 0.06, 0.06]
+    """
+    pvalues = [float(p) for p in pvalues]
+    order = sorted(range(len(pvalues)), key=lambda position: pvalues[position])
+    adjusted = [1.0] * len(pvalues)
+    running = 0.0
+    for rank, position in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[position]))
+        adjusted[position] = running
+    return adjusted
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one benchmark, with every figure it was reached from (for the table)."""
+
+    decision: Decision
+    reason: str
+    """One sentence a reader can act on ("re-measure: ...", "1.27× slower, p = 0.0010 ≤ 0.01")."""
+    ratio: float
+    """current / baseline (geometric means of run medians): 1.25 is 25 % slower."""
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_slower: float
+    """Holm-adjusted when the comparison was made as part of a matrix (:func:`compare_runs`'s ``family``)."""
+    p_faster: float
+    alpha: float
+    threshold: float
+    """The smallest change that matters, as a fraction (0.10 = 10 %)."""
+    baseline_runs: int
+    current_runs: int
+    min_pvalue: float
+    method: str
+
+
+def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, family: int = 1,
+                 p_adjust=None) -> Comparison:
+    """Decide one benchmark from its run medians (seconds): baseline runs against current runs.
+
+    - **regression**: p_slower ≤ ``alpha`` *and* ratio ≥ 1 + ``threshold``;
+    - **improvement**: p_faster ≤ ``alpha`` *and* ratio ≤ 1 / (1 + ``threshold``);
+    - **no change**: the interval's upper end < 1 + ``threshold`` (a slowdown that matters is excluded);
+    - **inconclusive** otherwise — including when the sizes cannot reach ``alpha`` at all
+      (``min_pvalue > alpha / family``) or when there is one baseline run (no noise model).
+
+    ``family`` is the number of benchmarks judged together; ``p_adjust`` maps
+    ``(p_slower, p_faster)`` to their Holm-adjusted values (see :mod:`accounting.gate.decide`).
+
+    >>> compare_runs([0.015], [0.019], threshold=0.1).reason
+    'cannot tell noise from change: 1 baseline run has no spread to compare with; save more baseline runs'
+    """
+    if isinstance(threshold, bool) or not 0 < threshold < 1:
+        raise AccountingError(f"threshold must be a fraction in (0, 1), got {threshold!r}")
+    baseline = _positive(baseline, "baseline run medians")
+    current = _positive(current, "current run medians")
+    test = permutation_test(np.log(baseline), np.log(current))
+    interval = ratio_interval(baseline, current)
+    p_slower, p_faster = (test.p_greater, test.p_less) if p_adjust is None else p_adjust(test.p_greater, test.p_less)
+    smallest = min_pvalue(baseline.size, current.size)
+    common = dict(ratio=interval.ratio, ci_low=interval.low, ci_high=interval.high, confidence=interval.confidence,
+                  p_slower=p_slower, p_faster=p_faster, alpha=alpha, threshold=threshold,
+                  baseline_runs=int(baseline.size), current_runs=int(current.size), min_pvalue=smallest,
+                  method=test.method)
+    limit = 1 + threshold
+    percent = f"{threshold * 100:g} %"
+    if baseline.size < 2:
+        return Comparison(Decision.INCONCLUSIVE, "cannot tell noise from change: 1 baseline run has no spread to "
+                                                 "compare with; save more baseline runs", **common)
+    if p_slower <= alpha and interval.ratio >= limit:
+        return Comparison(Decision.REGRESSION, f"{interval.ratio:.3g}× slower, p = {p_slower:.2g} ≤ {alpha:g}", **common)
+    if p_faster <= alpha and interval.ratio <= 1 / limit:
+        return Comparison(Decision.IMPROVEMENT, f"{1 / interval.ratio:.3g}× faster, p = {p_faster:.2g} ≤ {alpha:g}",
+                          **common)
+    if interval.high < limit:
+        return Comparison(Decision.NO_CHANGE, f"a slowdown of {percent} is excluded (upper bound "
+                                              f"{interval.high:.3g}×)", **common)
+    if smallest > alpha / family:
+        needed = runs_needed(baseline.size, alpha / family)
+        more = f"{needed} current runs" if needed else "more baseline runs"
+        return Comparison(Decision.INCONCLUSIVE, f"re-measure: {baseline.size} baseline and {current.size} current "
+                                                 f"run(s) cannot reach p ≤ {alpha / family:.2g} (smallest p "
+                                                 f"{smallest:.2g}); it takes {more}", **common)
+    return Comparison(Decision.INCONCLUSIVE, f"re-measure: {interval.ratio:.3g}× is neither shown nor excluded "
+                                             f"beyond the {percent} threshold (p = {p_slower:.2g})", **common)

@@ -1,0 +1,197 @@
+"""Saved runs: pytest-benchmark's JSON files, read and checked, and the baseline chosen from them.
+
+pytest-benchmark saves a run to ``<storage>/<machine id>/NNNN_<tag>.json`` (``--benchmark-storage``,
+default ``.benchmarks``; the machine id is ``Linux-CPython-3.11-64bit``). Each file holds
+``machine_info`` (with ``accounting``: the hardware identity this project's plugin adds) and
+``benchmarks``, each with ``stats``; the raw rounds are in ``stats.data`` only when the run
+was saved with ``--benchmark-save-data``. The gate needs them: it summarises every run by
+the median of its own rounds (:mod:`accounting.gate.stats`).
+
+Every problem is an :class:`~accounting.errors.AccountingError` naming the file and, where
+there is one, the benchmark: a file that cannot be read or is not JSON, one without
+``machine_info["accounting"]``, a benchmark without raw rounds, with a round that is zero,
+negative or not a number, or with fewer than :data:`MIN_ROUNDS` rounds.
+
+>>> run = parse_run({"machine_info": {"accounting": {"accelerator": None, "cpu_model": "EPYC", "cpu_cores": 2}},
+...                  "datetime": "2025-01-01T00:00:00",
+...                  "benchmarks": [{"fullname": "tests/test_mm.py::test_mm", "extra_info": {"device_kind": "cpu"},
+...                                  "stats": {"data": [0.015, 0.014, 0.016, 0.015, 0.017]}}]}, "0001_a.json")
+>>> run.benchmarks["tests/test_mm.py::test_mm"].median, run.benchmarks["tests/test_mm.py::test_mm"].kind
+(0.015, 'cpu')
+"""
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accounting.errors import AccountingError
+from accounting.pytest_plugin import MACHINE_INFO_KEY, machine_mismatch
+
+DEFAULT_STORAGE = ".benchmarks"
+"""pytest-benchmark's default ``--benchmark-storage``."""
+MIN_ROUNDS = 5
+"""Fewest raw rounds a run's median is taken from; with fewer, one straggler is the median."""
+GUARD_KEY = "accounting_gate"
+"""Top-level key of a saved run where the gate keeps its load-guard readings (before and after)."""
+_RUN_NAME = re.compile(r"^(\d{4})_.*\.json$")
+
+
+@dataclass(frozen=True)
+class BenchmarkRun:
+    """One benchmark in one saved run: its raw rounds (seconds) and ``extra_info``."""
+
+    name: str
+    """pytest-benchmark's ``fullname``: the node id (``tests/test_x.py::test_y[param]``)."""
+    rounds: tuple[float, ...]
+    extra_info: dict = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        """The run's summary for the gate: the median of its raw rounds."""
+        return statistics.median(self.rounds)
+
+    @property
+    def kind(self) -> str | None:
+        """``"cpu"``/``"cuda"`` where the ``flops_benchmark`` fixture recorded it, else ``None``."""
+        return self.extra_info.get("device_kind")
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """One pytest process's saved benchmarks."""
+
+    path: str
+    machine: dict
+    """``machine_info["accounting"]``: the hardware identity."""
+    benchmarks: dict
+    """fullname -> :class:`BenchmarkRun`."""
+    datetime: str | None = None
+    guard: dict | None = None
+    """The gate's load-guard readings, ``{"before": ..., "after": ...}``, when the gate ran it."""
+
+    @property
+    def label(self) -> str:
+        """The file name, which is how pytest-benchmark users know their runs."""
+        return Path(self.path).name
+
+
+def _rounds(bench: dict, name: str, source: str) -> tuple[float, ...]:
+    stats = bench.get("stats")
+    data = stats.get("data") if isinstance(stats, dict) else None
+    if data is None:
+        raise AccountingError(f"{source}: benchmark {name} has no raw rounds (stats.data); save runs with "
+                              "--benchmark-save-data")
+    if not isinstance(data, list):
+        raise AccountingError(f"{source}: benchmark {name}: stats.data must be a list of seconds, got {data!r}")
+    rounds = []
+    for position, value in enumerate(data):
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not is_number or not math.isfinite(value) or value <= 0:
+            raise AccountingError(f"{source}: benchmark {name}: round {position} is {value!r}; every round must be "
+                                  "a positive, finite number of seconds")
+        rounds.append(float(value))
+    if len(rounds) < MIN_ROUNDS:
+        raise AccountingError(f"{source}: benchmark {name} has {len(rounds)} round(s); the gate needs at least "
+                              f"{MIN_ROUNDS} per run (rounds in benchmarks.json, or --benchmark-min-rounds)")
+    return tuple(rounds)
+
+
+def parse_run(data, source: str) -> SavedRun:
+    """Check one loaded pytest-benchmark document; ``source`` (the file) names it in every error."""
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise AccountingError(f"{source}: not a pytest-benchmark run (no 'benchmarks' list)")
+    machine_info = data.get("machine_info")
+    machine = machine_info.get(MACHINE_INFO_KEY) if isinstance(machine_info, dict) else None
+    if not isinstance(machine, dict):
+        raise AccountingError(f"{source}: no machine_info[{MACHINE_INFO_KEY!r}], so it cannot be shown to come from "
+                              "this hardware; save runs with the accounting package installed")
+    benchmarks = {}
+    for position, bench in enumerate(data["benchmarks"]):
+        name = bench.get("fullname") if isinstance(bench, dict) else None
+        if not isinstance(name, str) or not name:
+            raise AccountingError(f"{source}: benchmarks[{position}] has no 'fullname'")
+        if name in benchmarks:
+            raise AccountingError(f"{source}: benchmark {name} appears twice")
+        extra = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
+        benchmarks[name] = BenchmarkRun(name, _rounds(bench, name, source), extra)
+    guard = data.get(GUARD_KEY) if isinstance(data.get(GUARD_KEY), dict) else None
+    return SavedRun(str(source), machine, benchmarks, data.get("datetime"), guard)
+
+
+def load_run(path) -> SavedRun:
+    """Read and check one saved run (see :func:`parse_run`)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf8")
+    except OSError as error:
+        raise AccountingError(f"cannot read saved run {str(path)!r}: {error.strerror or error}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AccountingError(f"{path}: not valid JSON ({error}); delete or replace the file") from None
+    return parse_run(data, str(path))
+
+
+def machine_id() -> str:
+    """pytest-benchmark's directory name for this interpreter (``Linux-CPython-3.11-64bit``)."""
+    from pytest_benchmark.utils import get_machine_id
+
+    return get_machine_id()
+
+
+def run_files(storage, machine: str | None = None) -> list[Path]:
+    """The saved runs in ``storage/<machine>/``, oldest first (by their ``NNNN_`` number, as pytest-benchmark)."""
+    folder = Path(storage) / (machine or machine_id())
+    if not folder.is_dir():
+        return []
+    files = [path for path in folder.iterdir() if _RUN_NAME.match(path.name) and path.is_file()]
+    return sorted(files, key=lambda path: (int(_RUN_NAME.match(path.name).group(1)), path.name))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The runs a comparison is made against, and what was left out and why."""
+
+    runs: tuple
+    skipped: tuple = ()
+    """``(file name, why)`` for each saved run not used."""
+
+
+def _difference(current: dict, saved: dict) -> str:
+    fields = machine_mismatch(current, saved)
+    return ", ".join(f"{name} {saved.get(name)!r}, here {current.get(name)!r}" for name in fields)
+
+
+def choose_baseline(files, identity: dict, count: int, *, loader=load_run, reject=None) -> Baseline:
+    """The last ``count`` runs among ``files`` (oldest first) recorded on hardware ``identity``.
+
+    Runs from other hardware are skipped with the fields that differ, and so are runs for
+    which ``reject(run)`` gives a reason (the load guard's); when none is left,
+    an error says which hardware the storage holds. A corrupt file is an error (naming it):
+    it would otherwise silently shrink the baseline.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise AccountingError(f"the number of baseline runs must be a positive integer, got {count!r}")
+    chosen, skipped = [], []
+    for path in reversed(list(files)):
+        if len(chosen) == count:
+            break
+        run = loader(path)
+        difference = _difference(identity, run.machine)
+        if difference:
+            skipped.append((run.label, f"other hardware ({difference})"))
+            continue
+        reason = reject(run) if reject is not None else None
+        if reason:
+            skipped.append((run.label, reason))
+            continue
+        chosen.append(run)
+    if not chosen:
+        if skipped:
+            raise AccountingError(f"no usable baseline run: {skipped[0][0]}: {skipped[0][1]}; save baselines on "
+                                  "this machine kind, on a quiet machine, first")
+        raise AccountingError("no saved runs to compare with; save baselines first (accounting gate save)")
+    return Baseline(tuple(reversed(chosen)), tuple(skipped))

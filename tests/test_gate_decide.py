@@ -1,0 +1,123 @@
+"""The verdict on a matrix: pairing by node id, one-sided benchmarks, the load guard, Holm, thresholds."""
+
+import pytest
+
+from accounting.gate.decide import judge
+from accounting.gate.guard import disturbances, own_load, OwnRun
+from accounting.gate.stats import Decision, compare_runs
+from accounting.gate.storage import parse_run
+from tests.gate_runs import COPY, LOADED, MATMUL, QUIET, document
+
+BASE_MEDIANS = [0.0150, 0.0152, 0.0148, 0.0151, 0.0149, 0.0150, 0.0153, 0.0147]
+
+
+def _runs(prefix, medians_by_name, guard=QUIET):
+    count = len(next(iter(medians_by_name.values())))
+    return [parse_run(document({name: medians[index] for name, medians in medians_by_name.items()}, guard=guard),
+                      f"{prefix}-{index}.json") for index in range(count)]
+
+
+def _ten(kind, name):
+    return 10
+
+
+def test_a_regression_in_one_benchmark_leaves_the_other_unchanged():
+    base = _runs("base", {MATMUL: BASE_MEDIANS, COPY: BASE_MEDIANS})
+    current = _runs("current", {MATMUL: [0.0190, 0.0188, 0.0191, 0.0189], COPY: [0.0150, 0.0151, 0.0149, 0.0150]})
+    result = judge(base, current, threshold_for=_ten)
+    decisions = {verdict.name: verdict.decision for verdict in result.verdicts}
+    assert decisions == {MATMUL: Decision.REGRESSION, COPY: Decision.NO_CHANGE}
+    assert [verdict.name for verdict in result.regressions] == [MATMUL] and result.suspects == []
+
+
+def test_p_values_are_holm_adjusted_across_the_matrix():
+    base = _runs("base", {MATMUL: BASE_MEDIANS, COPY: BASE_MEDIANS})
+    current = _runs("current", {MATMUL: [0.0190, 0.0188, 0.0191], COPY: [0.0150, 0.0151, 0.0149]})
+    result = judge(base, current, threshold_for=_ten)
+    matmul = next(verdict for verdict in result.verdicts if verdict.name == MATMUL)
+    alone = compare_runs(BASE_MEDIANS, [0.0190, 0.0188, 0.0191], threshold=0.1)
+    # 3 current runs against 8: p = 1/165 alone is significant; doubled by Holm for a family of 2 it is not.
+    assert alone.decision is Decision.REGRESSION
+    assert matmul.comparison.p_slower == pytest.approx(2 * alone.p_slower)
+    assert matmul.decision is Decision.INCONCLUSIVE and result.suspects == [MATMUL]
+
+
+def test_the_threshold_comes_per_benchmark_and_kind():
+    base = _runs("base", {MATMUL: BASE_MEDIANS})
+    current = _runs("current", {MATMUL: [0.0190, 0.0188, 0.0191, 0.0189]})
+    seen = []
+
+    def threshold_for(kind, name):
+        seen.append((kind, name))
+        return 40  # a 26 % slowdown is below it: significant but not large
+    result = judge(base, current, threshold_for=threshold_for)
+    assert seen == [("cpu", MATMUL)]
+    assert result.verdicts[0].decision is Decision.NO_CHANGE and result.verdicts[0].threshold == 0.4
+
+
+def test_benchmarks_on_one_side_only_are_listed_not_compared():
+    base = _runs("base", {MATMUL: BASE_MEDIANS, COPY: BASE_MEDIANS})
+    current = _runs("current", {MATMUL: [0.0150], "tests/new.py::test_new": [0.01]})
+    result = judge(base, current, threshold_for=_ten)
+    by_name = {verdict.name: verdict for verdict in result.verdicts}
+    assert by_name[COPY].decision is None and by_name[COPY].reason.startswith("not in the current run(s)")
+    assert by_name["tests/new.py::test_new"].decision is None
+    assert by_name["tests/new.py::test_new"].reason.startswith("no baseline")
+    assert not result.regressions
+
+
+def test_a_disturbed_current_run_is_left_out_and_named():
+    base = _runs("base", {MATMUL: BASE_MEDIANS})
+    loaded = _runs("loaded", {MATMUL: [0.030]}, guard=LOADED)
+    result = judge(base, loaded, threshold_for=_ten)
+    verdict = result.verdicts[0]
+    assert verdict.decision is Decision.INCONCLUSIVE and verdict.disturbed_medians == (pytest.approx(0.030),)
+    assert verdict.reason == "re-measure: every current run was measured on a disturbed machine"
+    assert result.notes[0].startswith("loaded-0.json not used, measured on a disturbed machine: load average 3.5 on 2")
+    assert result.suspects == [MATMUL] and not result.regressions
+
+
+def test_a_current_run_at_another_clock_than_the_baseline_is_disturbed():
+    base = _runs("base", {MATMUL: BASE_MEDIANS})
+    slow_clock = {"before": dict(QUIET["before"], clock_mhz_mean=2500.0),
+                  "after": dict(QUIET["after"], clock_mhz_mean=2500.0)}
+    result = judge(base, _runs("current", {MATMUL: [0.018]}, guard=slow_clock), threshold_for=_ten)
+    assert result.verdicts[0].decision is Decision.INCONCLUSIVE
+    assert "measured at 2500 MHz, the baseline runs at 2995 MHz (-17 %)" in result.notes[0]
+
+
+def test_one_baseline_run_is_reported_as_unable_to_tell_noise_from_change():
+    result = judge(_runs("base", {MATMUL: [0.015]}), _runs("current", {MATMUL: [0.03, 0.03, 0.03]}),
+                   threshold_for=_ten)
+    assert result.verdicts[0].decision is Decision.INCONCLUSIVE
+    assert "only 1 baseline run: the gate cannot tell noise from change" in result.notes[0]
+    assert result.suspects == []  # more current runs cannot help: it needs baseline runs
+
+
+@pytest.mark.parametrize("before, after, own_before, own_after, expected", [
+    pytest.param(QUIET["before"], QUIET["after"], 0.0, 0.8, [], id="quiet"),
+    pytest.param(dict(QUIET["before"], load_average_1m=1.9), QUIET["after"], 1.2, 0.8, [], id="own-load-only"),
+    pytest.param(dict(QUIET["before"], load_average_1m=1.9), QUIET["after"], 0.0, 0.8,
+                 ["load average 1.9 on 2 CPUs before the run (1.9 not from the gate; limit 1)"], id="foreign-load"),
+    pytest.param(dict(QUIET["before"], throttle_reasons=["sw_thermal_slowdown"]), None, 0.0, 0.0,
+                 ["throttled before the run (sw_thermal_slowdown)"], id="throttled"),
+    pytest.param(dict(QUIET["before"], busy_siblings=["cuda:1"]), {"other_process_memory_bytes": 6 * 2**30}, 0, 0,
+                 ["other GPUs busy before the run (cuda:1)", "other processes held 6.0 GiB on the device after the run"],
+                 id="shared-gpu"),
+    pytest.param({"load_average_1m": None, "clock_mhz_mean": None}, {}, 0.0, 0.0, [], id="nothing-known"),
+])
+def test_disturbances(before, after, own_before, own_after, expected):
+    assert disturbances(before, after, own_before=own_before, own_after=own_after) == expected
+
+
+def test_own_load_follows_the_kernels_damping():
+    """Simulate the kernel's 5-second update of the 1-minute load average for a 2-thread run."""
+    import math
+    decay = math.exp(-5 / 60)
+    load = 0.0
+    for _ in range(6):  # 30 s busy with 2 threads
+        load = load * decay + 2 * (1 - decay)
+    for _ in range(2):  # 10 s idle
+        load = load * decay
+    estimate = own_load([OwnRun(ended=130.0, duration_s=30.0, busy_threads=2.0)], now=140.0)
+    assert estimate == pytest.approx(load, rel=1e-9)
