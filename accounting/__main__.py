@@ -4,6 +4,8 @@ Commands:
 
 - ``report`` — how fast this machine's matmuls and memory really are, and whether that is
   healthy (see :mod:`accounting.report`).
+- ``gate`` — a regression gate over saved pytest-benchmark runs: ``save``, ``check``,
+  ``compare`` (see :mod:`accounting.gate`).
 
 Bad arguments end with one line on stderr and exit status 2.
 """
@@ -12,6 +14,7 @@ import os
 import sys
 import time
 
+from accounting.gate import cli as gate_cli
 from accounting.report import cli as report_cli
 
 EXIT_BROKEN_PIPE = 141
@@ -27,6 +30,9 @@ def build_parser():
                                  description=report_cli.DESCRIPTION, epilog=report_cli.EPILOG)
     report_cli.add_arguments(report)
     report.set_defaults(run=report_cli.run, parser=report)
+    gate = commands.add_parser("gate", help="fail CI on a benchmark regression that is not noise",
+                               description=gate_cli.DESCRIPTION, epilog=gate_cli.EPILOG)
+    gate_cli.add_arguments(gate)
     return parser
 
 

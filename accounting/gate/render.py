@@ -51,7 +51,7 @@ def _runs(count: int) -> str:
     return f"{count} run" if count == 1 else f"{count} runs"
 
 
-def _short_names(verdicts) -> dict:
+def short_names(verdicts) -> dict:
     """Each fullname shortened to the part after ``::`` where that stays unique."""
     short = {verdict.name: verdict.name.rsplit("::", 1)[-1] for verdict in verdicts}
     taken = list(short.values())
@@ -73,7 +73,7 @@ def _ratio(verdict: Verdict) -> str:
 
 def rows(result: GateResult) -> list[list[str]]:
     """The table's cells, one list per benchmark (the columns of :data:`HEADER`)."""
-    names = _short_names(result.verdicts)
+    names = short_names(result.verdicts)
     cells = []
     for verdict in result.verdicts:
         comparison = verdict.comparison
@@ -106,7 +106,7 @@ def headline(result: GateResult) -> str:
 
 
 def _reasons(result: GateResult) -> list[str]:
-    names = _short_names(result.verdicts)
+    names = short_names(result.verdicts)
     return [f"{names[verdict.name]}: {verdict.reason}" for verdict in result.verdicts
             if verdict.decision is not Decision.NO_CHANGE]
 

@@ -160,7 +160,13 @@ class Baseline:
     """``(file name, why)`` for each saved run not used."""
 
 
-def _difference(current: dict, saved: dict) -> str:
+def hardware_difference(current: dict, saved: dict) -> str:
+    """The identity fields in which ``saved`` differs from ``current``, for a message (empty: same hardware).
+
+    >>> hardware_difference({"accelerator": None, "cpu_model": "EPYC", "cpu_cores": 2},
+    ...                     {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2})
+    "cpu_model 'Xeon', here 'EPYC'"
+    """
     fields = machine_mismatch(current, saved)
     return ", ".join(f"{name} {saved.get(name)!r}, here {current.get(name)!r}" for name in fields)
 
@@ -180,7 +186,7 @@ def choose_baseline(files, identity: dict, count: int, *, loader=load_run, rejec
         if len(chosen) == count:
             break
         run = loader(path)
-        difference = _difference(identity, run.machine)
+        difference = hardware_difference(identity, run.machine)
         if difference:
             skipped.append((run.label, f"other hardware ({difference})"))
             continue

@@ -1,0 +1,290 @@
+"""``accounting gate save|check|compare``: the arguments, their one-line errors, and the runs.
+
+- ``save -- PYTEST_ARGS``: run the benchmarks (``--runs`` fresh processes) and save each in the
+  storage as a baseline run, raw rounds and load-guard readings included.
+- ``check -- PYTEST_ARGS``: run them once, compare with the last ``--baselines`` saved runs of
+  this hardware, re-measure the inconclusive ones in up to ``--max-extra-runs`` fresh
+  processes (only those benchmarks), then print the verdict. The current runs are not saved
+  as baselines (a regression must not become the new normal); ``--keep`` keeps them.
+- ``compare CURRENT.json...``: the same verdict for runs you made yourself
+  (``pytest --benchmark-save-data --benchmark-json=CURRENT.json``), without re-measuring.
+
+Exit status: 0 no sure regression (inconclusive benchmarks are named, not failed), 1 a
+sure regression, 2 bad input (one line on stderr), 130 interrupted.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from accounting.benchconfig import BENCHMARKS_ENV, load_benchmarks
+from accounting.device import cuda_available
+from accounting.errors import AccountingError
+from accounting.gate.decide import judge
+from accounting.gate.guard import recorded_disturbances
+from accounting.gate.measure import Runner
+from accounting.gate.render import render_markdown, render_text
+from accounting.gate.stats import ALPHA
+from accounting.gate.storage import (
+    DEFAULT_STORAGE,
+    choose_baseline,
+    hardware_difference,
+    load_run,
+    machine_id,
+    run_files,
+)
+from accounting.report.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, OneLineParser, check_writable
+from accounting.report.plot import require_matplotlib
+
+EXIT_REGRESSION = 1
+DEFAULT_BASELINES = 10
+"""Baseline runs compared with: 10 let 3 current runs reach p = 1/286 and 4 reach 1/1001."""
+DEFAULT_MAX_EXTRA_RUNS = 4
+"""Fresh processes a ``check`` may add for its suspects: with 10 baseline runs, 1 + 4 current runs
+reach p ≤ 0.01/3 (Holm's smallest level for a matrix of 3) and beyond; each adds one pytest start-up
+(about 5 s on a CPU) plus the suspects' rounds."""
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+DESCRIPTION = (
+    "A regression gate that tells noise from a real slowdown. It compares the current runs of a "
+    "pytest-benchmark suite with the last K runs saved on the same hardware (raw rounds, "
+    "--benchmark-save-data), one summary per pytest process, and decides each benchmark: regression "
+    "(slower beyond doubt, one-sided permutation test over runs at p <= 0.01 Holm-adjusted, AND by more "
+    "than regression.threshold_percent in benchmarks.json), no change, improvement, or inconclusive "
+    "(re-measured in fresh processes, a bounded number of times). Runs taken on a loaded or throttled "
+    "machine are left out and named."
+)
+EPILOG = (
+    "exit status: 0 no sure regression (inconclusive benchmarks are listed, not failed), 1 a sure "
+    "regression, 2 bad input, 130 interrupted. The Markdown table is appended to $GITHUB_STEP_SUMMARY "
+    f"when it is set. Environment: {BENCHMARKS_ENV} (another benchmarks.json). "
+    "Example: accounting gate save --runs 10 -- -m cpu -k 1024; accounting gate check -- -m cpu -k 1024"
+)
+
+
+def positive_count(text: str) -> int:
+    """A positive integer option value.
+
+    >>> positive_count("3")
+    3
+    >>> positive_count("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a positive integer, got '0'
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_count(text: str) -> int:
+    """A count that may be zero (``--max-extra-runs 0``: never re-measure)."""
+    if text.strip() == "0":
+        return 0
+    try:
+        return positive_count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+
+
+def _storage_argument(parser):
+    parser.add_argument("--storage", metavar="DIR", default=DEFAULT_STORAGE,
+                        help="pytest-benchmark's storage (--benchmark-storage); runs are read from "
+                             "DIR/<machine id>/NNNN_*.json. Default: %(default)r")
+
+
+def _device_argument(parser):
+    parser.add_argument("--device", metavar="DEVICE", default=None,
+                        help="device the load guard reads (clock, temperature, throttling) before and after each "
+                             "run. Default: cuda:0 when CUDA is available, else cpu")
+
+
+def _compare_arguments(parser):
+    _storage_argument(parser)
+    parser.add_argument("--baselines", metavar="K", type=positive_count, default=DEFAULT_BASELINES,
+                        help="compare with the last K saved runs of this hardware. Default: %(default)r")
+    parser.add_argument("--benchmarks-json", metavar="PATH", default=None,
+                        help=f"benchmarks.json with the regression thresholds. Default: ${BENCHMARKS_ENV} or "
+                             "./benchmarks.json")
+    parser.add_argument("--markdown", metavar="PATH", default=None,
+                        help=f"also write the table as Markdown to PATH (it is appended to ${SUMMARY_ENV} anyway "
+                             "when that is set)")
+    parser.add_argument("--plot", metavar="PATH", default=None,
+                        help="draw each benchmark's history (saved runs, current runs, decision) to PATH as PNG")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``gate`` actions, on ``parser`` (the ``gate`` sub-command of ``python -m accounting``)."""
+    actions = parser.add_subparsers(dest="gate_command", metavar="ACTION", parser_class=OneLineParser)
+    actions.required = True
+    save = actions.add_parser("save", help="run the benchmarks and save each run as a baseline",
+                              description="Run the benchmarks in --runs fresh pytest processes and save each in the "
+                                          "storage with raw rounds and load-guard readings.", epilog=EPILOG)
+    _storage_argument(save)
+    save.add_argument("--runs", metavar="N", type=positive_count, default=1,
+                      help="how many pytest processes to save (seed a new storage with 10). Default: %(default)r")
+    _device_argument(save)
+    save.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
+                      help="arguments for pytest, after --, e.g. -- -m cpu -k 1024")
+    save.set_defaults(run=run, parser=save)
+
+    check = actions.add_parser("check", help="run the benchmarks, re-measure suspects, fail on a sure regression",
+                               description=DESCRIPTION, epilog=EPILOG)
+    _compare_arguments(check)
+    check.add_argument("--max-extra-runs", metavar="R", type=non_negative_count, default=DEFAULT_MAX_EXTRA_RUNS,
+                       help="fresh pytest processes the inconclusive benchmarks may get, one at a time, before the "
+                            "verdict. Default: %(default)r")
+    _device_argument(check)
+    check.add_argument("--keep", metavar="DIR", default=None,
+                       help="keep the current runs (JSON and pytest logs) in DIR instead of a temporary directory")
+    check.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
+                       help="arguments for pytest, after --, e.g. -- -m cpu -k 1024")
+    check.set_defaults(run=run, parser=check)
+
+    compare = actions.add_parser("compare", help="decide runs made elsewhere (no re-measuring)",
+                                 description=DESCRIPTION, epilog=EPILOG)
+    _compare_arguments(compare)
+    compare.add_argument("current", nargs="+", metavar="CURRENT.json",
+                         help="current runs: pytest --benchmark-save-data --benchmark-json=CURRENT.json, one file "
+                              "per process")
+    compare.set_defaults(run=run, parser=compare)
+    return parser
+
+
+def _pytest_args(args) -> list:
+    values = list(args.pytest_args or [])
+    return values[1:] if values[:1] == ["--"] else values
+
+
+def _device(args) -> str:
+    return args.device or ("cuda:0" if cuda_available() else "cpu")
+
+
+def _progress(stderr, text):
+    print(f"accounting gate: {text}", file=stderr, flush=True)
+
+
+def _save(args, runner, stderr) -> int:
+    for number in range(1, args.runs + 1):
+        measured = runner.run(f"save-{number}", storage=args.storage)
+        saved = load_run(measured.path)
+        disturbed = recorded_disturbances(saved.guard)
+        state = f"; disturbed, will be passed over: {'; '.join(disturbed)}" if disturbed else ""
+        _progress(stderr, f"saved {measured.path} ({measured.summary}, {measured.duration_s:.1f} s){state}")
+    for note in runner.notes:
+        _progress(stderr, note)
+    return EXIT_OK
+
+
+def _reject(run):
+    return "; ".join(recorded_disturbances(run.guard)) or None
+
+
+def _verdict(args, config, current, *, notes=()):
+    identity = current[0].machine
+    for run in current[1:]:
+        difference = hardware_difference(identity, run.machine)
+        if difference:
+            raise AccountingError(f"{run.path}: the current runs come from different hardware ({difference})")
+    baseline = choose_baseline(run_files(args.storage, machine_id()), identity, args.baselines, reject=_reject)
+    skipped = [f"baseline run {label} passed over: {why}" for label, why in baseline.skipped]
+    result = judge(list(baseline.runs), current, threshold_for=config.regression_threshold, alpha=ALPHA,
+                   notes=[*skipped, *notes])
+    return baseline, result
+
+
+def _write_outputs(args, result, baseline, current, stdout):
+    print(render_text(result), file=stdout, flush=True)
+    markdown = render_markdown(result)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf8") as handle:
+            handle.write(markdown + "\n")
+    summary = os.environ.get(SUMMARY_ENV)
+    if summary:
+        with open(summary, "a", encoding="utf8") as handle:
+            handle.write(markdown + "\n")
+    if args.plot:
+        from accounting.gate.plot import write_history_plot
+
+        disturbed = {run.path for run in current if _reject(run)}
+        write_history_plot(result, list(baseline.runs), current, args.plot, disturbed=disturbed)
+        print(f"Plot written to {args.plot}", file=stdout)
+
+
+def _check(args, config, runner, stdout, stderr, started) -> int:
+    measured = runner.run("current-1")
+    _progress(stderr, f"run 1: {measured.summary} ({measured.duration_s:.1f} s)")
+    current = [load_run(measured.path)]
+    baseline, result = _verdict(args, config, current, notes=runner.notes)
+    extra = 0
+    while result.suspects and extra < args.max_extra_runs:
+        extra += 1
+        _progress(stderr, f"re-measuring {len(result.suspects)} inconclusive benchmark(s) in a fresh process "
+                          f"({extra} of at most {args.max_extra_runs})")
+        measured = runner.run(f"current-{extra + 1}", only=result.suspects)
+        _progress(stderr, f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
+        current.append(load_run(measured.path))
+        baseline, result = _verdict(args, config, current, notes=runner.notes)
+    if result.suspects:
+        result = type(result)(result.verdicts, (*result.notes, f"still inconclusive after {extra} extra run(s) (the "
+                                                               f"cap, --max-extra-runs): {', '.join(result.suspects)}"),
+                              result.baseline_runs, result.current_runs, result.alpha)
+    _write_outputs(args, result, baseline, current, stdout)
+    print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
+    return EXIT_REGRESSION if result.regressions else EXIT_OK
+
+
+def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None,
+        reader=None) -> int:
+    """Run a parsed ``gate`` action; bad input ends it with ``parser``'s one-line error (exit status 2).
+
+    ``reader`` replaces the telemetry reading of the load guard (tests).
+    """
+    started = time.monotonic() if started is None else started
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    workdir = None
+    try:
+        if args.gate_command == "compare":
+            config = load_benchmarks(args.benchmarks_json)
+            for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
+                if path is not None:
+                    check_writable(path, option)
+            if args.plot is not None:
+                require_matplotlib()
+            current = [load_run(path) for path in args.current]
+            baseline, result = _verdict(args, config, current)
+            _write_outputs(args, result, baseline, current, stdout)
+            return EXIT_REGRESSION if result.regressions else EXIT_OK
+        pytest_args = _pytest_args(args)
+        if args.gate_command == "check":
+            config = load_benchmarks(args.benchmarks_json)
+            for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
+                if path is not None:
+                    check_writable(path, option)
+            if args.plot is not None:
+                require_matplotlib()
+            workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-")
+        else:
+            workdir = tempfile.mkdtemp(prefix="accounting-gate-")
+        options = {"reader": reader} if reader is not None else {}
+        runner = Runner(pytest_args, device=_device(args), workdir=workdir, **options)
+        if args.gate_command == "save":
+            return _save(args, runner, stderr)
+        return _check(args, config, runner, stdout, stderr, started)
+    except AccountingError as error:
+        parser.error(str(error))
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if workdir is not None and workdir != getattr(args, "keep", None):
+            shutil.rmtree(workdir, ignore_errors=True)
+    return EXIT_BAD_INPUT  # not reached: parser.error exits

@@ -1,0 +1,134 @@
+"""Running the benchmarks: each run a fresh pytest process, with the load guard's readings around it.
+
+The gate never times anything itself: it starts ``python -m pytest <your arguments>
+--benchmark-save-data --benchmark-json=<file>`` (adding ``--benchmark-storage``/
+``--benchmark-autosave`` when saving a baseline), reads the device before and after
+(:func:`accounting.gate.guard.read`), and writes those readings into the saved run under
+``"accounting_gate"`` — with the process's duration and the gate's own share of the load
+average (:func:`accounting.gate.guard.own_load`), so the guard can tell its own earlier
+runs from a neighbour's load.
+
+Re-measuring suspects runs the same arguments with ``-p accounting.gate._select``, which
+keeps only the listed node ids.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accounting.errors import AccountingError
+from accounting.gate import guard
+from accounting.gate._select import ONLY_ENV
+from accounting.gate.storage import GUARD_KEY, run_files
+
+PYTEST_OK = (0, 1)
+"""pytest's exit statuses after which the benchmarks that ran are usable: all passed, some tests failed."""
+OUTPUT_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One pytest process the gate ran."""
+
+    path: str
+    """The run's JSON (in the storage when saved, else the ``--benchmark-json`` file)."""
+    returncode: int
+    duration_s: float
+    summary: str
+    """pytest's last line ("3 passed in 12.1s")."""
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Runner:
+    """Starts pytest processes with ``pytest_args`` in ``cwd``, reading ``device`` around each.
+
+    ``reader(device)`` is the telemetry reading (a dict, or ``None``); ``notes`` collects
+    what the summary should say about the runs (a missing guard reading, a failed test).
+    """
+
+    pytest_args: list
+    device: str = "cpu"
+    cwd: str | None = None
+    workdir: str = "."
+    reader: object = guard.read
+    python: str = sys.executable
+    own_runs: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def _read(self):
+        try:
+            return self.reader(self.device)
+        except ImportError as error:
+            note = f"load guard unavailable (no device readings: {error}); runs are not checked for load"
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+
+    def run(self, name: str, *, only=None, storage: str | None = None) -> Measured:
+        """One pytest process; ``only``: node ids to keep; ``storage``: save it there as a baseline run."""
+        workdir = Path(self.workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        output = workdir / f"{name}.json"
+        command = [self.python, "-m", "pytest", *self.pytest_args, "--benchmark-save-data",
+                   f"--benchmark-json={output}"]
+        env = dict(os.environ)
+        if only is not None:
+            listing = workdir / f"{name}.only"
+            listing.write_text("\n".join(only) + "\n")
+            command += ["-p", "accounting.gate._select"]
+            env[ONLY_ENV] = str(listing)
+        before_files = set()
+        if storage is not None:
+            command += [f"--benchmark-storage={storage}", "--benchmark-autosave"]
+            before_files = set(run_files(storage))
+        before = self._read()
+        own_before = guard.own_load(self.own_runs, guard.now())
+        started, cpu_started = guard.now(), _children_cpu_s()
+        try:
+            process = subprocess.run(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        except OSError as error:
+            raise AccountingError(f"cannot start pytest ({command[0]}): {error.strerror or error}") from None
+        ended = guard.now()
+        duration = ended - started
+        busy = (_children_cpu_s() - cpu_started) / duration if duration > 0 else 0.0
+        self.own_runs.append(guard.OwnRun(ended, duration, busy))
+        after = self._read()
+        own_after = guard.own_load(self.own_runs, guard.now())
+        (workdir / f"{name}.log").write_text(process.stdout)
+        lines = [line for line in process.stdout.splitlines() if line.strip()]
+        summary = lines[-1].strip("= ") if lines else ""
+        if process.returncode not in PYTEST_OK or not output.is_file():
+            tail = "\n".join(lines[-OUTPUT_TAIL_LINES:])
+            raise AccountingError(f"pytest exited {process.returncode} without benchmark results ({' '.join(command)})"
+                                  f"; its output ended:\n{tail}")
+        if process.returncode == 1:
+            self.notes.append(f"{name}: some tests failed ({summary}); their benchmarks are not in the run")
+        record = {"before": before, "after": after, "own_before": own_before, "own_after": own_after,
+                  "duration_s": duration, "busy_threads": busy, "device": self.device}
+        _add_guard(output, record)
+        path = output
+        if storage is not None:
+            created = sorted(set(run_files(storage)) - before_files)
+            if len(created) != 1:
+                raise AccountingError(f"{name}: expected pytest-benchmark to save one run in {storage}, found "
+                                      f"{len(created)}")
+            path = created[0]
+            _add_guard(path, record)
+        return Measured(str(path), process.returncode, duration, summary)
+
+
+def _add_guard(path: Path, record: dict) -> None:
+    """Write the guard's readings into a saved run, keeping pytest-benchmark's layout (indent 4)."""
+    data = json.loads(Path(path).read_text(encoding="utf8"))
+    data[GUARD_KEY] = record
+    Path(path).write_text(json.dumps(data, indent=4), encoding="utf8")
