@@ -14,6 +14,7 @@ sure regression, 2 bad input (one line on stderr), 130 interrupted.
 """
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -118,6 +119,9 @@ def _compare_arguments(parser):
                              "when that is set)")
     parser.add_argument("--plot", metavar="PATH", default=None,
                         help="draw each benchmark's history (saved runs, current runs, decision) to PATH as PNG")
+    parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
+                        help="use runs taken on a loaded or throttled machine as they are (the summary says so); "
+                             "for machines that are never quiet, at the price of the gate's error rates")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -187,16 +191,17 @@ def _reject(run):
     return "; ".join(recorded_disturbances(run.guard)) or None
 
 
-def _verdict(args, config, current, *, notes=()):
+def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True):
     identity = current[0].machine
     for run in current[1:]:
         difference = hardware_difference(identity, run.machine)
         if difference:
             raise AccountingError(f"{run.path}: the current runs come from different hardware ({difference})")
-    baseline = choose_baseline(run_files(args.storage, machine_id()), identity, args.baselines, reject=_reject)
+    baseline = choose_baseline(run_files(storage, machine_id()), identity, baselines,
+                               reject=_reject if load_guard else None)
     skipped = [f"baseline run {label} passed over: {why}" for label, why in baseline.skipped]
     result = judge(list(baseline.runs), current, threshold_for=config.regression_threshold, alpha=ALPHA,
-                   notes=[*skipped, *notes])
+                   notes=[*skipped, *notes], load_guard=load_guard)
     return baseline, result
 
 
@@ -213,29 +218,40 @@ def _write_outputs(args, result, baseline, current, stdout):
     if args.plot:
         from accounting.gate.plot import write_history_plot
 
-        disturbed = {run.path for run in current if _reject(run)}
+        disturbed = {run.path for run in current if _reject(run)} if args.load_guard else set()
         write_history_plot(result, list(baseline.runs), current, args.plot, disturbed=disturbed)
         print(f"Plot written to {args.plot}", file=stdout)
 
 
-def _check(args, config, runner, stdout, stderr, started) -> int:
+def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: int, load_guard: bool = True,
+               progress=lambda text: None):
+    """One gated run: a pytest process, then up to ``max_extra_runs`` more for the suspects only.
+
+    Returns ``(result, baseline, current runs, extra runs taken)``; the caller renders and exits.
+    """
     measured = runner.run("current-1")
-    _progress(stderr, f"run 1: {measured.summary} ({measured.duration_s:.1f} s)")
+    progress(f"run 1: {measured.summary} ({measured.duration_s:.1f} s)")
     current = [load_run(measured.path)]
-    baseline, result = _verdict(args, config, current, notes=runner.notes)
+    baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard)
     extra = 0
-    while result.suspects and extra < args.max_extra_runs:
+    while result.suspects and extra < max_extra_runs:
         extra += 1
-        _progress(stderr, f"re-measuring {len(result.suspects)} inconclusive benchmark(s) in a fresh process "
-                          f"({extra} of at most {args.max_extra_runs})")
+        progress(f"re-measuring {len(result.suspects)} inconclusive benchmark(s) in a fresh process "
+                 f"({extra} of at most {max_extra_runs})")
         measured = runner.run(f"current-{extra + 1}", only=result.suspects)
-        _progress(stderr, f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
+        progress(f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
         current.append(load_run(measured.path))
-        baseline, result = _verdict(args, config, current, notes=runner.notes)
+        baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard)
     if result.suspects:
-        result = type(result)(result.verdicts, (*result.notes, f"still inconclusive after {extra} extra run(s) (the "
-                                                               f"cap, --max-extra-runs): {', '.join(result.suspects)}"),
-                              result.baseline_runs, result.current_runs, result.alpha)
+        note = f"still inconclusive after {extra} extra run(s) (the cap, --max-extra-runs): {', '.join(result.suspects)}"
+        result = dataclasses.replace(result, notes=(*result.notes, note))
+    return result, baseline, current, extra
+
+
+def _check(args, config, runner, stdout, stderr, started) -> int:
+    result, baseline, current, extra = gate_check(runner, config, storage=args.storage, baselines=args.baselines,
+                                                  max_extra_runs=args.max_extra_runs, load_guard=args.load_guard,
+                                                  progress=lambda text: _progress(stderr, text))
     _write_outputs(args, result, baseline, current, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
     return EXIT_REGRESSION if result.regressions else EXIT_OK
@@ -260,7 +276,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             if args.plot is not None:
                 require_matplotlib()
             current = [load_run(path) for path in args.current]
-            baseline, result = _verdict(args, config, current)
+            baseline, result = _verdict(args.storage, args.baselines, config, current, load_guard=args.load_guard)
             _write_outputs(args, result, baseline, current, stdout)
             return EXIT_REGRESSION if result.regressions else EXIT_OK
         pytest_args = _pytest_args(args)

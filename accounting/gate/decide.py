@@ -93,17 +93,21 @@ def _current_disturbances(runs, baseline_runs) -> dict:
     return reasons
 
 
-def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=()) -> GateResult:
+def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
+          load_guard: bool = True) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
     (:meth:`accounting.benchconfig.BenchConfig.regression_threshold`); ``notes`` are
-    carried into the result (e.g. the baseline runs that were passed over).
+    carried into the result (e.g. the baseline runs that were passed over). ``load_guard=False``
+    uses every current run whatever its readings say (and says so in the notes).
     """
     notes = list(notes)
     if len(baseline_runs) == 1:
         notes.append("only 1 baseline run: the gate cannot tell noise from change; save more baseline runs")
-    disturbed = _current_disturbances(current_runs, baseline_runs)
+    disturbed = _current_disturbances(current_runs, baseline_runs) if load_guard else {}
+    if not load_guard:
+        notes.append("load guard off: runs on a loaded or throttled machine are used as they are")
     for run in current_runs:
         if run.path in disturbed:
             notes.append(f"{run.label} not used, measured on a disturbed machine: {'; '.join(disturbed[run.path])}")

@@ -61,6 +61,8 @@ class Runner:
     workdir: str = "."
     reader: object = guard.read
     python: str = sys.executable
+    env: dict = field(default_factory=dict)
+    """Variables added to the environment of every pytest process."""
     own_runs: list = field(default_factory=list)
     notes: list = field(default_factory=list)
 
@@ -80,7 +82,7 @@ class Runner:
         output = workdir / f"{name}.json"
         command = [self.python, "-m", "pytest", *self.pytest_args, "--benchmark-save-data",
                    f"--benchmark-json={output}"]
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         if only is not None:
             listing = workdir / f"{name}.only"
             listing.write_text("\n".join(only) + "\n")

@@ -1,0 +1,212 @@
+"""``accounting gate``: exit statuses, the CI summary, re-measuring only suspects up to the cap, bad input in one line."""
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from accounting.__main__ import main
+from accounting.gate import cli
+from accounting.gate.measure import Measured, Runner
+from accounting.gate.storage import GUARD_KEY, load_run, machine_id
+from tests.gate_runs import COPY, MATMUL, OTHER_CPU, QUIET, document, write
+
+BASE = [0.0150, 0.0152, 0.0148, 0.0151, 0.0149, 0.0150, 0.0153, 0.0147, 0.0150, 0.0151]
+
+
+def run_main(argv, capsys):
+    """``main(argv)`` as the console script runs it: the exit status, stdout and stderr."""
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.fixture
+def storage(tmp_path):
+    """A storage holding ten baseline runs of two benchmarks, in this interpreter's machine folder."""
+    folder = tmp_path / ".benchmarks" / machine_id()
+    for number, median in enumerate(BASE, start=1):
+        write(folder, f"{number:04}_base.json", document({MATMUL: median, COPY: median}, guard=QUIET))
+    return tmp_path / ".benchmarks"
+
+
+def _current(tmp_path, medians_by_name, count, machine=None):
+    options = {"machine": machine} if machine else {}
+    return [write(tmp_path, f"current-{index}.json",
+                  document({name: medians[index] for name, medians in medians_by_name.items()}, guard=QUIET,
+                           **options))
+            for index in range(count)]
+
+
+def test_a_sure_regression_exits_1_and_lands_in_the_ci_summary(tmp_path, storage, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv(cli.SUMMARY_ENV, str(summary))
+    files = _current(tmp_path, {MATMUL: [0.0190, 0.0188, 0.0191, 0.0189], COPY: [0.0150, 0.0151, 0.0149, 0.0150]}, 4)
+    status, out, err = run_main(["gate", "compare", "--storage", str(storage), "--markdown",
+                                 str(tmp_path / "gate.md"), *files], capsys)
+    assert (status, err) == (1, "")
+    assert out.startswith("Gate: FAIL: 1 regression, 1 no change\n")
+    markdown = (tmp_path / "gate.md").read_text()
+    assert summary.read_text() == "earlier step\n" + markdown
+    assert "| + | test_cpu_matmul[float32-1024x1024x1024] | 15.00 ms (10 runs) | 18.95 ms (4 runs) |" in markdown
+
+
+def test_no_change_exits_0(tmp_path, storage, monkeypatch, capsys):
+    monkeypatch.delenv(cli.SUMMARY_ENV, raising=False)
+    files = _current(tmp_path, {MATMUL: [0.0150], COPY: [0.0151]}, 1)
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), *files], capsys)
+    assert status == 0 and out.startswith("Gate: pass: 2 no change\n")
+
+
+def test_the_plot_is_a_png(tmp_path, storage, capsys):
+    files = _current(tmp_path, {MATMUL: [0.0190, 0.0188], COPY: [0.0150, 0.0151]}, 2)
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), "--plot", str(tmp_path / "h.png"),
+                               *files], capsys)
+    assert status == 0 and f"Plot written to {tmp_path / 'h.png'}" in out
+    assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("case, line", [
+    pytest.param("corrupt-current", r"current-0.json: not valid JSON", id="corrupt-current"),
+    pytest.param("missing-current", r"cannot read saved run '.*nowhere.json': No such file or directory", id="missing"),
+    pytest.param("empty-storage", r"no saved runs to compare with; save baselines first", id="empty-storage"),
+    pytest.param("other-hardware", r"no usable baseline run: 0010_base.json: other hardware \(cpu_model 'AMD EPYC', "
+                                   r"here 'Intel Xeon'", id="other-hardware"),
+    pytest.param("mixed-current", r"current-1.json: the current runs come from different hardware", id="mixed"),
+    pytest.param("baselines-zero", r"argument --baselines: must be a positive integer, got '0'", id="baselines-0"),
+    pytest.param("zero-round", r"current-0.json: benchmark .* round 0 is 0.0", id="zero-round"),
+])
+def test_bad_input_is_one_line_naming_it_and_exit_2(tmp_path, storage, case, line, capsys):
+    files = _current(tmp_path, {MATMUL: [0.0150, 0.0150]}, 2)
+    options = ["--storage", str(storage)]
+    if case == "corrupt-current":
+        write(tmp_path, "current-0.json", "{")
+    elif case == "missing-current":
+        files = [str(tmp_path / "nowhere.json")]
+    elif case == "empty-storage":
+        options = ["--storage", str(tmp_path / "empty")]
+    elif case == "other-hardware":
+        files = _current(tmp_path, {MATMUL: [0.0150]}, 1, machine=OTHER_CPU)
+    elif case == "mixed-current":
+        write(tmp_path, "current-1.json", document({MATMUL: 0.015}, machine=OTHER_CPU))
+    elif case == "baselines-zero":
+        options += ["--baselines", "0"]
+    elif case == "zero-round":
+        write(tmp_path, "current-0.json", document({MATMUL: [0.0] + [0.015] * 9}))
+    status, out, err = run_main(["gate", "compare", *options, *files], capsys)
+    assert status == 2 and out == ""
+    assert len(err.splitlines()) == 1
+    assert err.startswith("accounting gate compare: error: ")
+    assert re.search(line, err), err
+
+
+class FakeRunner:
+    """Stands in for :class:`Runner`: each "process" writes a run whose medians come from ``plan``."""
+
+    plan = {}
+    calls = []
+
+    def __init__(self, pytest_args, *, device, workdir, **_):
+        self.pytest_args, self.workdir, self.notes = pytest_args, workdir, []
+
+    def run(self, name, *, only=None, storage=None):
+        number = len(FakeRunner.calls)
+        FakeRunner.calls.append((name, only))
+        names = only if only is not None else list(FakeRunner.plan)
+        medians = {bench: FakeRunner.plan[bench][min(number, len(FakeRunner.plan[bench]) - 1)] for bench in names}
+        path = write(Path(self.workdir), f"{name}.json", document(medians, guard=QUIET))
+        return Measured(path, 0, 1.0, "1 passed")
+
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    FakeRunner.calls = []
+    monkeypatch.setattr(cli, "Runner", FakeRunner)
+    return FakeRunner
+
+
+def test_check_re_measures_only_the_suspect_until_it_is_decided(tmp_path, storage, fake_runner, capsys):
+    fake_runner.plan = {MATMUL: [0.0190, 0.0188, 0.0191, 0.0189, 0.0190], COPY: [0.0150]}
+    status, out, err = run_main(["gate", "check", "--storage", str(storage), "--keep", str(tmp_path / "kept"),
+                                 "--", "-m", "cpu"], capsys)
+    assert status == 1 and out.startswith("Gate: FAIL: 1 regression, 1 no change")
+    assert fake_runner.calls[0] == ("current-1", None)
+    assert all(only == [MATMUL] for _, only in fake_runner.calls[1:])
+    # 10 baseline runs, a family of 2 (Holm's smallest level 0.005): 1/286 needs 3 current runs of the suspect.
+    assert len(fake_runner.calls) == 3
+    assert "re-measuring 1 inconclusive benchmark(s) in a fresh process (2 of at most 4)" in err
+    assert (tmp_path / "kept" / "current-3.json").is_file()
+
+
+def test_check_stops_at_the_cap_and_says_so(tmp_path, storage, fake_runner, capsys):
+    fake_runner.plan = {MATMUL: [0.0190, 0.0150, 0.0190, 0.0150, 0.0190, 0.0150], COPY: [0.0150]}
+    status, out, _ = run_main(["gate", "check", "--storage", str(storage), "--max-extra-runs", "2", "--",
+                               "-m", "cpu"], capsys)
+    assert status == 0 and len(fake_runner.calls) == 3
+    assert f"Note: still inconclusive after 2 extra run(s) (the cap, --max-extra-runs): {MATMUL}" in out
+
+
+def test_check_passes_a_quiet_benchmark_in_one_run(tmp_path, storage, fake_runner, capsys):
+    fake_runner.plan = {MATMUL: [0.0150], COPY: [0.0151]}
+    status, out, _ = run_main(["gate", "check", "--storage", str(storage), "--", "-m", "cpu"], capsys)
+    assert status == 0 and len(fake_runner.calls) == 1 and out.startswith("Gate: pass: 2 no change")
+
+
+BENCH_MODULE = textwrap.dedent("""
+    def test_a(benchmark):
+        benchmark.pedantic(sum, args=(range(1000),), rounds=6, iterations=1)
+
+    def test_b(benchmark):
+        benchmark.pedantic(sum, args=(range(2000),), rounds=6, iterations=1)
+""")
+
+
+@pytest.mark.slow
+def test_real_processes_save_with_guard_readings_and_re_measure_only_the_listed_ids(tmp_path):
+    (tmp_path / "test_tiny.py").write_text(BENCH_MODULE)
+    readings = []
+
+    def reader(device):
+        readings.append(device)
+        return dict(QUIET["before"], device=device)
+
+    runner = Runner(["-q", "-p", "no:cacheprovider", "test_tiny.py"], device="cpu", cwd=str(tmp_path),
+                    workdir=str(tmp_path / "work"), reader=reader)
+    saved = runner.run("save-1", storage=str(tmp_path / "store"))
+    run = load_run(saved.path)
+    assert saved.returncode == 0 and sorted(run.benchmarks) == ["test_tiny.py::test_a", "test_tiny.py::test_b"]
+    assert run.label.startswith("0001_") and run.guard["before"]["device"] == "cpu" and readings == ["cpu", "cpu"]
+    assert run.guard["duration_s"] > 0 and run.guard["own_after"] > 0
+    only = runner.run("current-2", only=["test_tiny.py::test_b"])
+    assert sorted(load_run(only.path).benchmarks) == ["test_tiny.py::test_b"]
+    assert json.loads((tmp_path / "work" / "current-2.json").read_text())[GUARD_KEY]["own_before"] > 0
+
+
+def test_pytest_failing_to_run_is_bad_input_naming_its_exit_status(tmp_path):
+    runner = Runner(["--no-such-option"], cwd=str(tmp_path), workdir=str(tmp_path / "work"),
+                    reader=lambda device: None)
+    with pytest.raises(Exception, match=r"^pytest exited 4 without benchmark results"):
+        runner.run("current-1")
+
+
+def test_the_help_lists_the_exit_statuses(capsys):
+    status, help_text, _ = run_main(["gate", "check", "--help"], capsys)
+    words = " ".join(help_text.split())
+    assert status == 0 and "exit status: 0 no sure regression" in words and "1 a sure regression, 2 bad input" in words
+
+
+def test_without_the_load_guard_a_loaded_run_is_used_and_the_summary_says_so(tmp_path, storage, capsys):
+    from tests.gate_runs import LOADED
+
+    loaded = [write(tmp_path, "current-0.json", document({MATMUL: 0.0150, COPY: 0.0150}, guard=LOADED))]
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), *loaded], capsys)
+    assert status == 0 and out.startswith("Gate: pass: 2 inconclusive")
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), "--no-load-guard", *loaded], capsys)
+    assert status == 0 and out.startswith("Gate: pass: 2 no change")
+    assert "Note: load guard off: runs on a loaded or throttled machine are used as they are" in out

@@ -1,0 +1,53 @@
+"""The error-rate script: the benchmark module it writes injects the slowdown it is asked for; its options."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from accounting.gate import error_rates
+
+
+def _written_module(tmp_path, monkeypatch, factor):
+    monkeypatch.setenv(error_rates.SLOWDOWN_ENV, str(factor))
+    path = tmp_path / error_rates.MODULE_NAME
+    path.write_text(error_rates.BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", error_rates.SLOWDOWN_ENV)
+                    .replace("{ROUNDS}", "5").replace("{CHECK_PAIRS}", "1"))
+    spec = importlib.util.spec_from_file_location("written_gate_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("factor, extra_rows", [pytest.param(1.25, 256, id="1.25"), pytest.param(1.1, 102, id="1.1")])
+def test_the_slowdown_adds_that_share_of_the_flops(tmp_path, monkeypatch, factor, extra_rows):
+    module = _written_module(tmp_path, monkeypatch, factor)
+    case, fn, read_factor = module._work()
+    assert read_factor == factor and fn is not case.fn
+    calls = []
+    real = torch.matmul
+
+    def counting(left, right, **kwargs):
+        calls.append((tuple(left.shape), tuple(right.shape)))
+        return real(left, right, **kwargs)
+
+    monkeypatch.setattr(torch, "matmul", counting)
+    fn()
+    assert calls[-1] == ((extra_rows, 1024), (1024, 1024))  # (f - 1) x 1024 extra rows: (f - 1) of the FLOPs
+
+
+def test_unchanged_work_is_the_plain_product(tmp_path, monkeypatch):
+    case, fn, factor = _written_module(tmp_path, monkeypatch, 1)._work()
+    assert fn is case.fn and factor == 1 and case.shape == (1024, 1024, 1024)
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--factors", "0.9"], "--factors needs slowdowns above 1, e.g. 1.25,1.1; got '0.9'", id="speed-up"),
+    pytest.param(["--factors", "x"], "--factors needs slowdowns above 1", id="not-a-number"),
+    pytest.param(["--runs", "0"], "argument --runs: must be a positive integer, got '0'", id="runs-zero"),
+])
+def test_bad_options_are_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        error_rates.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
