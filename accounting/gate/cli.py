@@ -267,6 +267,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     workdir = None
+    keep = getattr(args, "keep", None)
     try:
         if args.gate_command == "compare":
             config = load_benchmarks(args.benchmarks_json)
@@ -296,11 +297,12 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             return _save(args, runner, stderr)
         return _check(args, config, runner, stdout, stderr, started)
     except AccountingError as error:
+        keep = workdir  # a failed run's pytest log, which the message points to, stays
         parser.error(str(error))
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=stderr)
         return EXIT_INTERRUPTED
     finally:
-        if workdir is not None and workdir != getattr(args, "keep", None):
+        if workdir is not None and workdir != keep:
             shutil.rmtree(workdir, ignore_errors=True)
     return EXIT_BAD_INPUT  # not reached: parser.error exits

@@ -27,7 +27,6 @@ from accounting.gate.storage import GUARD_KEY, run_files
 
 PYTEST_OK = (0, 1)
 """pytest's exit statuses after which the benchmarks that ran are usable: all passed, some tests failed."""
-OUTPUT_TAIL_LINES = 15
 
 
 @dataclass(frozen=True)
@@ -110,9 +109,8 @@ class Runner:
         lines = [line for line in process.stdout.splitlines() if line.strip()]
         summary = lines[-1].strip("= ") if lines else ""
         if process.returncode not in PYTEST_OK or not output.is_file():
-            tail = "\n".join(lines[-OUTPUT_TAIL_LINES:])
-            raise AccountingError(f"pytest exited {process.returncode} without benchmark results ({' '.join(command)})"
-                                  f"; its output ended:\n{tail}")
+            raise AccountingError(f"pytest exited {process.returncode} without benchmark results: {summary!r} (the "
+                                  f"command: {' '.join(command)}; its output: {workdir / (name + '.log')})")
         if process.returncode == 1:
             self.notes.append(f"{name}: some tests failed ({summary}); their benchmarks are not in the run")
         record = {"before": before, "after": after, "own_before": own_before, "own_after": own_after,
