@@ -36,6 +36,24 @@ def test_the_slowdown_adds_that_share_of_the_flops(tmp_path, monkeypatch, factor
     assert calls[-1] == ((extra_rows, 1024), (1024, 1024))  # (f - 1) x 1024 extra rows: (f - 1) of the FLOPs
 
 
+def test_calibrated_rows_replace_the_flop_share(tmp_path, monkeypatch):
+    monkeypatch.setenv(error_rates.SLOWDOWN_ENV + "_ROWS", "160")
+    case, fn, _ = _written_module(tmp_path, monkeypatch, 1.25)._work()
+    calls = []
+    real = torch.matmul
+    monkeypatch.setattr(torch, "matmul", lambda left, right, **kwargs: calls.append(left.shape[0]) or
+                        real(left, right, **kwargs))
+    fn()
+    assert calls[-1] == 160
+
+
+def test_calibration_converges_on_a_machine_that_is_not_linear_in_flops():
+    def measure(rows):  # a fixed cost per call plus a slower rate for thin products
+        return 1 + 0.05 + 1.3 * rows / 1024
+    rows = error_rates.calibrate_rows(1.10, measure=measure)
+    assert abs(measure(rows) - 1.10) < 0.005 and rows != round(0.10 * 1024)
+
+
 def test_unchanged_work_is_the_plain_product(tmp_path, monkeypatch):
     case, fn, factor = _written_module(tmp_path, monkeypatch, 1)._work()
     assert fn is case.fn and factor == 1 and case.shape == (1024, 1024, 1024)

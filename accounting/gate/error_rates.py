@@ -8,11 +8,13 @@ benchmarked work, for each ``--factors`` value; it counts how often each fails t
 
 The slowdown is injected without touching library code: the script writes its own small
 benchmark module into a temporary directory, whose work is the 1024³ product plus, when
-``$ACCOUNTING_GATE_SLOWDOWN`` is ``f > 1``, a second product of ``round((f − 1)·1024)``
-rows (``(f − 1)`` of the FLOPs). Machines are not linear in FLOPs, so every slowed run also
-measures, in-process and interleaved, the factor it really injected (the median of
-:data:`CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians), and the summary
-prints it beside the intended one.
+``$ACCOUNTING_GATE_SLOWDOWN`` is ``f > 1``, a second product of
+``$ACCOUNTING_GATE_SLOWDOWN_ROWS`` rows. Time is not linear in FLOPs (a thin product runs
+at a lower rate: ``(f − 1)·1024`` rows made a "1.25×" read 1.4–1.8× here), so the script
+first calibrates the rows for each factor in its own process (:func:`calibrate_rows`), and
+every slowed run measures again, in-process and interleaved, the factor it really injected
+(the median of :data:`CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians);
+the summary prints it beside the intended one.
 
 Targets (issue 11, 2-core CPU, N = 20): false alarms ≤ 1/20, a 1.25× slowdown caught ≥ 19/20,
 a 1.10× slowdown reported as it is, one gated run ≤ 2 minutes.
@@ -63,7 +65,7 @@ BENCHMARK_MODULE = textwrap.dedent('''\
     def _work():
         factor = float(os.environ.get("{SLOWDOWN_ENV}", "1"))
         case = matmul_case("float32", *SHAPE, "cpu")
-        extra_rows = round((factor - 1) * SHAPE[0])
+        extra_rows = int(os.environ.get("{SLOWDOWN_ENV}_ROWS", round((factor - 1) * SHAPE[0])))
         if extra_rows <= 0:
             return case, case.fn, factor
         left = torch.randn(extra_rows, SHAPE[1])
@@ -87,6 +89,46 @@ BENCHMARK_MODULE = textwrap.dedent('''\
                       for _ in range({CHECK_PAIRS})]
             flops_benchmark.benchmark.extra_info["injected_slowdown"] = statistics.median(ratios)
 ''')
+
+
+CALIBRATION_STEPS = 4
+SHAPE = (1024, 1024, 1024)
+
+
+def _injected_ratio(rows: int, pairs: int = CHECK_PAIRS) -> float:
+    """Median over interleaved pairs of (product + ``rows``-row product) / product, in this process."""
+    import torch
+
+    from accounting.timing import matmul_case, time_fn
+
+    case = matmul_case("float32", *SHAPE, "cpu")
+    left, out = torch.randn(rows, SHAPE[1]), torch.empty(rows, SHAPE[2])
+
+    def slowed():
+        case.fn()
+        torch.matmul(left, case.operands[1], out=out)
+
+    ratios = [time_fn(slowed, repeats=5, min_time_s=0).median / time_fn(case.fn, repeats=5, min_time_s=0).median
+              for _ in range(pairs)]
+    return statistics.median(ratios)
+
+
+def calibrate_rows(factor: float, *, measure=_injected_ratio, steps: int = CALIBRATION_STEPS) -> int:
+    """Rows of the extra product that make the work ``factor`` times slower, found by secant steps.
+
+    Starts from the FLOP share, ``(factor − 1)·1024`` rows, and rescales by the measured excess
+    ``steps`` times (``measure(rows)`` gives the ratio).
+
+    >>> calibrate_rows(1.25, measure=lambda rows: 1 + 1.6 * (rows / 1024))  # a thin product at 1/1.6 the rate
+    160
+    """
+    rows = max(1, round((factor - 1) * SHAPE[0]))
+    for _ in range(steps):
+        excess = measure(rows) - 1
+        if excess <= 0:
+            break
+        rows = max(1, round(rows * (factor - 1) / excess))
+    return rows
 
 
 def parse_factors(text: str) -> tuple[float, ...]:
@@ -181,12 +223,20 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
     for number in range(1, baselines + 1):
         measured = saver.run(f"save-{number}", storage=storage)
         say(f"baseline {number}/{baselines}: {measured.summary}")
+    rows = {}
+    for factor in factors:
+        rows[factor] = calibrate_rows(factor)
+        say(f"calibrated {factor:g}×: {rows[factor]} extra rows (the FLOP share would be "
+            f"{round((factor - 1) * SHAPE[0])})")
     scenarios = []
     for factor in (1.0, *factors):
         scenario = Scenario(factor)
+        env = {SLOWDOWN_ENV: repr(factor)}
+        if factor in rows:
+            env[SLOWDOWN_ENV + "_ROWS"] = str(rows[factor])
         for rerun in range(1, runs + 1):
             runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"x{factor:g}-{rerun}"),
-                            env={SLOWDOWN_ENV: repr(factor)})
+                            env=env)
             started = time.monotonic()
             result, _baseline, current, extra = gate_check(runner, config, storage=storage, baselines=baselines,
                                                            max_extra_runs=max_extra_runs, load_guard=load_guard)
