@@ -210,3 +210,11 @@ def test_without_the_load_guard_a_loaded_run_is_used_and_the_summary_says_so(tmp
     status, out, _ = run_main(["gate", "compare", "--storage", str(storage), "--no-load-guard", *loaded], capsys)
     assert status == 0 and out.startswith("Gate: pass: 2 no change")
     assert "Note: load guard off: runs on a loaded or throttled machine are used as they are" in out
+
+
+def test_an_unwritable_output_is_refused_before_anything_runs(tmp_path, storage, fake_runner, capsys):
+    status, out, err = run_main(["gate", "check", "--storage", str(storage), "--markdown",
+                                 str(tmp_path / "missing" / "gate.md"), "--", "-m", "cpu"], capsys)
+    assert status == 2 and out == "" and fake_runner.calls == []
+    assert err == f"accounting gate check: error: --markdown '{tmp_path / 'missing' / 'gate.md'}' cannot be written: " \
+                  "No such file or directory\n"

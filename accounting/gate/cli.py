@@ -257,6 +257,17 @@ def _check(args, config, runner, stdout, stderr, started) -> int:
     return EXIT_REGRESSION if result.regressions else EXIT_OK
 
 
+def _prepare(args):
+    """The thresholds, and output paths tried before anything is measured (as the report does)."""
+    config = load_benchmarks(args.benchmarks_json)
+    for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
+        if path is not None:
+            check_writable(path, option)
+    if args.plot is not None:
+        require_matplotlib()
+    return config
+
+
 def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None,
         reader=None) -> int:
     """Run a parsed ``gate`` action; bad input ends it with ``parser``'s one-line error (exit status 2).
@@ -270,24 +281,14 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     keep = getattr(args, "keep", None)
     try:
         if args.gate_command == "compare":
-            config = load_benchmarks(args.benchmarks_json)
-            for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
-                if path is not None:
-                    check_writable(path, option)
-            if args.plot is not None:
-                require_matplotlib()
+            config = _prepare(args)
             current = [load_run(path) for path in args.current]
             baseline, result = _verdict(args.storage, args.baselines, config, current, load_guard=args.load_guard)
             _write_outputs(args, result, baseline, current, stdout)
             return EXIT_REGRESSION if result.regressions else EXIT_OK
         pytest_args = _pytest_args(args)
         if args.gate_command == "check":
-            config = load_benchmarks(args.benchmarks_json)
-            for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
-                if path is not None:
-                    check_writable(path, option)
-            if args.plot is not None:
-                require_matplotlib()
+            config = _prepare(args)
             workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-")
         else:
             workdir = tempfile.mkdtemp(prefix="accounting-gate-")
