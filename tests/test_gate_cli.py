@@ -218,3 +218,14 @@ def test_an_unwritable_output_is_refused_before_anything_runs(tmp_path, storage,
     assert status == 2 and out == "" and fake_runner.calls == []
     assert err == f"accounting gate check: error: --markdown '{tmp_path / 'missing' / 'gate.md'}' cannot be written: " \
                   "No such file or directory\n"
+
+
+@pytest.mark.parametrize("given, cuda, expected", [
+    pytest.param(None, True, "cuda:0", id="cuda-default"), pytest.param(None, False, "cpu", id="cpu-default"),
+    pytest.param("cuda:1", True, "cuda:1", id="given"),
+])
+def test_the_guard_reads_the_gpu_when_there_is_one(monkeypatch, given, cuda, expected):
+    import argparse
+
+    monkeypatch.setattr(cli, "cuda_available", lambda: cuda)
+    assert cli._device(argparse.Namespace(device=given)) == expected
