@@ -358,6 +358,21 @@ def cuda_device_names() -> list[str]:
     return [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
 
 
+def cuda_uuid_and_bus_id(device) -> tuple[str | None, str | None]:
+    """``(uuid, pci_bus_id)`` of a CUDA device, from torch's device properties (``None`` where this
+    torch build does not give one). The bus id is ``domain:bus:device.0``, as ``nvidia-smi`` prints it.
+    """
+    props = torch.cuda.get_device_properties(as_device(device))
+    uuid = getattr(props, "uuid", None)
+    uuid = str(uuid) if uuid is not None and str(uuid) else None
+    if uuid is not None and not uuid.startswith("GPU-") and torch.version.hip is None:
+        uuid = f"GPU-{uuid}"
+    parts = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(part, int) and not isinstance(part, bool) and part >= 0 for part in parts):
+        return uuid, "{:04x}:{:02x}:{:02x}.0".format(*parts)
+    return uuid, None
+
+
 def cuda_capability(device=None) -> tuple[tuple[int, int], str]:
     """``((major, minor), name)`` of a CUDA device (the current one by default)."""
     index = None if device is None else as_device(device).index

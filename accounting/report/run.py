@@ -223,15 +223,16 @@ def max_sizes(plan: Plan) -> dict:
     return {dtype: measuring.largest_square(dtype, free, fraction=MEMORY_FRACTION) for dtype in plan.dtypes}
 
 
-def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) -> dict:
+def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None) -> dict:
     """Measure bandwidth, then sweep every dtype in what is left of the budget; return the document.
 
     ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
-    ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`).
+    ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`);
+    ``bandwidth_bytes`` is the copy size (default: :func:`~accounting.report.measure.bandwidth_bytes`).
     """
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
-    bandwidth = measuring.measure_bandwidth(info)
+    bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
     progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s")
     sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
     share = sweep_budget / len(plan.dtypes)
