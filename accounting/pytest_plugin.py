@@ -56,6 +56,7 @@ MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
     "cpu": "benchmarks that run on the CPU",
     "slow": "takes more than a few seconds",
+    "distributed": "starts several processes that talk through torch.distributed (gloo on the CPU)",
 }
 FP8_MIN_CAPABILITY = (8, 9)
 """torch._scaled_mm needs Ada (8.9) or Hopper (9.0) and later."""

@@ -13,6 +13,6 @@ One module per job:
 - :mod:`~accounting.fleet.gather` — barriers that name hung ranks; the records brought to rank 0.
 - :mod:`~accounting.fleet.verdict` — stragglers, drift, slow or wrong collectives, failed and hung ranks.
 - :mod:`~accounting.fleet.results`, :mod:`~accounting.fleet.render`, :mod:`~accounting.fleet.plot` — JSON, text, PNG.
-- :mod:`~accounting.fleet.noise` — a deliberate straggler (``--slow-rank``).
+- :mod:`~accounting.fleet.throttle` — a deliberate straggler (``--slow-rank``).
 - :mod:`~accounting.fleet.run` and :mod:`~accounting.fleet.cli` — one rank from start to exit status.
 """

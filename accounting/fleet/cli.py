@@ -9,6 +9,7 @@ waiting — 2 for bad input (one line on stderr).
 """
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -16,7 +17,7 @@ from accounting._checks import positive_number_from_text
 from accounting.errors import AccountingError
 from accounting.fleet.gather import FleetStopped
 from accounting.fleet.launch import read_launch
-from accounting.fleet.noise import parse_slow_rank
+from accounting.fleet.throttle import parse_slow_rank
 from accounting.fleet.plot import write_plot
 from accounting.fleet.render import render
 from accounting.fleet.run import FleetOptions, Hooks, run_fleet
@@ -82,9 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--barrier-timeout", metavar="SECONDS", type=barrier_seconds, default=None,
                         help="how long rank 0 waits at a barrier before naming the ranks that did not arrive. "
                              "Default: a quarter of the budget, at least 30 s")
-    parser.add_argument("--slow-rank", metavar="RANK[:N]", type=slow_rank, default=None,
-                        help="make RANK a deliberate straggler: N busy processes (default 3) share its cores "
-                             "(CPU ranks), to see the verdict catch one")
+    parser.add_argument("--slow-rank", metavar="RANK[:FACTOR]", type=slow_rank, default=None,
+                        help="make RANK a deliberate straggler: each of its timed matmuls does FACTOR (default 2) "
+                             "times the work, as a device at 1/FACTOR of its clock would; to see the verdict catch one")
     return parser
 
 
@@ -103,14 +104,18 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
 
 
 def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None,
-        store=None, hooks: Hooks = Hooks(), environ=None) -> int:
-    """Run a parsed ``fleet`` command on this rank; bad input ends it with ``parser``'s one-line error."""
+        store=None, hooks: Hooks = Hooks(), environ=None, overrides: dict | None = None) -> int:
+    """Run a parsed ``fleet`` command on this rank; bad input ends it with ``parser``'s one-line error.
+
+    ``store``, ``hooks``, ``environ`` and ``overrides`` (fields of :class:`FleetOptions` the command
+    line does not set, such as ``bandwidth_bytes``) let tests run real ranks with injected faults.
+    """
     started = time.monotonic() if started is None else started
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     try:
         launch = read_launch(environ)
-        options = options_from(args)
+        options = dataclasses.replace(options_from(args), **(overrides or {}))
         if options.slow_rank is not None and options.slow_rank[0] >= launch.world_size:
             raise AccountingError(f"--slow-rank {options.slow_rank[0]} is not a rank of this world "
                                   f"(ranks 0..{launch.world_size - 1})")

@@ -11,12 +11,15 @@ import warnings
 
 from accounting.report.progress import ProgressBar
 from accounting.report.run import build_report, prepare
+from accounting.timing import matmul_case
 
 
-def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None = None, clock=time.monotonic) -> dict:
+def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None = None, clock=time.monotonic,
+                 case_factory=matmul_case) -> dict:
     """The report document for ``device`` within ``budget_s`` (from now): bandwidth, sweep, verdict per dtype.
 
-    Warnings raised while planning (an unknown peak) become notes in the document, as in the report.
+    Warnings raised while planning (an unknown peak) become notes in the document, as in the report;
+    ``case_factory`` makes the timed products (:mod:`accounting.fleet.throttle` slows one rank on purpose).
     """
     started = clock()
     with warnings.catch_warnings(record=True) as caught:
@@ -24,4 +27,4 @@ def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None
         plan = prepare(device=str(device), dtypes=dtypes, budget_s=budget_s)
     plan.notes.extend(str(warning.message) for warning in caught)
     return build_report(plan, progress=ProgressBar(budget_s, enabled=False), started=started, clock=clock,
-                        bandwidth_bytes=bandwidth_bytes)
+                        bandwidth_bytes=bandwidth_bytes, case_factory=case_factory)

@@ -30,7 +30,7 @@ from accounting.fleet.gather import RanksHung, checkpoint
 from accounting.fleet.identity import identify
 from accounting.fleet.launch import LAUNCH_HINT, Launch, device_backend, local_device, pin_cpu, process_groups
 from accounting.fleet.measure import measure_rank
-from accounting.fleet.noise import busy_neighbours
+from accounting.fleet.throttle import throttled
 from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
 
@@ -109,16 +109,14 @@ def _attempt(record: dict, phase: str, work):
         return None
 
 
-def _measure(options: FleetOptions, launch: Launch, device, cpus, hooks: Hooks, budget_s: float):
+def _measure(options: FleetOptions, launch: Launch, device, hooks: Hooks, budget_s: float):
     if hooks.before_measure is not None:
         hooks.before_measure(launch.rank)
+    extra = {}
     if options.slow_rank is not None and options.slow_rank[0] == launch.rank:
-        if device.type != "cpu":
-            raise AccountingError("--slow-rank slows CPU ranks only (busy neighbours on its cores)")
-        with busy_neighbours(cpus or sorted(os.sched_getaffinity(0)), options.slow_rank[1]):
-            return measure_rank(device, dtypes=options.dtypes, budget_s=budget_s,
-                                bandwidth_bytes=options.bandwidth_bytes)
-    return measure_rank(device, dtypes=options.dtypes, budget_s=budget_s, bandwidth_bytes=options.bandwidth_bytes)
+        extra["case_factory"] = throttled(options.slow_rank[1])
+    return measure_rank(device, dtypes=options.dtypes, budget_s=budget_s, bandwidth_bytes=options.bandwidth_bytes,
+                        **extra)
 
 
 def _time_collectives(scope_name, ranks, group, device, *, budget_s, options, hooks, rank) -> dict:
@@ -164,7 +162,7 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
     record["identity"] = hooks.identity(launch.rank, identity) if hooks.identity is not None else identity
     share = MEASURE_SHARE if launch.distributed else WORLD_OF_ONE_SHARE
     record["report"] = _attempt(record, "measuring its device",
-                                lambda: _measure(options, launch, device, cpus, hooks, share * options.budget_s))
+                                lambda: _measure(options, launch, device, hooks, share * options.budget_s))
     if not launch.distributed:
         return document([record], settings=settings, elapsed_s=clock() - started, notes=notes)
 

@@ -223,12 +223,14 @@ def max_sizes(plan: Plan) -> dict:
     return {dtype: measuring.largest_square(dtype, free, fraction=MEMORY_FRACTION) for dtype in plan.dtypes}
 
 
-def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None) -> dict:
+def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
+                 case_factory=matmul_case) -> dict:
     """Measure bandwidth, then sweep every dtype in what is left of the budget; return the document.
 
     ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
     ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`);
-    ``bandwidth_bytes`` is the copy size (default: :func:`~accounting.report.measure.bandwidth_bytes`).
+    ``bandwidth_bytes`` is the copy size (default: :func:`~accounting.report.measure.bandwidth_bytes`);
+    ``case_factory`` makes each timed product (see :class:`~accounting.report.measure.MatmulTimer`).
     """
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
@@ -243,7 +245,7 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
         progress.update(clock() - started,
                         f"{done.dtype} {done.m}×{done.k}×{done.n}: {tflops(done.flops_per_second)} TFLOP/s")
 
-    timer = measuring.MatmulTimer(info, target_s=target)
+    timer = measuring.MatmulTimer(info, target_s=target, case_factory=case_factory)
     sweep = Sweep(timer, budget_s=sweep_budget, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
                   max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
                   expected_wall_s=timer.expected_wall_s)
