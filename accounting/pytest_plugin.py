@@ -12,9 +12,10 @@ pytest-benchmark JSON::
 
 What it adds:
 
-- markers ``gpu`` (skipped, with the reason, where there is no CUDA device), ``cpu``, ``slow``;
+- markers ``gpu`` (skipped, with the reason, where there is no CUDA device), ``cpu``, ``slow``,
+  ``distributed`` (multi-process tests);
 - options ``--peak-tflops`` (override the peak; also ``$ACCOUNTING_PEAK_TFLOPS``),
-  ``--benchmarks-json`` and ``--matmul-shapes``;
+  ``--benchmarks-json``, ``--matmul-shapes`` and ``--gpus`` (which GPUs, each its own test);
 - fixtures ``flops_benchmark`` and ``benchmark_config``;
 - ``machine_info`` extended with the accelerator, its compute capability, SMs, memory,
   driver, CUDA/ROCm and torch versions, TF32 flags, CPU model and estimated CPU peak
@@ -41,6 +42,7 @@ from accounting.device import (
     clock_for,
     cuda_available,
     cuda_capability,
+    cuda_device_names,
     detect_device,
     free_memory_bytes,
     l2_cache_bytes,
@@ -83,6 +85,11 @@ def pytest_addoption(parser):
     group.addoption(
         "--benchmarks-json", default=None, metavar="PATH",
         help="The benchmark matrix to run. Default: %(default)r ($ACCOUNTING_BENCHMARKS or ./benchmarks.json)",
+    )
+    group.addoption(
+        "--gpus", default=None, metavar="LIST",
+        help="CUDA devices the GPU benchmarks run on, comma-separated indices (0,3); each becomes its own test "
+             "(cuda:N in the test id), so baselines compare per GPU. Default: %(default)r (every visible GPU)",
     )
     group.addoption(
         "--matmul-shapes", choices=SHAPE_MODES, default="auto",
@@ -146,6 +153,35 @@ def pytest_collection_modifyitems(config, items):
             reason = gpu_skip_reason() or ""
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def gpu_indices(config, device_count: int | None = None) -> list[int]:
+    """The CUDA devices the GPU benchmarks run on: ``--gpus`` (checked against the visible ones), else all.
+
+    ``device_count`` defaults to the visible GPUs; with none, ``[0]``: the benchmarks are then
+    collected once and skipped with the gpu marker's reason.
+    """
+    count = len(cuda_device_names()) if device_count is None else device_count
+    text = config.getoption("gpus", None)
+    if text is None:
+        return list(range(count)) or [0]
+    indices = []
+    for part in text.split(","):
+        part = part.strip().removeprefix("cuda:")
+        if not part.isdigit():
+            raise pytest.UsageError(f"--gpus {text!r}: {part!r} is not a device index (e.g. --gpus 0,3)")
+        if count and int(part) >= count:
+            raise pytest.UsageError(f"--gpus {text!r}: cuda:{part} does not exist ({count} CUDA device(s) visible)")
+        if int(part) not in indices:
+            indices.append(int(part))
+    if not indices:
+        raise pytest.UsageError(f"--gpus {text!r} names no device (e.g. --gpus 0,3)")
+    return indices
+
+
+def gpu_device_params(config, device_count: int | None = None) -> list:
+    """``pytest.param("cuda:N", id="cuda:N")`` for each device of :func:`gpu_indices`."""
+    return [pytest.param(f"cuda:{index}", id=f"cuda:{index}") for index in gpu_indices(config, device_count)]
 
 
 # ---- shapes that fit ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Matmul benchmarks per dtype × shape from ``benchmarks.json``: TFLOP/s and MFU, bounded on both sides.
 
-``pytest -m cpu`` runs every configured CPU shape; ``pytest -m gpu`` every GPU shape
+``pytest -m cpu`` runs every configured CPU shape; ``pytest -m gpu`` every GPU shape on every visible GPU (``--gpus 0,3`` picks some), each GPU its own test
 (skipped, with the reason, without CUDA). A plain ``pytest`` runs only the quick
 shapes (``--matmul-shapes`` overrides). Each benchmark records FLOPs, achieved TFLOP/s,
 peak, MFU, device, dtype and shape in ``extra_info`` and fails when MFU is above
@@ -18,7 +18,7 @@ from accounting.benchconfig import load_benchmarks
 from accounting.device import cpu_flags, cpu_vendor, release_cached_memory
 from accounting.flops import MFU_CEILING
 from accounting.hardware import PeakUnknownWarning, chip_row, cpu_flops_per_cycle, device_peak_flops
-from accounting.pytest_plugin import add_summary_line, fitted_shape, gpu_skip_reason, shape_mode
+from accounting.pytest_plugin import add_summary_line, fitted_shape, gpu_device_params, gpu_skip_reason, shape_mode
 from accounting.timing import matmul_case, time_matmul
 
 TIMER_AGREEMENT = (0.9, 1.1)
@@ -49,6 +49,8 @@ def pytest_generate_tests(metafunc):
     for fixture, kind in (("cpu_point", "cpu"), ("gpu_point", "cuda")):
         if fixture in metafunc.fixturenames:
             metafunc.parametrize(fixture, _points(metafunc.config, kind))
+    if "gpu_device" in metafunc.fixturenames:  # every visible GPU, or --gpus: one test (and baseline) per device
+        metafunc.parametrize("gpu_device", gpu_device_params(metafunc.config))
 
 
 def _peak_or_skip(info, dtype, config):
@@ -95,18 +97,19 @@ def test_cpu_matmul(cpu_point, flops_benchmark, benchmark_config):
 
 
 @pytest.mark.gpu
-def test_gpu_matmul(gpu_point, flops_benchmark, benchmark_config):
+def test_gpu_matmul(gpu_point, gpu_device, flops_benchmark, benchmark_config):
     dtype, shape = gpu_point
     reason = gpu_skip_reason(dtype)
     if reason:
         pytest.skip(reason)
-    info = flops_benchmark.device_info("cuda:0")
+    info = flops_benchmark.device_info(gpu_device)
     device = info.device
     peak = _peak_or_skip(info, dtype, flops_benchmark.config)
     run_shape, note = fitted_shape(shape, dtype, device)
     case = matmul_case(dtype, *run_shape, device)
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device=device, shape=run_shape,
                              rounds=benchmark_config.device("cuda").rounds, peak=peak, operands=case.operands)
+    flops_benchmark.benchmark.extra_info["cuda_device"] = gpu_device
     if note:
         flops_benchmark.benchmark.extra_info["shape_note"] = note
     del case
