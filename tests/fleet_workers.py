@@ -74,14 +74,9 @@ def fail_on_rank(rank):
         raise RuntimeError("injected failure: this rank's device is broken")
 
 
-def fail_rank_1(rank):
+def hang_rank_1(rank):
+    """``before_barrier`` hook: rank 1 never arrives."""
     if rank == 1:
-        raise RuntimeError("injected failure on rank 1")
-
-
-def hang_rank_2(rank):
-    """``before_barrier`` hook: rank 2 never arrives."""
-    if rank == 2:
         time.sleep(HANG_S)
 
 

@@ -2,7 +2,7 @@
 
 The worlds are shared by the tests that read them (each costs seconds of start-up): one where
 rank 1 is slowed (--slow-rank: three times the work per timed matmul), rank 2's device raises, rank 0's all_reduce results come
-back corrupted and rank 1 reports another torch build; one where rank 2 never reaches the
+back corrupted and rank 1 reports another torch build; one where rank 1 never reaches the
 barrier. Assertions are on what rank 0 printed, wrote and returned.
 """
 
@@ -105,26 +105,27 @@ def test_json_holds_every_ranks_raw_figures_and_the_plot_is_written(faulty_world
 @pytest.fixture(scope="module")
 def hung_world(tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet-hang")
-    hooks = Hooks(before_measure=workers.fail_rank_1, before_barrier=workers.hang_rank_2)
+    hooks = Hooks(before_barrier=workers.hang_rank_1)
     argv = ["--budget", "1.5", "--dtypes", "float32", "--barrier-timeout", "3", "--json", str(out / "fleet.json")]
-    outcomes = workers.spawn_world(3, argv, out, hooks=hooks, overrides=QUICK, grace_s=5)
+    outcomes = workers.spawn_world(2, argv, out, hooks=hooks, overrides=QUICK, grace_s=2)
     return outcomes, json.loads((out / "fleet.json").read_text()) if (out / "fleet.json").exists() else None
 
 
 def test_a_rank_that_never_reaches_the_barrier_is_named(hung_world):
     outcomes, document = hung_world
     assert outcomes[0] is not None and outcomes[0]["status"] == 1, outcomes  # a hung rank: always 1
-    assert outcomes[2] is None, "the hung rank had to be killed"
-    assert document["hung_ranks"] == [2]
-    assert [flag["rank"] for flag in _flags(document, "hung")] == [2]
+    assert outcomes[1] is None, "the hung rank had to be killed"
+    assert document["hung_ranks"] == [1]
+    assert [flag["rank"] for flag in _flags(document, "hung")] == [1]
     assert "did not reach the measured barrier within 3 s" in outcomes[0]["stdout"]
 
 
-def test_rank_0_still_prints_what_the_others_measured_when_one_hangs(hung_world):
-    _outcomes, document = hung_world
+def test_rank_0_still_prints_its_figures_when_another_hangs(hung_world):
+    outcomes, document = hung_world
     assert document["ranks"][0]["report"]["dtypes"]["float32"]["best"] is not None
-    assert document["ranks"][1]["errors"][0]["error"] == "RuntimeError: injected failure on rank 1"
-    assert document["ranks"][2] is None
+    assert document["ranks"][1] is None, "the hung rank left no record"
+    rank_line = next(line for line in outcomes[0]["stdout"].splitlines() if line.strip().startswith("1  "))
+    assert rank_line.rstrip().endswith("hung")
 
 
 @pytest.mark.slow

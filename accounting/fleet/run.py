@@ -161,8 +161,10 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
     identity = identify(info, rank=launch.rank, local_rank=launch.local_rank, cpus=cpus)
     record["identity"] = hooks.identity(launch.rank, identity) if hooks.identity is not None else identity
     share = MEASURE_SHARE if launch.distributed else WORLD_OF_ONE_SHARE
-    record["report"] = _attempt(record, "measuring its device",
-                                lambda: _measure(options, launch, device, hooks, share * options.budget_s))
+    measured = _attempt(record, "measuring its device",
+                        lambda: _measure(options, launch, device, hooks, share * options.budget_s))
+    if measured is not None:
+        record["report"], record["telemetry"] = measured
     if not launch.distributed:
         return document([record], settings=settings, elapsed_s=clock() - started, notes=notes)
 
