@@ -1,5 +1,6 @@
-"""``--plot``: a PNG of each rank's best TFLOP/s per dtype, with each dtype's median over the ranks and
-its straggler line (``straggler_fraction ×`` that median); flagged ranks' bars are hatched.
+"""``--plot``: a PNG of each rank's best TFLOP/s per dtype, with each dtype's median over the ranks and,
+over each bar, that rank's straggler line (``straggler_fraction ×`` the median of the *other* ranks, the
+rule the verdict applies); flagged ranks' bars are hatched.
 
 matplotlib runs headless (``Agg``), imported only when a plot is asked for, as the report's plot is.
 """
@@ -36,8 +37,14 @@ def write_plot(document: dict, path: str) -> None:
                      label=dtype if rank == min(values) else None)
         median = statistics.median(values.values()) / TERA
         axes.axhline(median, color=colour, linestyle="--", linewidth=1.2, label=f"{dtype} median {median:.3g}")
-        axes.axhline(fraction * median, color=colour, linestyle=":", linewidth=1.2,
-                     label=f"{dtype} straggler line ({fraction:g} × median)")
+        for rank in values:  # each rank's own line: the fraction of the median of the *other* ranks
+            peers = [value for other, value in values.items() if other != rank]
+            if peers:
+                line = fraction * statistics.median(peers) / TERA
+                axes.hlines(line, rank + offset - width / 2, rank + offset + width / 2, colors="black",
+                            linestyles=":", linewidth=1.6,
+                            label=f"straggler line ({fraction:g} × median of the other ranks)"
+                            if position == 0 and rank == min(values) else None)
     axes.set_xticks(ranks, [f"rank {rank}" for rank in ranks])
     axes.set_ylabel("best TFLOP/s")
     axes.set_title(f"Best matmul TFLOP/s per rank ({len(ranks)} ranks) — hatched: straggler")
