@@ -13,11 +13,10 @@ import warnings
 from accounting.report.progress import ProgressBar
 from accounting.telemetry import Sampler
 from accounting.report.run import build_report, prepare
-from accounting.timing import matmul_case
 
 
 def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None = None, clock=time.monotonic,
-                 case_factory=matmul_case) -> tuple[dict, dict]:
+                 case_factory=None) -> tuple[dict, dict]:
     """``(report, telemetry)`` for ``device`` within ``budget_s`` (from now): the report document (bandwidth,
     sweep, verdict per dtype) and the :class:`~accounting.telemetry.Summary` of the device meanwhile, as dicts.
 

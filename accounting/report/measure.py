@@ -76,11 +76,11 @@ class MatmulTimer:
     not fit in memory.
     """
 
-    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=matmul_case):
+    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None):
         self.info = info
         self.target_s = check_positive(target_s, "target_s")
         self.case_factory = case_factory
-        """Makes the timed product, as :func:`accounting.timing.matmul_case` (the fleet's ``--slow-rank`` wraps it)."""
+        """Makes the timed product (``None``: :func:`accounting.timing.matmul_case`; the fleet's ``--slow-rank`` wraps it)."""
 
     @staticmethod
     def _warmup(first_call_s: float) -> int:
@@ -115,7 +115,7 @@ class MatmulTimer:
 
     def _time(self, dtype, m, k, n):
         device = self.info.device
-        case = self.case_factory(dtype, m, k, n, device)
+        case = (self.case_factory or matmul_case)(dtype, m, k, n, device)
         synchronize(device)
         before = time.perf_counter()
         case.fn()

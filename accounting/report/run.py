@@ -224,13 +224,13 @@ def max_sizes(plan: Plan) -> dict:
 
 
 def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
-                 case_factory=matmul_case) -> dict:
+                 case_factory=None) -> dict:
     """Measure bandwidth, then sweep every dtype in what is left of the budget; return the document.
 
     ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
     ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`);
     ``bandwidth_bytes`` is the copy size (default: :func:`~accounting.report.measure.bandwidth_bytes`);
-    ``case_factory`` makes each timed product (see :class:`~accounting.report.measure.MatmulTimer`).
+    ``case_factory`` makes each timed product (``None``: the usual; see :class:`~accounting.report.measure.MatmulTimer`).
     """
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
