@@ -234,7 +234,10 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
     """
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
-    bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
+    if bandwidth_bytes is None:
+        bandwidth = measuring.measure_bandwidth(info)
+    else:
+        bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
     progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s")
     sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
     share = sweep_budget / len(plan.dtypes)
@@ -245,7 +248,8 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
         progress.update(clock() - started,
                         f"{done.dtype} {done.m}×{done.k}×{done.n}: {tflops(done.flops_per_second)} TFLOP/s")
 
-    timer = measuring.MatmulTimer(info, target_s=target, case_factory=case_factory)
+    timer = (measuring.MatmulTimer(info, target_s=target) if case_factory is None
+             else measuring.MatmulTimer(info, target_s=target, case_factory=case_factory))
     sweep = Sweep(timer, budget_s=sweep_budget, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
                   max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
                   expected_wall_s=timer.expected_wall_s)
