@@ -11,7 +11,9 @@ saying how to override it — never a guess that would make MFU silently wrong.
 Dtype columns: ``float64`` (FP64 tensor cores where the chip has them: cuBLAS DGEMM
 uses them), ``float32`` (plain FP32, no tensor cores), ``"tf32"`` (float32 matmuls on
 tensor cores), ``bfloat16``, ``float16``, ``float8_e4m3fn`` and ``float8_e5m2`` (one FP8
-rate), ``int8`` (TOPS, as FLOP/s).
+rate, which AMD's fnuz variants ``float8_e4m3fnuz``/``float8_e5m2fnuz`` read too), ``int8``
+(TOPS, as FLOP/s). Which of them a given device runs natively is
+:mod:`accounting.native_dtypes`' question.
 
 CPUs: physical cores × clock × FLOPs per cycle per core for the best ISA path the
 flags allow (:func:`cpu_peak_flops`).
