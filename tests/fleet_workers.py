@@ -92,7 +92,3 @@ def doctor_rank_1(rank, identity):
         return {**identity, "torch": DOCTORED_TORCH}
     return identity
 
-
-def two_hosts(rank, identity):
-    """``identity`` hook: ranks 0, 1 on node-a and 2, 3 on node-b."""
-    return {**identity, "host": "node-a" if rank < 2 else "node-b"}
