@@ -48,6 +48,10 @@ _MHZ_PER_GHZ = 1e3
 
 L2_FLUSH_FACTOR = 2
 """The L2 flush writes a buffer this many times the L2 size, so nothing of the operands survives."""
+UNREPORTED_CACHE_BYTES = 256 * 2**20
+"""Cache size assumed for a CUDA device whose L2 size torch does not report (``L2_cache_size`` came with
+torch 2.5, pytorch/pytorch#132819): the largest last-level cache of any GPU in the peak table (MI300X's
+256 MB Infinity Cache), so small operands are still flushed and a flush never falls short."""
 
 # torch.cpu.get_capabilities() spells some flags differently from /proc/cpuinfo.
 _TORCH_FLAG_NAMES = {
@@ -320,7 +324,7 @@ def _cuda_info(device: torch.device) -> DeviceInfo:
         memory_bytes=int(props.total_memory),
         compute_capability=(int(props.major), int(props.minor)),
         multiprocessors=int(props.multi_processor_count),
-        l2_cache_bytes=int(getattr(props, "L2_cache_size", 0)) or None,
+        l2_cache_bytes=_reported_l2_bytes(props),
         arch=getattr(props, "gcnArchName", None) or None,
         runtime=runtime,
         driver=_driver_version(),
@@ -364,8 +368,20 @@ def cuda_capability(device=None) -> tuple[tuple[int, int], str]:
     return tuple(torch.cuda.get_device_capability(index)), torch.cuda.get_device_name(index)
 
 
+def _reported_l2_bytes(props) -> int | None:
+    """``props.L2_cache_size`` in bytes, or ``None`` where torch does not report it (torch < 2.5).
+
+    >>> from types import SimpleNamespace
+    >>> _reported_l2_bytes(SimpleNamespace(L2_cache_size=50 * 2**20)), _reported_l2_bytes(SimpleNamespace())
+    (52428800, None)
+    """
+    return int(getattr(props, "L2_cache_size", 0) or 0) or None
+
+
 def l2_cache_bytes(device) -> int:
     """L2 size of a CUDA device in bytes; 0 elsewhere (CPU benchmarks run warm, as CPU code does).
+
+    Where torch does not report it (torch < 2.5), ``UNREPORTED_CACHE_BYTES``.
 
     >>> l2_cache_bytes("cpu")
     0
@@ -373,7 +389,7 @@ def l2_cache_bytes(device) -> int:
     device = as_device(device)
     if device.type != "cuda":
         return 0
-    return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    return _reported_l2_bytes(torch.cuda.get_device_properties(device)) or UNREPORTED_CACHE_BYTES
 
 
 def release_cached_memory(device) -> None:

@@ -64,7 +64,8 @@ def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
 
 
 def _out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+    # torch.cuda.OutOfMemoryError, not the later alias torch.OutOfMemoryError: torch>=2.4 is allowed.
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
 class MatmulTimer:
@@ -100,7 +101,7 @@ class MatmulTimer:
     def __call__(self, dtype, m, k, n):
         try:
             timing = self._time(dtype, m, k, n)
-        except RuntimeError as error:  # torch.OutOfMemoryError is one
+        except RuntimeError as error:  # torch.cuda.OutOfMemoryError is one
             if not _out_of_memory(error):
                 raise
             timing = None
