@@ -45,7 +45,7 @@ from accounting.device import (
     free_memory_bytes,
     l2_cache_bytes,
     synchronize,
-    tf32_enabled,
+    tf32_flags,
 )
 from accounting.errors import AccountingError
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
@@ -290,11 +290,7 @@ def accounting_machine_info(device=None) -> dict:
         "accelerator": None,
         "torch": torch.__version__,
         "runtime": None,
-        "tf32": {
-            "cuda_matmul": tf32_enabled(),
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cudnn": bool(torch.backends.cudnn.allow_tf32),
-        },
+        "tf32": tf32_flags(),  # read without raising, whichever TF32 API was used
         "cpu_model": cpu.name,
         "cpu_cores": cpu.cores,
         "cpu_clock_ghz": cpu.clock_ghz,

@@ -73,3 +73,87 @@ def test_out_of_memory_is_recognised_without_the_torch_2_5_alias(monkeypatch):
     monkeypatch.setattr(measure, "release_cached_memory", lambda device: None)
     h100 = device_module.DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB)
     assert MatmulTimer(h100, target_s=0.1)("bfloat16", 65536, 65536, 65536) is None
+
+
+# ---- items 4 and 6: TF32 set the new way (torch >= 2.9) ---------------------------------------
+
+from accounting.device import float32_matmul_mode, tf32_enabled  # noqa: E402
+from accounting.pytest_plugin import accounting_machine_info  # noqa: E402
+
+FP32_FLAGS = [("generic", "all")] + [(backend, op) for backend in ("cuda", "mkldnn") for op in ("all", "matmul", "conv", "rnn")]
+LINKED = (("cuda", "matmul"), ("mkldnn", "matmul"))  # what set_float32_matmul_precision writes (ATen Context.cpp)
+new_api = pytest.mark.skipif(not hasattr(torch._C, "_get_fp32_precision_getter"),
+                             reason=f"torch {torch.__version__} has no per-backend fp32_precision flags (2.9+)")
+
+
+def tf32_state():
+    """Every per-backend flag as set, and the legacy global (read with the linked flags at "ieee", where torch
+    cannot call the state mixed; the flags are put back)."""
+    raw = {flag: torch._C._get_fp32_precision_getter(*flag) for flag in FP32_FLAGS}
+    for flag in LINKED:
+        torch._C._set_fp32_precision_setter(*flag, "ieee")
+    legacy = torch.get_float32_matmul_precision()
+    for flag in LINKED:
+        torch._C._set_fp32_precision_setter(*flag, raw[flag])
+    return legacy, raw
+
+
+def set_tf32_state(state):
+    legacy, raw = state
+    torch.set_float32_matmul_precision(legacy)
+    for flag, value in raw.items():
+        torch._C._set_fp32_precision_setter(*flag, value)
+
+
+@pytest.fixture
+def tf32_restored():
+    """Whatever a test does to the TF32 flags, the next test starts from the state before it."""
+    if not hasattr(torch._C, "_get_fp32_precision_getter"):
+        yield
+        return
+    before = tf32_state()
+    yield
+    set_tf32_state(before)
+
+
+@new_api
+def test_machine_info_reads_tf32_set_the_new_way(tf32_restored):
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        torch.get_float32_matmul_precision()  # what torch itself does in this state
+    flags = accounting_machine_info("cpu")["tf32"]
+    assert flags["cuda_matmul"] is True and flags["cuda_matmul_fp32_precision"] == "tf32"
+    assert flags["float32_matmul_precision"] is None, "unreadable in a mixed state: recorded as unknown, not guessed"
+
+
+@new_api
+def test_tf32_enabled_follows_inherited_flags(tf32_restored):
+    torch.backends.fp32_precision = "tf32"  # generic: cuda matmul "none" inherits it
+    torch.backends.cuda.matmul.fp32_precision = "none"
+    assert tf32_enabled()
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    assert not tf32_enabled()
+
+
+TF32_STARTS = [
+    pytest.param(legacy, cuda, mkldnn, id=f"{legacy}-cuda_{cuda}-mkldnn_{mkldnn}")
+    for legacy in ("highest", "high", "medium")
+    for cuda in ("none", "ieee", "tf32")
+    for mkldnn in ("none", "ieee", "tf32", "bf16")
+]
+
+
+@new_api
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "fp32"])
+@pytest.mark.parametrize("legacy, cuda, mkldnn", TF32_STARTS)
+def test_float32_matmul_mode_keeps_both_apis_consistent_and_restores_exactly(tf32_restored, legacy, cuda, mkldnn, tf32):
+    torch.set_float32_matmul_precision(legacy)
+    torch._C._set_fp32_precision_setter("cuda", "matmul", cuda)  # the new API alone: possibly a mixed state
+    torch._C._set_fp32_precision_setter("mkldnn", "matmul", mkldnn)
+    before = tf32_state()
+    with float32_matmul_mode(tf32=tf32):
+        assert torch.get_float32_matmul_precision() == ("high" if tf32 else "highest")  # legacy reads: no error
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32  # what cuBLAS's allowTF32CuBLAS() checks
+        assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if tf32 else "ieee")
+        assert tf32_enabled() is tf32
+    assert tf32_state() == before

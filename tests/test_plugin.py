@@ -203,7 +203,7 @@ def test_machine_info_is_extended_and_volatile_fields_dropped():
         assert accounting["cpu_clock_ghz"] is None and accounting["cpu_peak_float32_tflops"] is None
     else:
         assert accounting["cpu_peak_float32_tflops"] > 0
-    assert set(accounting["tf32"]) == {"cuda_matmul", "float32_matmul_precision", "cudnn"}
+    assert set(accounting["tf32"]) == {"cuda_matmul", "cuda_matmul_fp32_precision", "float32_matmul_precision", "cudnn"}
 
 
 @pytest.mark.parametrize("saved, differing", [
