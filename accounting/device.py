@@ -267,6 +267,10 @@ def as_device(device) -> torch.device:
 
     >>> as_device("cuda:1")
     device(type='cuda', index=1)
+    >>> as_device("cuda:256")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: device 'cuda:256': index 256 is out of the range torch can address
     """
     if isinstance(device, DeviceInfo):
         return device.device
@@ -274,9 +278,14 @@ def as_device(device) -> torch.device:
         return device
     if isinstance(device, str):
         try:
-            return torch.device(device)
+            parsed = torch.device(device)
         except RuntimeError as error:
             raise AccountingError(f"unknown device {device!r}: {error}") from None
+        _, _, index = device.partition(":")
+        if index.strip().isdigit() and int(index) != parsed.index:
+            # torch keeps an index in a small integer and wraps larger ones ("cuda:256" -> cuda:0)
+            raise AccountingError(f"device {device!r}: index {int(index)} is out of the range torch can address")
+        return parsed
     raise AccountingTypeError(f"device must be a string, torch.device or DeviceInfo, got {device!r}")
 
 
