@@ -53,6 +53,11 @@ UNREPORTED_CACHE_BYTES = 256 * 2**20
 torch 2.5, pytorch/pytorch#132819): the largest last-level cache of any GPU in the peak table (MI300X's
 256 MB Infinity Cache), so small operands are still flushed and a flush never falls short."""
 
+LAUNCH_COVER_CYCLES = 200_000
+"""GPU clock cycles of spinning queued before each timed call (100–200 µs at 1–2 GHz): longer than
+the host takes to queue an L2 flush, the start event and a Python-level call (tens of µs), so the
+call's kernels are queued before the GPU reaches the start event. Costs wall time, not timed time."""
+
 # torch.cpu.get_capabilities() spells some flags differently from /proc/cpuinfo.
 _TORCH_FLAG_NAMES = {
     "fma3": "fma",
@@ -496,21 +501,36 @@ class HostClock:
     def flush_cache(self) -> None:
         """Nothing to flush: CPU benchmarks run warm, as real CPU code does."""
 
+    def occupy(self) -> None:
+        """Nothing to do: the host clock waits for the device before every read."""
+
 
 class EventClock:
     """Times a CUDA stream with events recorded on it; no host clock is involved.
 
     ``mark`` records an event after the work already queued; ``elapsed`` waits for the
-    end event and returns the GPU time between the two. ``event_factory`` and
-    ``synchronize`` can be replaced (tests pass recording fakes).
+    end event and returns the GPU time between the two. ``occupy`` queues a spin
+    (``torch.cuda._sleep``) so the GPU is still busy when the start event and the timed
+    call are queued behind it: an idle GPU would stamp the start event at once and then
+    wait for the host to launch the call (10–20 µs, 5–20% of a 100 µs kernel).
+    ``event_factory``, ``synchronize`` and ``sleep`` can be replaced (tests pass recording fakes).
     """
 
-    def __init__(self, device, *, event_factory=None, synchronize=None, l2_cache_bytes=None):
+    def __init__(self, device, *, event_factory=None, synchronize=None, l2_cache_bytes=None, sleep=None):
         self.device = as_device(device)
         self._event = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
         self.synchronize = synchronize or (lambda: torch.cuda.synchronize(self.device))
+        self._sleep = sleep or self._spin
         self._l2_bytes = l2_cache_bytes
         self._flush_buffer = None
+
+    def _spin(self, cycles: int) -> None:
+        with torch.cuda.device(self.device):  # on the timed device's current stream, as mark() records
+            torch.cuda._sleep(cycles)
+
+    def occupy(self) -> None:
+        """Queue ``LAUNCH_COVER_CYCLES`` of spinning on this device's current stream (does not wait)."""
+        self._sleep(LAUNCH_COVER_CYCLES)
 
     def mark(self):
         """Record an event on this device's current stream (does not wait).

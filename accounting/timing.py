@@ -6,6 +6,8 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 2. Time each repetition separately with the device's clock
    (:func:`accounting.device.clock_for`): CUDA events on a GPU, ``perf_counter``
    after a synchronize on the CPU — never a host clock around unfinished GPU work.
+   On a GPU a short spin is queued first, so the start event waits behind it and the
+   host's launch of the call is not timed.
 3. On CUDA, overwrite L2 between repetitions when the operands fit in it, so
    every repetition reads from memory as a cold call in a real model would.
 4. Repeat at least ``repeats`` times and for at least ``min_time_s``; report the
@@ -134,7 +136,8 @@ def time_fn(
     """Time ``fn()`` on ``device``: warm-up calls, then each call timed on the device's clock.
 
     ``clock`` defaults to :func:`accounting.device.clock_for` ``(device)``; anything with
-    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works.
+    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works (and ``occupy``, called
+    before each repetition, where it has one: see :class:`accounting.device.EventClock`).
 
     >>> t = time_fn(lambda: sum(range(100)), repeats=7, min_time_s=0)
     >>> len(t.samples) >= 7 and t.iqr >= 0
@@ -158,7 +161,9 @@ def time_fn(
     clock.synchronize()
     samples = []
     total = 0.0
+    occupy = getattr(clock, "occupy", lambda: None)  # optional: clocks from before it existed still work
     while len(samples) < repeats or (total < min_time_s and len(samples) < max_repeats):
+        occupy()  # the device is busy when the start mark is queued: fn's launch is not timed
         if flush_cache:
             clock.flush_cache()
         start = clock.mark()

@@ -176,6 +176,7 @@ def test_flops_benchmark_flushes_l2_by_the_shared_rule(monkeypatch, operands, fl
     monkeypatch.setattr(plugin, "clock_for", lambda device: clock)
     monkeypatch.setattr(plugin, "synchronize", lambda device: None)
     monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
+    monkeypatch.setattr(plugin, "time_fn", lambda fn, **kwargs: timing.Timing.from_samples([1.0]))  # no real events
     config = SimpleNamespace(getoption=lambda name, default=None: None)
     runner = FlopsBenchmark(FakeBenchmark(log), config, infos={"cuda:0": plugin.DeviceInfo("cuda", "fake GPU", 0, 2**30)})
     runner(lambda: None, flops=1, dtype="bf16", device="cuda:0", rounds=1, warmup_rounds=0, peak=1e15,
@@ -312,3 +313,27 @@ def test_an_installed_project_gets_flops_in_its_json_and_a_doctored_baseline_is_
     assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
     assert ("ERROR: --benchmark-compare: the baseline was recorded on NVIDIA H100 80GB HBM3 (compute capability 9.0, "
             "132 SMs) but this run is on NVIDIA A100-SXM4-80GB (compute capability 8.0, 108 SMs)") in refused.stderr
+
+
+def test_flops_benchmark_mfu_on_cuda_comes_from_device_events_not_the_host_clock(monkeypatch):
+    """The host clock around fn()+synchronize holds the launch; on CUDA the MFU uses the event-timed median."""
+    from accounting.timing import Timing
+
+    log, timed = [], []
+    monkeypatch.setattr(plugin, "clock_for", lambda device: SimpleNamespace(flush_cache=lambda: None))
+    monkeypatch.setattr(plugin, "synchronize", lambda device: None)
+
+    def device_timer(fn, **kwargs):
+        timed.append(kwargs)
+        return Timing.from_samples([0.4] * kwargs["repeats"], device=kwargs["device"])
+
+    monkeypatch.setattr(plugin, "time_fn", device_timer)
+    config = SimpleNamespace(getoption=lambda name, default=None: None)
+    runner = FlopsBenchmark(FakeBenchmark(log, seconds=0.5), config,
+                            infos={"cuda:0": DeviceInfo("cuda", "fake GPU", 0, 2**30)})
+    result = runner(lambda: None, flops=10**12, dtype="bf16", device="cuda:0", rounds=7, warmup_rounds=0, peak=5e12,
+                    operands=(torch.ones(4),), flush_cache=True)
+    assert [(kw["device"], kw["repeats"], kw["flush_cache"]) for kw in timed] == [(torch.device("cuda", 0), 7, True)]
+    assert result.median_s == 0.4 and result.mfu == pytest.approx(10**12 / 0.4 / 5e12)
+    extra = runner.benchmark.extra_info
+    assert extra["host_median_s"] == 0.5 and extra["device_median_s"] == 0.4
