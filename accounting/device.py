@@ -556,17 +556,19 @@ class EventClock:
             self._flush_buffer.zero_()
 
 
-def clock_for(device):
+def clock_for(device, *, cache_bytes: int | None = None):
     """The clock that times work on ``device``: CUDA events on a GPU, ``perf_counter`` on the CPU.
 
     Only those two (see :func:`timed_device`): anything else raises naming the device.
+    ``cache_bytes`` sizes a GPU clock's cache flush (default: :func:`l2_cache_bytes`;
+    :func:`accounting.timing.flush_bytes` gives the last-level cache).
 
     >>> type(clock_for("cpu")).__name__
     'HostClock'
     """
     device = timed_device(device)
     if device.type == "cuda":
-        return EventClock(device)
+        return EventClock(device, l2_cache_bytes=cache_bytes)
     return HostClock(synchronize=lambda: synchronize(device))
 
 

@@ -43,14 +43,13 @@ from accounting.device import (
     cuda_capability,
     detect_device,
     free_memory_bytes,
-    l2_cache_bytes,
     synchronize,
     tf32_flags,
 )
 from accounting.errors import AccountingError
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
-from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, should_flush_l2, time_fn
+from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, flush_bytes, should_flush_l2, time_fn
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
@@ -169,7 +168,7 @@ def plan_shape(shape, dtype, free_bytes: int, *, extra_bytes: int = 0):
 def fitted_shape(shape, dtype, device):
     """The shape to run on ``device``, shrunk to its free memory; skips the test when nothing fits."""
     device = as_device(device)
-    extra = L2_FLUSH_FACTOR * l2_cache_bytes(device)  # the flush buffer the benchmark allocates
+    extra = L2_FLUSH_FACTOR * flush_bytes(device)  # the flush buffer the benchmark allocates
     fitted, note = plan_shape(shape, dtype, free_memory_bytes(device), extra_bytes=extra)
     if fitted is None:
         pytest.skip(note)
@@ -228,7 +227,7 @@ class FlopsBenchmark:
         name = dtype_name(dtype)
         if peak is None:
             peak = device_peak_flops(info, name, override_tflops=self.config.getoption("peak_tflops", None))
-        clock = clock_for(device)
+        clock = clock_for(device, cache_bytes=flush_bytes(device))
         if flush_cache is not None:
             flush = flush_cache
         elif operands:

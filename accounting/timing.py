@@ -29,10 +29,10 @@ import torch
 from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
-from accounting.device import TIMED_KINDS, as_device, clock_for, float32_matmul_mode, l2_cache_bytes, timed_device
+from accounting.device import TIMED_KINDS, as_device, clock_for, detect_device, float32_matmul_mode, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops, mfu
-from accounting.hardware import dtype_runs_on
+from accounting.hardware import dtype_runs_on, last_level_cache_bytes
 from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
 
 WARMUP_CALLS = 3
@@ -153,7 +153,8 @@ def time_fn(
         raise AccountingError(f"max_repeats ({max_repeats}) is below repeats ({repeats})")
     device = as_device(device)
     if clock is None:
-        clock = clock_for(device)  # only cpu and cuda (present here) have one: anything else raises
+        # only cpu and cuda (present here) have one: anything else raises
+        clock = clock_for(device, cache_bytes=flush_bytes(device) if flush_cache else None)
     elif device.type not in TIMED_KINDS:
         timed_device(device)  # raises: a clock passed in (a fake in tests) still times only cpu or cuda
     for _ in range(warmup):
@@ -219,18 +220,33 @@ def _float32_mode(device, *dtypes):
     return contextlib.nullcontext()
 
 
-def should_flush_l2(device, *tensors) -> bool:
-    """Whether to overwrite L2 before each timed call: on CUDA, when the operands' storages fit in L2.
+def flush_bytes(device) -> int:
+    """Bytes of cache a flush must overwrite on ``device``: its last-level cache (0 on a CPU).
 
-    Operands bigger than L2 are read from memory anyway, and a CPU benchmark runs warm,
-    as CPU code does.
+    :func:`accounting.hardware.last_level_cache_bytes` of the detected device: the L2 torch
+    reports, or a larger cache the table knows (MI300X's 256 MB Infinity Cache behind a 4 MB L2).
+
+    >>> flush_bytes("cpu")
+    0
+    """
+    device = as_device(device)
+    if device.type != "cuda":
+        return 0
+    return last_level_cache_bytes(detect_device(device))
+
+
+def should_flush_l2(device, *tensors) -> bool:
+    """Whether to flush the cache before each timed call: on CUDA, when the operands' storages fit in it.
+
+    The cache is the last-level one (:func:`flush_bytes`). Operands bigger than it are read
+    from memory anyway, and a CPU benchmark runs warm, as CPU code does.
 
     >>> should_flush_l2("cpu", torch.ones(4))
     False
     """
     if as_device(device).type != "cuda":
         return False
-    return storage_bytes(*tensors) <= l2_cache_bytes(device)
+    return storage_bytes(*tensors) <= flush_bytes(device)
 
 
 # ---- matmul cases per dtype ----------------------------------------------------------------

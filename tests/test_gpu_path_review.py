@@ -157,3 +157,66 @@ def test_float32_matmul_mode_keeps_both_apis_consistent_and_restores_exactly(tf3
         assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if tf32 else "ieee")
         assert tf32_enabled() is tf32
     assert tf32_state() == before
+
+
+# ---- items 7, 8, 9: the gfx942 family, MI250X float32, the Infinity Cache -----------------------
+
+import warnings  # noqa: E402
+
+from accounting.device import DeviceInfo  # noqa: E402
+from accounting.hardware import PeakUnknownWarning, chip_row, find_chip, peak_bandwidth, peak_flops  # noqa: E402
+
+GFX942 = "gfx942:sramecc+:xnack-"
+
+
+@pytest.mark.parametrize("name, arch, row, bf16_tflops, bandwidth_tbs", [
+    pytest.param("AMD Instinct MI300X", GFX942, "MI300X", 1307.4, 5.3, id="mi300x"),
+    pytest.param("AMD Radeon Graphics", GFX942, "MI300X", 1307.4, 5.3, id="unnamed-gfx942-is-mi300x"),
+    pytest.param("AMD Instinct MI300A", GFX942, "MI300A", 980.6, 5.3, id="mi300a-not-mi300x"),
+    pytest.param("AMD Instinct MI325X", GFX942, "MI325X", 1307.4, 6.0, id="mi325x-own-bandwidth"),
+    pytest.param("AMD Instinct MI308X", GFX942, "MI308X", None, None, id="mi308x-no-public-figures"),
+    pytest.param("AMD Instinct MI210", "gfx90a", None, None, None, id="mi210-not-mi250x"),
+])
+def test_rocm_arch_is_used_only_when_the_name_says_nothing(name, arch, row, bf16_tflops, bandwidth_tbs):
+    info = DeviceInfo("cuda", name, 0, 128 * GIB, arch=arch)
+    assert chip_row(info) == row, "floors (chip_floors) follow the same row"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PeakUnknownWarning)
+        peak = peak_flops(name, "bf16", arch=arch)
+        bandwidth = peak_bandwidth(name, arch=arch)
+    assert peak == (None if bf16_tflops is None else pytest.approx(bf16_tflops * 1e12))
+    assert bandwidth == (None if bandwidth_tbs is None else pytest.approx(bandwidth_tbs * 1e12))
+    assert (len(caught) > 0) is (bf16_tflops is None), "an unknown figure warns; a known one does not"
+
+
+def test_every_gfx942_row_has_a_chip_floor_like_mi300x():
+    """A healthy MI300A/MI325X (best bf16 about half of spec, as MI300X) must not read "below floor"."""
+    from accounting.benchconfig import load_benchmarks
+
+    config = load_benchmarks()
+    for row in ("MI300A", "MI325X"):
+        assert config.floor("cuda", "bfloat16", chip=row) == config.floor("cuda", "bfloat16", chip="MI300X") < 0.6
+
+
+def test_mi250x_float32_peak_is_the_matrix_rate_rocblas_sgemm_runs_at():
+    """Per GCD: 110 CUs × 1.7 GHz; CDNA 2 matrix cores do 256 FP32 FLOPs per clock per CU (vector: 128)."""
+    matrix = 110 * 256 * 1.7e9
+    assert peak_flops("AMD Instinct MI250X/MI250", "float32") == pytest.approx(matrix, rel=2e-3)
+    assert peak_flops("AMD Instinct MI250X/MI250", "float32") == peak_flops("AMD Instinct MI250X/MI250", "float64")
+
+
+def test_mi300x_flush_covers_the_infinity_cache_not_one_xcds_l2(fake_cuda):
+    fake_cuda(torch_2_4_properties(name="AMD Instinct MI300X", major=9, minor=4, total_memory=192 * GIB,
+                                   multi_processor_count=304, L2_cache_size=4 * 2**20, gcnArchName=GFX942),
+              hip="6.2.41133")
+    assert timing.flush_bytes("cuda:0") == 256 * 2**20
+    operands = torch.empty(100 * 2**20, dtype=torch.uint8, device="meta")  # 100 MiB: past L2, inside the 256 MB
+    assert timing.should_flush_l2("cuda:0", operands), "operands held in the Infinity Cache must be flushed"
+
+
+def test_gh200_has_its_own_rows():
+    assert find_chip("NVIDIA GH200 480GB").row == "GH200 (96GB HBM3)"
+    assert peak_flops("NVIDIA GH200 480GB", "bf16") == pytest.approx(989.5e12)
+    assert peak_bandwidth("NVIDIA GH200 144GB HBM3e") == pytest.approx(4.9e12)
+    with pytest.warns(PeakUnknownWarning, match=r"could be GH200 \(96GB HBM3\) or GH200 \(144GB HBM3e\)"):
+        assert peak_flops("NVIDIA GH200", "bf16") is None

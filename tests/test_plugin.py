@@ -173,9 +173,10 @@ def test_flops_benchmark_flushes_l2_by_the_shared_rule(monkeypatch, operands, fl
 
     log = []
     clock = SimpleNamespace(flush_cache=lambda: log.append("flush"))
-    monkeypatch.setattr(plugin, "clock_for", lambda device: clock)
+    monkeypatch.setattr(plugin, "clock_for", lambda device, **options: clock)
     monkeypatch.setattr(plugin, "synchronize", lambda device: None)
-    monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
+    monkeypatch.setattr(timing, "flush_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
+    monkeypatch.setattr(plugin, "flush_bytes", lambda device: 50 * 2**20)
     monkeypatch.setattr(plugin, "time_fn", lambda fn, **kwargs: timing.Timing.from_samples([1.0]))  # no real events
     config = SimpleNamespace(getoption=lambda name, default=None: None)
     runner = FlopsBenchmark(FakeBenchmark(log), config, infos={"cuda:0": plugin.DeviceInfo("cuda", "fake GPU", 0, 2**30)})
@@ -320,7 +321,8 @@ def test_flops_benchmark_mfu_on_cuda_comes_from_device_events_not_the_host_clock
     from accounting.timing import Timing
 
     log, timed = [], []
-    monkeypatch.setattr(plugin, "clock_for", lambda device: SimpleNamespace(flush_cache=lambda: None))
+    monkeypatch.setattr(plugin, "clock_for", lambda device, **options: SimpleNamespace(flush_cache=lambda: None))
+    monkeypatch.setattr(plugin, "flush_bytes", lambda device: 50 * 2**20)
     monkeypatch.setattr(plugin, "synchronize", lambda device: None)
 
     def device_timer(fn, **kwargs):

@@ -21,7 +21,7 @@ H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB, compute_capabili
 GFX942_UNNAMED = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 192 * GIB, arch="gfx942:sramecc+:xnack-",
                             runtime="ROCm 6.2")
 """An MI300X whose driver prints only a generic name: the table row comes from ``arch``."""
-UNKNOWN_GPU = DeviceInfo("cuda", "NVIDIA GH200 480GB", 0, 96 * GIB, compute_capability=(9, 0))
+UNKNOWN_GPU = DeviceInfo("cuda", "NVIDIA B100", 0, 192 * GIB, compute_capability=(10, 0))
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_gpu_timer_flushes_l2_only_for_operands_that_fit(monkeypatch, operand_by
     case = FakeCase(operand_bytes)
     monkeypatch.setattr(measure, "matmul_case", lambda dtype, m, k, n, device: case)
     monkeypatch.setattr(measure, "synchronize", lambda device: None)
-    monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: H100.l2_cache_bytes)
+    monkeypatch.setattr(timing, "flush_bytes", lambda device: H100.l2_cache_bytes)
 
     def fake_time_fn(fn, **kwargs):
         seen.update(kwargs)

@@ -321,7 +321,7 @@ def test_time_matmul_runs_every_call_inside_the_float32_mode(monkeypatch):
 
 
 def test_l2_is_flushed_on_cuda_only_when_the_operands_fit(monkeypatch):
-    monkeypatch.setattr(timing_module, "l2_cache_bytes", lambda device: 50 * 2**20)
+    monkeypatch.setattr(timing_module, "flush_bytes", lambda device: 50 * 2**20)
     small, big = torch.ones(1024, 1024), torch.ones(4096, 4096)  # 4 MiB, 64 MiB
     assert should_flush_l2("cuda:0", small, small.t())  # one storage, counted once
     assert not should_flush_l2("cuda:0", small, big)
