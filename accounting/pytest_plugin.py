@@ -222,6 +222,7 @@ class FlopsBenchmark:
     def __call__(self, fn, *, flops: int, dtype, device="cpu", shape=None, rounds: int = 10,
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
                  operands=()):
+        refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
         device = as_device(device)
         info = self.device_info(device)
         name = dtype_name(dtype)
@@ -272,6 +273,36 @@ class FlopsBenchmark:
             label = getattr(self.benchmark, "name", "benchmark")
             add_summary_line(self.config, f"{label}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text} [{info.name}, {name}]")
         return result
+
+
+def baseline_shape_mismatch(config, fullname, shape) -> str | None:
+    """Why this benchmark's baseline (``--benchmark-compare``) timed another shape; ``None`` when it did not.
+
+    A shape shrunk to fit free memory (:func:`fitted_shape`) keeps its test id, so without this a
+    baseline at 16384³ and a run at 8192³ would be compared as one benchmark.
+
+    >>> from types import SimpleNamespace
+    >>> session = SimpleNamespace(compared_mapping={"0001_base.json": {"t": {"extra_info": {"shape": [4, 4, 4]}}}})
+    >>> baseline_shape_mismatch(SimpleNamespace(_benchmarksession=session), "t", (2, 4, 4))
+    '--benchmark-compare: t timed 4x4x4 in the baseline 0001_base.json but 2x4x4 in this run; different shapes are not comparable'
+    """
+    session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's session: the loaded baselines
+    if shape is None or fullname is None or session is None:
+        return None
+    for path, baseline in (getattr(session, "compared_mapping", None) or {}).items():
+        saved = (baseline.get(fullname) or {}).get("extra_info", {}).get("shape")
+        if saved is not None and list(saved) != list(shape):
+            described = "x".join(map(str, saved)), "x".join(map(str, shape))
+            return (f"--benchmark-compare: {fullname} timed {described[0]} in the baseline {getattr(path, 'name', path)} "
+                    f"but {described[1]} in this run; different shapes are not comparable")
+    return None
+
+
+def refuse_other_baseline_shape(config, fullname, shape) -> None:
+    """Fail the benchmark, before timing, when its baseline timed another shape (see :func:`baseline_shape_mismatch`)."""
+    reason = baseline_shape_mismatch(config, fullname, shape)
+    if reason:
+        pytest.fail(reason + " (free memory differs? save a baseline from this machine state)", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -343,18 +374,36 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     machine_info[MACHINE_INFO_KEY] = accounting_machine_info()
 
 
-def machine_mismatch(current: dict, saved: dict) -> list[str]:
+def baseline_kinds(compared_benchmark: dict) -> set[str]:
+    """Device kinds the baseline's benchmarks ran on (``extra_info["device_kind"]``; ``"unknown"`` for
+    benchmarks that do not say, such as plain ``benchmark`` fixtures).
+
+    >>> sorted(baseline_kinds({"benchmarks": [{"extra_info": {"device_kind": "cpu"}}, {"extra_info": {}}]}))
+    ['cpu', 'unknown']
+    """
+    return {(bench.get("extra_info") or {}).get("device_kind") or "unknown"
+            for bench in compared_benchmark.get("benchmarks", [])}
+
+
+def machine_mismatch(current: dict, saved: dict, kinds=None) -> list[str]:
     """Identity fields that differ between two ``machine_info["accounting"]`` dicts (empty: comparable).
 
-    A run with an accelerator is compared on the accelerator (its host CPU does not
-    matter); a run without one can only produce CPU benchmarks, so it is compared on
-    the CPU (whatever accelerator the baseline's machine had).
+    ``kinds`` are the device kinds of the benchmarks compared (:func:`baseline_kinds`). CPU
+    benchmarks, and benchmarks of unknown kind, run on the host CPU: it is compared. GPU
+    benchmarks are compared on the accelerator, and only where this run has one (without one they
+    are skipped, so nothing of theirs is compared). ``kinds=None``: GPU benchmarks where this run
+    has an accelerator, else CPU benchmarks (also for an empty ``kinds``).
 
     >>> machine_mismatch({"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2},
     ...                  {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2})
     []
     """
-    fields = IDENTITY_FIELDS_GPU if current.get("accelerator") is not None else IDENTITY_FIELDS_CPU
+    gpu_here = current.get("accelerator") is not None
+    if not kinds:
+        kinds = {"cuda"} if gpu_here else {"cpu"}
+    fields = list(IDENTITY_FIELDS_CPU) if set(kinds) - {"cuda"} else []
+    if gpu_here and set(kinds) - {"cpu"}:
+        fields = list(IDENTITY_FIELDS_GPU) + fields
     return [field for field in fields if current.get(field) != saved.get(field)]
 
 
@@ -377,8 +426,8 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
             "--benchmark-compare: the saved baseline has no accounting machine info, so it cannot be shown to "
             "come from this hardware; save a new baseline here with --benchmark-autosave"
         )
-    differing = machine_mismatch(current, saved)
-    gpu = current.get("accelerator") is not None
+    differing = machine_mismatch(current, saved, baseline_kinds(compared_benchmark))
+    gpu = current.get("accelerator") is not None and not set(differing) <= set(IDENTITY_FIELDS_CPU)
     if differing:
         details = ", ".join(f"{field}: {saved.get(field)!r} -> {current.get(field)!r}" for field in differing)
         raise pytest.UsageError(
