@@ -389,3 +389,17 @@ def test_a_benchmark_timed_at_another_shape_than_its_baseline_is_refused():
     assert benchmark.log == [], "refused before anything was timed"
     runner(lambda: None, flops=1, dtype="float32", device="cpu", shape=(16384,) * 3, rounds=1, warmup_rounds=0,
            peak=1e12)
+
+
+def test_the_documented_ci_command_on_a_fresh_cache_passes_and_says_nothing_was_compared(tmp_path):
+    """README's CI command with an empty --benchmark-storage: no baseline is not an error (exit 0, not 4)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n"
+                                         "    default:Can't compare. No benchmark files:pytest_benchmark.logger.PytestBenchmarkWarning\n")
+    (tmp_path / "test_project.py").write_text(PROJECT_TEST)
+    first = _pytest(tmp_path, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "--benchmark-compare found no saved baseline" in first.stdout
+    assert "--benchmark-compare-fail was not applied" in first.stdout
+    # A named baseline that does not exist is a wrong name, not a fresh cache: pytest-benchmark's error stands.
+    named = _pytest(tmp_path, "--benchmark-compare=0042", "--benchmark-compare-fail=median:10%")
+    assert named.returncode == pytest.ExitCode.USAGE_ERROR, named.stdout + named.stderr
