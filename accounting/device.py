@@ -339,7 +339,8 @@ def _cuda_info(device: torch.device) -> DeviceInfo:
         compute_capability=(int(props.major), int(props.minor)),
         multiprocessors=int(props.multi_processor_count),
         l2_cache_bytes=_reported_l2_bytes(props),
-        arch=getattr(props, "gcnArchName", None) or None,
+        # gcnArchName is only meaningful on ROCm; CUDA builds fill it with the device name.
+        arch=(getattr(props, "gcnArchName", None) or None) if hip else None,
         runtime=runtime,
         driver=_driver_version(),
     )

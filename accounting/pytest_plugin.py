@@ -438,7 +438,19 @@ def machine_mismatch(current: dict, saved: dict, kinds=None) -> list[str]:
     fields = list(IDENTITY_FIELDS_CPU) if set(kinds) - {"cuda"} else []
     if gpu_here and set(kinds) - {"cpu"}:
         fields = list(IDENTITY_FIELDS_GPU) + fields
-    return [field for field in fields if current.get(field) != saved.get(field)]
+    return [field for field in fields if not _same(field, current.get(field), saved.get(field))]
+
+
+ECC_RESERVED_FRACTION = 1 / 16
+"""Share of a GDDR card's memory ECC reserves (T4: 15 of 16 GiB usable with ECC on; A10, L4, L40S alike):
+``gpu_memory_bytes`` moves by this much when ECC is toggled, and the card is the same card."""
+
+
+def _same(field: str, current, saved) -> bool:
+    """Identity fields are equal; ``gpu_memory_bytes`` equal up to what ECC reserves on GDDR cards."""
+    if field == "gpu_memory_bytes" and isinstance(current, int) and isinstance(saved, int):
+        return abs(current - saved) <= ECC_RESERVED_FRACTION * max(current, saved)
+    return current == saved
 
 
 def _describe(info: dict, gpu: bool) -> str:

@@ -220,3 +220,44 @@ def test_gh200_has_its_own_rows():
     assert peak_bandwidth("NVIDIA GH200 144GB HBM3e") == pytest.approx(4.9e12)
     with pytest.warns(PeakUnknownWarning, match=r"could be GH200 \(96GB HBM3\) or GH200 \(144GB HBM3e\)"):
         assert peak_flops("NVIDIA GH200", "bf16") is None
+
+
+# ---- worth a test ------------------------------------------------------------------------------
+
+
+def test_gcn_arch_name_is_not_an_arch_on_cuda_builds(fake_cuda):
+    """CUDA builds fill gcnArchName with the device name; only ROCm's is an arch."""
+    fake_cuda(torch_2_4_properties(L2_cache_size=50 * 2**20, gcnArchName="NVIDIA H100 80GB HBM3"))
+    assert detect_device("cuda:0").arch is None
+
+
+def test_gcn_arch_name_is_kept_on_rocm(fake_cuda):
+    fake_cuda(torch_2_4_properties(name="AMD Radeon Graphics", major=9, minor=4, L2_cache_size=4 * 2**20,
+                                   gcnArchName=GFX942), hip="6.2.41133")
+    info = detect_device("cuda:0")
+    assert info.arch == GFX942 and info.runtime == "ROCm 6.2.41133" and chip_row(info) == "MI300X"
+
+
+@pytest.mark.parametrize("message", [
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasLtMatmul( ...)`",
+])
+def test_blas_allocation_failures_count_as_out_of_memory(monkeypatch, message):
+    from accounting.report import measure
+
+    def failing(dtype, m, k, n, device):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(measure, "matmul_case", failing)
+    monkeypatch.setattr(measure, "release_cached_memory", lambda device: None)
+    h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB)
+    assert MatmulTimer(h100, target_s=0.1)("bfloat16", 32768, 32768, 32768) is None, "the sweep stops growing"
+
+
+def test_toggling_ecc_on_a_gddr_card_is_the_same_card():
+    from accounting.pytest_plugin import machine_mismatch
+
+    a10 = {"accelerator": "NVIDIA A10", "compute_capability": "8.6", "sm_count": 72, "gpu_memory_bytes": 24 * GIB}
+    ecc_on = {**a10, "gpu_memory_bytes": 24 * GIB * 15 // 16}
+    assert machine_mismatch(a10, ecc_on) == []
+    assert machine_mismatch(a10, {**a10, "gpu_memory_bytes": 12 * GIB}) == ["gpu_memory_bytes"], "a MIG slice is not"

@@ -69,9 +69,15 @@ def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
     return size
 
 
+_OUT_OF_MEMORY_TEXTS = ("out of memory", "cublas_status_alloc_failed", "hipblas_status_alloc_failed")
+"""Lower-case texts of out-of-memory errors that are not ``torch.cuda.OutOfMemoryError``: cuBLAS and
+hipBLAS(Lt) fail to allocate their handle or workspace with ``*_STATUS_ALLOC_FAILED`` (a RuntimeError)."""
+
+
 def _out_of_memory(error: BaseException) -> bool:
     # torch.cuda.OutOfMemoryError, not the later alias torch.OutOfMemoryError: torch>=2.4 is allowed.
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+    text = str(error).lower()
+    return isinstance(error, torch.cuda.OutOfMemoryError) or any(part in text for part in _OUT_OF_MEMORY_TEXTS)
 
 
 class MatmulTimer:
