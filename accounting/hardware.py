@@ -325,8 +325,8 @@ def peak_bandwidth(device_name: str, *, arch: str | None = None) -> float | None
     """
     chip = find_chip(device_name, arch=arch)
     if chip is None or chip.bandwidth_tbs is None:
-        warnings.warn(f"no peak bandwidth for device {device_name!r}: it is not in the table",
-                      PeakUnknownWarning, stacklevel=2)
+        why = "it is not in the table" if chip is None else f"{chip.row} has no published bandwidth"
+        warnings.warn(f"no peak bandwidth for device {device_name!r}: {why}", PeakUnknownWarning, stacklevel=2)
         return None
     return chip.bandwidth_tbs * TERA
 

@@ -187,6 +187,8 @@ def test_rocm_arch_is_used_only_when_the_name_says_nothing(name, arch, row, bf16
     assert peak == (None if bf16_tflops is None else pytest.approx(bf16_tflops * 1e12))
     assert bandwidth == (None if bandwidth_tbs is None else pytest.approx(bandwidth_tbs * 1e12))
     assert (len(caught) > 0) is (bf16_tflops is None), "an unknown figure warns; a known one does not"
+    if row is not None and bandwidth_tbs is None:
+        assert f"{row} has no published bandwidth" in str(caught[-1].message)
 
 
 def test_every_gfx942_row_has_a_chip_floor_like_mi300x():
