@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.hardware import CHIP_ROWS, dtype_runs_on, find_chip
+from accounting.hardware import CHIP_ROWS, find_chip
 from accounting.memory import format_name
+from accounting.native_dtypes import kind_reason
 from accounting.timing import FP8_ALIGNMENT
 
 BENCHMARKS_ENV = "ACCOUNTING_BENCHMARKS"
@@ -126,7 +127,7 @@ def _dtype(value, kind, source, where) -> str:
         name = format_name(value)
     except AccountingError:
         _fail(source, where, f"has unknown dtype {value!r}")
-    reason = dtype_runs_on(kind, name)
+    reason = kind_reason(kind, name)  # the kind-wide part of native_dtypes' rule: a section is for any such device
     if reason:  # only a CPU refuses a format (tf32, float8): those belong in the cuda section
         _fail(source, where, f"has dtype {value!r}, which a CPU cannot run: {reason}; list it under cuda")
     return name

@@ -352,7 +352,7 @@ def _driver_version() -> str | None:
     try:
         with warnings.catch_warnings():  # the pynvml shim warns that it is deprecated
             warnings.simplefilter("ignore")
-            import pynvml  # nvidia-ml-py, installed with CUDA builds of torch
+            import pynvml  # nvidia-ml-py: not installed by torch; pip install 'accounting[gpu]'
 
             pynvml.nvmlInit()
             version = pynvml.nvmlSystemGetDriverVersion()

@@ -11,7 +11,9 @@ saying how to override it — never a guess that would make MFU silently wrong.
 Dtype columns: ``float64`` (FP64 tensor cores where the chip has them: cuBLAS DGEMM
 uses them), ``float32`` (plain FP32, no tensor cores), ``"tf32"`` (float32 matmuls on
 tensor cores), ``bfloat16``, ``float16``, ``float8_e4m3fn`` and ``float8_e5m2`` (one FP8
-rate), ``int8`` (TOPS, as FLOP/s).
+rate, which AMD's fnuz variants ``float8_e4m3fnuz``/``float8_e5m2fnuz`` read too), ``int8``
+(TOPS, as FLOP/s). Which of them a given device runs natively is
+:mod:`accounting.native_dtypes`' question.
 
 CPUs: physical cores × clock × FLOPs per cycle per core for the best ISA path the
 flags allow (:func:`cpu_peak_flops`).
@@ -264,24 +266,19 @@ def _column(dtype) -> str:
 
 
 def dtype_runs_on(kind: str, dtype) -> str | None:
-    """Why a device of ``kind`` (``"cpu"`` or ``"cuda"``) has no native ``dtype`` matmul; ``None`` when it has.
+    """Why no device of ``kind`` (``"cpu"`` or ``"cuda"``) has a native ``dtype`` matmul; ``None`` when some do.
 
-    A CPU has no TF32 (a CUDA tensor-core mode) and no FP8 matmul units. Whether a given
-    GPU has them is its table row's business (:func:`peak_flops`).
+    The kind-wide part of :func:`accounting.native_dtypes.native_matmul`, which answers
+    for one device (its ISA flags, compute capability, ROCm arch): ask that.
 
     >>> dtype_runs_on("cpu", "tf32")
-    'a CPU has no tf32 matmul units (tf32 is a CUDA tensor-core mode)'
+    'tf32 is a CUDA tensor-core mode; a CPU has no tf32 matmul units'
     >>> dtype_runs_on("cpu", "fp8"), dtype_runs_on("cuda", "tf32"), dtype_runs_on("cpu", "bf16")
     ('a CPU has no fp8 matmul units', None, None)
     """
-    column = _column(dtype)
-    if kind not in ("cpu", "cuda"):
-        raise AccountingError(f"kind must be 'cpu' or 'cuda', got {kind!r}")
-    if kind == "cpu" and column == TF32:
-        return f"a CPU has no {column} matmul units ({column} is a CUDA tensor-core mode)"
-    if kind == "cpu" and column == _FP8:
-        return f"a CPU has no {column} matmul units"
-    return None
+    from accounting.native_dtypes import kind_reason  # that module builds on this one
+
+    return kind_reason(kind, dtype)
 
 
 def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | None = None) -> float | None:
@@ -373,8 +370,31 @@ _CPU_PATHS = {
 }
 
 
-def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int, str]:
-    """FLOPs per cycle per core for ``dtype`` on a CPU with these ISA flags, and the path's name.
+@dataclass(frozen=True)
+class CpuPath:
+    """The best matmul path a CPU's flags allow for a dtype.
+
+    ``native`` is ``False`` when the dtype has no path of its own on these flags: torch
+    converts it and computes on the float32 path, whose name and rate these are.
+    """
+
+    flops_per_cycle: int
+    name: str
+    native: bool
+
+
+def cpu_native_paths(dtype) -> tuple[str, ...]:
+    """Names of the ISA paths that compute ``dtype`` natively on some CPU, best first (empty: none).
+
+    >>> cpu_native_paths("bf16")
+    ('AMX-BF16', 'AVX512-BF16')
+    """
+    column = _column(dtype)
+    return tuple(path for _flags, _rate, path in _CPU_PATHS.get("float32" if column == "float64" else column, []))
+
+
+def cpu_matmul_path(dtype, flags, *, vendor: str | None = None) -> CpuPath | None:
+    """The path ``dtype`` matmuls take on a CPU with these ISA flags; ``None`` for a dtype no CPU has units for.
 
     ``float64`` is half the ``float32`` rate. bfloat16, float16 and int8 without a
     native path run at the float32 rate (torch converts and computes in float32).
@@ -382,25 +402,45 @@ def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int
     run on 256-bit units; any other vendor is taken to have full-width units, which
     can only overstate the peak (MFU low, never above 1).
 
+    >>> cpu_matmul_path("bf16", {"avx2", "fma"})
+    CpuPath(flops_per_cycle=32, name='AVX2+FMA', native=False)
+    >>> print(cpu_matmul_path("tf32", {"avx2", "fma"}))
+    None
+    """
+    column = _column(dtype)
+    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
+        raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
+    lookup = "float32" if column == "float64" else column
+    if lookup not in _CPU_PATHS:
+        return None
+    have = {flag.lower() for flag in flags}
+    if vendor == "amd":
+        have.add("amd")
+    for required, per_cycle, path in _CPU_PATHS[lookup]:
+        if required <= have:
+            if column == "float64":
+                return CpuPath(per_cycle // 2, f"{path} (FP64)", True)
+            return CpuPath(per_cycle, path, True)
+    fallback = cpu_matmul_path("float32", flags, vendor=vendor)
+    return CpuPath(fallback.flops_per_cycle, fallback.name, False)
+
+
+def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int, str]:
+    """FLOPs per cycle per core for ``dtype`` on a CPU with these ISA flags, and the path's name (for display).
+
+    :func:`cpu_matmul_path` chooses the path; a dtype computed on the float32 path
+    has ``" (via float32)"`` added to the name. Whether a dtype is native is
+    :func:`accounting.native_dtypes.native_matmul`'s answer, not this string's.
+
     >>> cpu_flops_per_cycle("bfloat16", {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
     (1024, 'AMX-BF16')
     >>> cpu_flops_per_cycle("float64", {"avx2", "fma"})
     (16, 'AVX2+FMA (FP64)')
     """
-    column = _column(dtype)
-    if dtype_runs_on("cpu", column):
-        raise AccountingError(f"no CPU computes {column} matmuls natively; there is no CPU peak for {dtype!r}")
-    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
-        raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
-    have = {flag.lower() for flag in flags}
-    if vendor == "amd":
-        have.add("amd")
-    lookup = "float32" if column == "float64" else column
-    for required, per_cycle, path in _CPU_PATHS.get(lookup, []):
-        if required <= have:
-            return (per_cycle // 2, f"{path} (FP64)") if column == "float64" else (per_cycle, path)
-    per_cycle, path = cpu_flops_per_cycle("float32", flags, vendor=vendor)
-    return per_cycle, f"{path} (via float32)"
+    path = cpu_matmul_path(dtype, flags, vendor=vendor)
+    if path is None:
+        raise AccountingError(f"no CPU computes {_column(dtype)} matmuls natively; there is no CPU peak for {dtype!r}")
+    return path.flops_per_cycle, path.name if path.native else f"{path.name} (via float32)"
 
 
 def cpu_peak_flops(dtype, *, flags=None, cores=None, ghz=None, vendor=None) -> float:

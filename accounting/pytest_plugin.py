@@ -40,7 +40,6 @@ from accounting.device import (
     as_device,
     clock_for,
     cuda_available,
-    cuda_capability,
     detect_device,
     free_memory_bytes,
     synchronize,
@@ -49,6 +48,7 @@ from accounting.device import (
 from accounting.errors import AccountingError
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
+from accounting.native_dtypes import FP8_MIN_CAPABILITY, native_matmul  # noqa: F401 - the constant was defined here
 from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, flush_bytes, should_flush_l2, time_fn
 
 MARKERS = {
@@ -56,8 +56,6 @@ MARKERS = {
     "cpu": "benchmarks that run on the CPU",
     "slow": "takes more than a few seconds",
 }
-FP8_MIN_CAPABILITY = (8, 9)
-"""torch._scaled_mm needs Ada (8.9) or Hopper (9.0) and later."""
 MACHINE_INFO_KEY = "accounting"
 IDENTITY_FIELDS_GPU = ("accelerator", "compute_capability", "sm_count", "gpu_memory_bytes")
 IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores")
@@ -151,8 +149,32 @@ def shape_mode(config) -> str:
     return "full" if re.search(r"(?<!not )\b(cpu|gpu)\b", expression) else "quick"
 
 
-def gpu_skip_reason(dtype=None):
-    """Why a GPU benchmark cannot run here (``None`` when it can); ``dtype`` adds fp8's capability rule.
+def native_skip_reason(info: DeviceInfo, dtype) -> str | None:
+    """Why a matmul benchmark of ``dtype`` does not run on this device (``None`` when it does).
+
+    :func:`accounting.native_dtypes.native_matmul`'s answer: the configured floors and
+    peaks are for native hardware, so a dtype the device only emulates (bf16 on an
+    AVX2 CPU), runs as another (tf32 without TF32 units) or cannot run (fp8 before
+    Ada) is skipped with its reason — the report's default dtype list drops the same
+    ones with the same reason.
+
+    >>> zen3 = DeviceInfo("cpu", "AMD EPYC", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), vendor="amd")
+    >>> native_skip_reason(zen3, "float32") is None, native_skip_reason(zen3, "bf16").startswith("this CPU has no")
+    (True, True)
+    """
+    answer = native_matmul(info, dtype)
+    if answer.native:
+        return None
+    if not answer.runs:
+        return answer.reason
+    return (f"{answer.reason} (not benchmarked: the floors are for native hardware; "
+            f"`python -m accounting report --dtypes {answer.dtype}` times it anyway)")
+
+
+def gpu_skip_reason(dtype=None, info: DeviceInfo | None = None):
+    """Why a GPU benchmark cannot run here (``None`` when it can); ``dtype`` adds :func:`native_skip_reason`.
+
+    ``info`` is the GPU (default: the current CUDA device, detected).
 
     >>> import torch
     >>> cuda_available() or gpu_skip_reason().startswith("no CUDA device")
@@ -160,12 +182,8 @@ def gpu_skip_reason(dtype=None):
     """
     if not cuda_available():
         return f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__})"
-    if dtype is not None and format_name(dtype).startswith("float8"):
-        capability, name = cuda_capability()
-        if capability < FP8_MIN_CAPABILITY:
-            need = ".".join(map(str, FP8_MIN_CAPABILITY))
-            return (f"fp8 matmul (torch._scaled_mm) needs compute capability >= {need}; "
-                    f"{name} is {capability[0]}.{capability[1]}")
+    if dtype is not None:
+        return native_skip_reason(info if info is not None else detect_device("cuda"), dtype)
     return None
 
 

@@ -365,7 +365,7 @@ def test_device_peak_override_beats_table_and_environment(monkeypatch):
 
 def test_device_peak_has_no_cpu_tf32(monkeypatch):
     monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
-    with pytest.warns(PeakUnknownWarning, match=r"^a CPU has no tf32 matmul units"):
+    with pytest.warns(PeakUnknownWarning, match=r"^tf32 is a CUDA tensor-core mode; a CPU has no tf32 matmul units, so no tf32 peak"):
         assert device_peak_flops(CPU_INFO, "tf32") is None
 
 

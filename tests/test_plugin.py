@@ -27,10 +27,15 @@ from accounting.pytest_plugin import (
 # ---- skip rules ------------------------------------------------------------------------------
 
 
-def _fake_cuda(monkeypatch, *, available, capability=(9, 0), name="NVIDIA H100 80GB HBM3"):
+def _fake_cuda(monkeypatch, *, available, capability=(9, 0), name="NVIDIA H100 80GB HBM3", arch=None):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    props = SimpleNamespace(major=capability[0], minor=capability[1], total_memory=80 * 2**30,
+                            multi_processor_count=132, L2_cache_size=50 * 2**20, gcnArchName=arch)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
 
 
 def test_no_cuda_skips_every_gpu_test_with_the_reason(monkeypatch):

@@ -78,7 +78,8 @@ def test_json_entry_per_dtype(cpu_run, dtype):
         assert row["flops"] == 2 * row["m"] * row["k"] * row["n"]
         assert row["bound"] in ("compute", "memory")
         assert row["arithmetic_intensity"] > 0
-    assert section["verdict"]["status"] in ("healthy", "below floor", "unknown")
+    assert section["verdict"]["status"] in ("healthy", "below floor", "unknown", "not judged")
+    assert section["judged"] == (section["verdict"]["status"] != "not judged") == (section["native"] is True)
 
 
 BUDGET_OVERRUN_LIMIT = 10

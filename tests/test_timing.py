@@ -281,7 +281,7 @@ def test_fp8_case_rejects_misaligned_sizes(k, n, message):
 
 
 def test_tf32_case_needs_cuda():
-    with pytest.raises(AccountingError, match=r"^tf32 is a CUDA tensor-core mode; device 'cpu' has none"):
+    with pytest.raises(AccountingError, match=r"^tf32 cannot run on device 'cpu': tf32 is a CUDA tensor-core mode; a CPU has no tf32"):
         matmul_case("tf32", 16, 16, 16)
 
 
