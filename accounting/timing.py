@@ -6,6 +6,8 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 2. Time each repetition separately with the device's clock
    (:func:`accounting.device.clock_for`): CUDA events on a GPU, ``perf_counter``
    after a synchronize on the CPU — never a host clock around unfinished GPU work.
+   On a GPU a short spin is queued first, so the start event waits behind it and the
+   host's launch of the call is not timed.
 3. On CUDA, overwrite L2 between repetitions when the operands fit in it, so
    every repetition reads from memory as a cold call in a real model would.
 4. Repeat at least ``repeats`` times and for at least ``min_time_s``; report the
@@ -27,17 +29,10 @@ import torch
 from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
-from accounting.device import (
-    TIMED_KINDS,
-    as_device,
-    clock_for,
-    detect_device,
-    float32_matmul_mode,
-    l2_cache_bytes,
-    timed_device,
-)
+from accounting.device import TIMED_KINDS, as_device, clock_for, detect_device, float32_matmul_mode, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops, mfu
+from accounting.hardware import last_level_cache_bytes
 from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
 from accounting.native_dtypes import native_matmul
 
@@ -142,7 +137,8 @@ def time_fn(
     """Time ``fn()`` on ``device``: warm-up calls, then each call timed on the device's clock.
 
     ``clock`` defaults to :func:`accounting.device.clock_for` ``(device)``; anything with
-    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works.
+    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works (and ``occupy``, called
+    before each repetition, where it has one: see :class:`accounting.device.EventClock`).
 
     >>> t = time_fn(lambda: sum(range(100)), repeats=7, min_time_s=0)
     >>> len(t.samples) >= 7 and t.iqr >= 0
@@ -158,7 +154,8 @@ def time_fn(
         raise AccountingError(f"max_repeats ({max_repeats}) is below repeats ({repeats})")
     device = as_device(device)
     if clock is None:
-        clock = clock_for(device)  # only cpu and cuda (present here) have one: anything else raises
+        # only cpu and cuda (present here) have one: anything else raises
+        clock = clock_for(device, cache_bytes=flush_bytes(device) if flush_cache else None)
     elif device.type not in TIMED_KINDS:
         timed_device(device)  # raises: a clock passed in (a fake in tests) still times only cpu or cuda
     for _ in range(warmup):
@@ -166,7 +163,9 @@ def time_fn(
     clock.synchronize()
     samples = []
     total = 0.0
+    occupy = getattr(clock, "occupy", lambda: None)  # optional: clocks from before it existed still work
     while len(samples) < repeats or (total < min_time_s and len(samples) < max_repeats):
+        occupy()  # the device is busy when the start mark is queued: fn's launch is not timed
         if flush_cache:
             clock.flush_cache()
         start = clock.mark()
@@ -222,18 +221,33 @@ def _float32_mode(device, *dtypes):
     return contextlib.nullcontext()
 
 
-def should_flush_l2(device, *tensors) -> bool:
-    """Whether to overwrite L2 before each timed call: on CUDA, when the operands' storages fit in L2.
+def flush_bytes(device) -> int:
+    """Bytes of cache a flush must overwrite on ``device``: its last-level cache (0 on a CPU).
 
-    Operands bigger than L2 are read from memory anyway, and a CPU benchmark runs warm,
-    as CPU code does.
+    :func:`accounting.hardware.last_level_cache_bytes` of the detected device: the L2 torch
+    reports, or a larger cache the table knows (MI300X's 256 MB Infinity Cache behind a 4 MB L2).
+
+    >>> flush_bytes("cpu")
+    0
+    """
+    device = as_device(device)
+    if device.type != "cuda":
+        return 0
+    return last_level_cache_bytes(detect_device(device))
+
+
+def should_flush_l2(device, *tensors) -> bool:
+    """Whether to flush the cache before each timed call: on CUDA, when the operands' storages fit in it.
+
+    The cache is the last-level one (:func:`flush_bytes`). Operands bigger than it are read
+    from memory anyway, and a CPU benchmark runs warm, as CPU code does.
 
     >>> should_flush_l2("cpu", torch.ones(4))
     False
     """
     if as_device(device).type != "cuda":
         return False
-    return storage_bytes(*tensors) <= l2_cache_bytes(device)
+    return storage_bytes(*tensors) <= flush_bytes(device)
 
 
 # ---- matmul cases per dtype ----------------------------------------------------------------

@@ -287,7 +287,10 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
         bandwidth = measuring.measure_bandwidth(info)
     else:
         bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
-    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s")
+    if bandwidth is None:  # too little free memory for a copy that times memory, not cache
+        plan.notes.append(measuring.bandwidth_skipped_note(info, free_memory_bytes(info.device)))
+    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s" if bandwidth
+                    else "bandwidth not measured")
     sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
     share = sweep_budget / len(plan.dtypes)
     target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
