@@ -6,6 +6,8 @@ Commands:
   healthy (see :mod:`accounting.report`).
 - ``gate`` — a regression gate over saved pytest-benchmark runs: ``save``, ``check``,
   ``compare`` (see :mod:`accounting.gate`).
+- ``fleet`` — every device of a node and every node of a cluster, one process per device under
+  ``torchrun`` (see :mod:`accounting.fleet`).
 
 Bad arguments end with one line on stderr and exit status 2.
 """
@@ -15,6 +17,7 @@ import sys
 import time
 
 from accounting.gate import cli as gate_cli
+from accounting.fleet import cli as fleet_cli
 from accounting.report import cli as report_cli
 
 EXIT_BROKEN_PIPE = 141
@@ -33,6 +36,10 @@ def build_parser():
     gate = commands.add_parser("gate", help="fail CI on a benchmark regression that is not noise",
                                description=gate_cli.DESCRIPTION, epilog=gate_cli.EPILOG)
     gate_cli.add_arguments(gate)
+    fleet = commands.add_parser("fleet", help="validate every GPU of a node and every node of a cluster (torchrun)",
+                                description=fleet_cli.DESCRIPTION, epilog=fleet_cli.EPILOG)
+    fleet_cli.add_arguments(fleet)
+    fleet.set_defaults(run=fleet_cli.run, parser=fleet)
     return parser
 
 

@@ -193,12 +193,13 @@ def _reject(run):
 
 def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True):
     identity = current[0].machine
+    kinds = {bench.kind or "cpu" for run in current for bench in run.benchmarks.values()}
     for run in current[1:]:
-        difference = hardware_difference(identity, run.machine)
+        difference = hardware_difference(identity, run.machine, kinds)
         if difference:
             raise AccountingError(f"{run.path}: the current runs come from different hardware ({difference})")
     baseline = choose_baseline(run_files(storage, machine_id()), identity, baselines,
-                               reject=_reject if load_guard else None)
+                               reject=_reject if load_guard else None, kinds=kinds)
     skipped = [f"baseline run {label} passed over: {why}" for label, why in baseline.skipped]
     result = judge(list(baseline.runs), current, threshold_for=config.regression_threshold, alpha=ALPHA,
                    notes=[*skipped, *notes], load_guard=load_guard)

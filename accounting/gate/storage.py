@@ -160,18 +160,21 @@ class Baseline:
     """``(file name, why)`` for each saved run not used."""
 
 
-def hardware_difference(current: dict, saved: dict) -> str:
+def hardware_difference(current: dict, saved: dict, kinds=None) -> str:
     """The identity fields in which ``saved`` differs from ``current``, for a message (empty: same hardware).
+
+    ``kinds``: the device kinds of the benchmarks compared (CPU benchmarks compare the host CPU,
+    GPU ones the accelerator; :func:`accounting.pytest_plugin.machine_mismatch`).
 
     >>> hardware_difference({"accelerator": None, "cpu_model": "EPYC", "cpu_cores": 2},
     ...                     {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2})
     "cpu_model 'Xeon', here 'EPYC'"
     """
-    fields = machine_mismatch(current, saved)
+    fields = machine_mismatch(current, saved, kinds)
     return ", ".join(f"{name} {saved.get(name)!r}, here {current.get(name)!r}" for name in fields)
 
 
-def choose_baseline(files, identity: dict, count: int, *, loader=load_run, reject=None) -> Baseline:
+def choose_baseline(files, identity: dict, count: int, *, loader=load_run, reject=None, kinds=None) -> Baseline:
     """The last ``count`` runs among ``files`` (oldest first) recorded on hardware ``identity``.
 
     Runs from other hardware are skipped with the fields that differ, and so are runs for
@@ -186,7 +189,7 @@ def choose_baseline(files, identity: dict, count: int, *, loader=load_run, rejec
         if len(chosen) == count:
             break
         run = loader(path)
-        difference = hardware_difference(identity, run.machine)
+        difference = hardware_difference(identity, run.machine, kinds)
         if difference:
             skipped.append((run.label, f"other hardware ({difference})"))
             continue
