@@ -8,17 +8,18 @@
 """
 
 from accounting.model_mfu.measure import (
+    PEAK_DTYPES,
     PEAK_MEMORY_BAND,
     ModelMeasurement,
     check_ceiling,
-    check_fits,
     check_peak_memory,
     hardware_flops,
     measure_training_step,
+    step_measurement,
 )
 from accounting.model_mfu.model import GPT, language_model_loss
 from accounting.model_mfu.sizes import MODEL_SIZES, ModelSize, model_size
-from accounting.model_mfu.step import STEP_POLICIES, TrainingStep, build_training_step
+from accounting.model_mfu.step import STEP_POLICIES, TrainingStep, build_training_step, check_fits
 
 __all__ = [
     "GPT",
@@ -35,5 +36,7 @@ __all__ = [
     "hardware_flops",
     "language_model_loss",
     "measure_training_step",
+    "step_measurement",
+    "PEAK_DTYPES",
     "model_size",
 ]

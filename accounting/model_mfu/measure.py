@@ -18,12 +18,11 @@ prediction is a lower bound on GPT-shaped configs; :data:`PEAK_MEMORY_BAND` is w
 benchmark accepts (:func:`check_peak_memory`).
 """
 
-import math
 from dataclasses import dataclass
 
-from accounting._checks import check_non_negative, check_positive_size, check_size
+from accounting._checks import check_non_negative, check_positive_size
 from accounting._units import readable_bytes
-from accounting.device import as_device, detect_device, free_memory_bytes
+from accounting.device import detect_device
 from accounting.errors import AccountingError
 from accounting.flops import MFU_CEILING
 from accounting.hardware import device_peak_flops
@@ -31,9 +30,9 @@ from accounting.memory import storage_bytes
 from accounting.model_flops import transformer_flops
 from accounting.model_mfu._peak_memory import PeakMemory
 from accounting.model_mfu.sizes import ModelSize
-from accounting.model_mfu.step import OPTIMIZER, TrainingStep, check_step_device
-from accounting.timing import MEMORY_FRACTION, time_fn
-from accounting.training import precision_policy, transformer_training_memory
+from accounting.model_mfu.step import TrainingStep, check_fits, check_step_device, predicted_peak_bytes
+from accounting.timing import time_fn
+from accounting.training import precision_policy
 
 PEAK_MEMORY_BAND = (0.95, 1.3)
 """Accepted measured/predicted peak-memory ratio. Below: the prediction's lower bound allows 5 %
@@ -129,30 +128,6 @@ class ModelMeasurement:
         }
 
 
-def predicted_peak_bytes(size: ModelSize, precision: str) -> int:
-    """``transformer_training_memory`` of the step's config, batch, optimizer and policy."""
-    return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision).peak
-
-
-def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None) -> int:
-    """The predicted peak, if it fits ``MEMORY_FRACTION`` of the free memory; else an error naming both.
-
-    >>> from accounting.model_mfu.sizes import model_size
-    >>> check_fits(model_size("gpt2-small"), "fp32", "cpu", free_bytes=2**30)
-    Traceback (most recent call last):
-    ...
-    accounting.errors.AccountingError: gpt2-small: 12 layers, width 768, 12 heads, 1024 tokens x batch 12, vocabulary 50257 in fp32 needs 21.87 GiB at its predicted peak, but cpu has 1.00 GiB free (80% of it may be used)
-    """
-    predicted = predicted_peak_bytes(size, precision)
-    free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
-    if predicted > MEMORY_FRACTION * free:
-        raise AccountingError(
-            f"{size.describe()} in {precision} needs {readable_bytes(predicted)} at its predicted peak, but "
-            f"{as_device(device)} has {readable_bytes(free)} free ({MEMORY_FRACTION:.0%} of it may be used)"
-        )
-    return predicted
-
-
 def measure_training_step(step: TrainingStep, *, device="cpu", peak_flops: float | None = None,
                           warmup: int = 2, repeats: int = 5, min_time_s: float = 0.0,
                           info=None) -> ModelMeasurement:
@@ -165,24 +140,34 @@ def measure_training_step(step: TrainingStep, *, device="cpu", peak_flops: float
     if not isinstance(step, TrainingStep):
         raise AccountingError(f"step must be a TrainingStep (see build_training_step), got {step!r}")
     device = check_step_device(step, device)
-    warmup = max(1, check_positive_size(warmup, "warmup"))
+    warmup = check_positive_size(warmup, "warmup")
     info = detect_device(device) if info is None else info
-    dtype = PEAK_DTYPES[step.precision]
     if peak_flops is None:
-        peak_flops = device_peak_flops(info, dtype)
-    elif not math.isnan(peak_flops):
+        peak_flops = device_peak_flops(info, PEAK_DTYPES[step.precision])
+    else:
         peak_flops = check_non_negative(peak_flops, "peak_flops") or None
     timing = time_fn(step, device=device, warmup=warmup, repeats=repeats, min_time_s=min_time_s)
-    counted = timing.flop_count
-    with PeakMemory(device) as memory:
+    return step_measurement(step, median_s=timing.median, iqr_s=timing.iqr, repeats=len(timing.samples),
+                            count=timing.flop_count, peak_flops=peak_flops, info=info)
+
+
+def step_measurement(step: TrainingStep, *, median_s: float, iqr_s: float, repeats: int, count,
+                     peak_flops: float | None, info) -> ModelMeasurement:
+    """Join a timing of ``step`` (from any timer) and its FLOP count with one more step's peak memory.
+
+    ``count`` is the :class:`~accounting.flop_count.FlopCount` of one step (its hardware
+    FLOPs); the memory step runs here, after the timing, so the tracker never slows a timed step.
+    """
+    with PeakMemory(step.device) as memory:
         step()
     measured_peak = storage_bytes(*step.persistent_tensors()) + memory.peak
+    size = step.size
     return ModelMeasurement(
-        size=step.size, precision=precision_policy(step.precision).name, recompute=step.recompute,
-        device=info.name, device_kind=info.kind, dtype=dtype, median_s=timing.median, iqr_s=timing.iqr,
-        repeats=len(timing.samples), model_flops=transformer_flops(step.size.config, step.size.batch_size).training,
-        hardware_flops=counted.total, peak_flops=peak_flops, measured_peak_bytes=measured_peak,
-        predicted_peak_bytes=predicted_peak_bytes(step.size, step.precision), flop_count_seconds=counted.seconds,
+        size=size, precision=precision_policy(step.precision).name, recompute=step.recompute,
+        device=info.name, device_kind=info.kind, dtype=PEAK_DTYPES[step.precision], median_s=median_s,
+        iqr_s=iqr_s, repeats=repeats, model_flops=transformer_flops(size.config, size.batch_size).training,
+        hardware_flops=count.total, peak_flops=peak_flops, measured_peak_bytes=measured_peak,
+        predicted_peak_bytes=predicted_peak_bytes(size, step.precision), flop_count_seconds=count.seconds,
     )
 
 

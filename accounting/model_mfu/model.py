@@ -10,7 +10,9 @@ FLOPs of a training step are known in closed form (the tests check them against
 :func:`accounting.transformer_activation_bytes`.
 
 Attention is eager on purpose: the (T × T) scores are materialised and counted, as the
-FLOP and memory formulas assume. ``recompute=True`` wraps each block in
+FLOP and memory formulas assume. (With a head width or a sequence length of 1, einsum
+computes an attention product as an elementwise ``mul``, which is not matmul work: the
+FLOP count then falls short of the formula.) ``recompute=True`` wraps each block in
 ``torch.utils.checkpoint`` (activation recomputation): the block's forward runs again
 in the backward pass, which costs hardware FLOPs but not model FLOPs.
 

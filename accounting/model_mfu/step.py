@@ -27,11 +27,13 @@ import contextlib
 import torch
 
 from accounting._checks import check_choice, check_size
-from accounting.device import as_device, float32_matmul_mode
+from accounting._units import readable_bytes
+from accounting.device import as_device, float32_matmul_mode, free_memory_bytes
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.model_mfu.model import GPT, language_model_loss
 from accounting.model_mfu.sizes import ModelSize
-from accounting.training import precision_policy
+from accounting.timing import MEMORY_FRACTION
+from accounting.training import precision_policy, transformer_training_memory
 
 STEP_POLICIES = ("fp32", "bf16-mixed", "bf16")
 """Precision policies a training step can run (``fp16-mixed`` would need loss scaling)."""
@@ -89,15 +91,43 @@ class TrainingStep:
         return loss.detach()
 
 
+def predicted_peak_bytes(size: ModelSize, precision: str) -> int:
+    """``transformer_training_memory`` of the step's config, batch, optimizer and policy."""
+    return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision).peak
+
+
+def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None) -> int:
+    """The predicted peak, if it fits ``MEMORY_FRACTION`` of the free memory; else an error naming both.
+
+    >>> from accounting.model_mfu.sizes import model_size
+    >>> check_fits(model_size("gpt2-small"), "fp32", "cpu", free_bytes=2**30)
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: gpt2-small: 12 layers, width 768, 12 heads, 1024 tokens x batch 12, vocabulary 50257 in fp32 needs 21.87 GiB at its predicted peak, but cpu has 1.00 GiB free (80% of it may be used)
+    """
+    predicted = predicted_peak_bytes(size, precision)
+    free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
+    if predicted > MEMORY_FRACTION * free:
+        raise AccountingError(
+            f"{size.describe()} in {precision} needs {readable_bytes(predicted)} at its predicted peak, but "
+            f"{as_device(device)} has {readable_bytes(free)} free ({MEMORY_FRACTION:.0%} of it may be used)"
+        )
+    return predicted
+
+
 def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu", recompute: bool = False,
                         seed: int = 0) -> TrainingStep:
-    """The model, AdamW and one batch of random tokens for ``size``, on ``device``, under ``precision``."""
+    """The model, AdamW and one batch of random tokens for ``size``, on ``device``, under ``precision``.
+
+    Refused before anything is allocated when the predicted peak does not fit (:func:`check_fits`).
+    """
     if not isinstance(size, ModelSize):
         raise AccountingTypeError(f"size must be a ModelSize (see model_size), got {size!r}")
     policy = precision_policy(precision).name
     check_choice(policy, STEP_POLICIES, "precision of a training step")
     device = as_device(device)
     seed = check_size(seed, "seed")
+    check_fits(size, policy, device)  # before allocating anything
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = GPT(size.config, recompute=recompute).to(device)
