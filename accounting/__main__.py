@@ -4,6 +4,8 @@ Commands:
 
 - ``report`` — how fast this machine's matmuls and memory really are, and whether that is
   healthy (see :mod:`accounting.report`).
+- ``fleet`` — every device of a node and every node of a cluster, one process per device under
+  ``torchrun`` (see :mod:`accounting.fleet`).
 
 Bad arguments end with one line on stderr and exit status 2.
 """
@@ -12,6 +14,7 @@ import os
 import sys
 import time
 
+from accounting.fleet import cli as fleet_cli
 from accounting.report import cli as report_cli
 
 EXIT_BROKEN_PIPE = 141
@@ -27,6 +30,10 @@ def build_parser():
                                  description=report_cli.DESCRIPTION, epilog=report_cli.EPILOG)
     report_cli.add_arguments(report)
     report.set_defaults(run=report_cli.run, parser=report)
+    fleet = commands.add_parser("fleet", help="validate every GPU of a node and every node of a cluster (torchrun)",
+                                description=fleet_cli.DESCRIPTION, epilog=fleet_cli.EPILOG)
+    fleet_cli.add_arguments(fleet)
+    fleet.set_defaults(run=fleet_cli.run, parser=fleet)
     return parser
 
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.hardware import CHIP_ROWS, dtype_runs_on, find_chip
+from accounting.hardware import CHIP_ROWS, find_chip
 from accounting.memory import format_name
+from accounting.native_dtypes import kind_reason
 from accounting.timing import FP8_ALIGNMENT
 
 BENCHMARKS_ENV = "ACCOUNTING_BENCHMARKS"
@@ -47,9 +48,12 @@ KINDS = ("cpu", "cuda")
 METRICS = ("min", "max", "mean", "median", "stddev", "iqr")
 """Statistics ``--benchmark-compare-fail`` accepts."""
 DEFAULT_ROUNDS = 10
+DEFAULT_STRAGGLER_FRACTION = 0.9
+"""``fleet.straggler_fraction`` when the file sets none (see benchmarks.json for the reasoning)."""
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds"}
 _REGRESSION_KEYS = {"metric", "threshold_percent"}
 _MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
+_FLEET_KEYS = {"straggler_fraction"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,13 @@ class ModelMatrix:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    """The ``fleet`` section: a rank is a straggler below ``straggler_fraction`` × the median of its peers."""
+
+    straggler_fraction: float = DEFAULT_STRAGGLER_FRACTION
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     """A validated ``benchmarks.json``."""
 
@@ -85,6 +96,7 @@ class BenchConfig:
     regression_metric: str
     regression_threshold_percent: float
     source: str = BENCHMARKS_FILE
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     models: dict = field(default_factory=dict)
 
     def device(self, kind: str) -> DeviceMatrix:
@@ -169,7 +181,7 @@ def _dtype(value, kind, source, where) -> str:
         name = format_name(value)
     except AccountingError:
         _fail(source, where, f"has unknown dtype {value!r}")
-    reason = dtype_runs_on(kind, name)
+    reason = kind_reason(kind, name)  # the kind-wide part of native_dtypes' rule: a section is for any such device
     if reason:  # only a CPU refuses a format (tf32, float8): those belong in the cuda section
         _fail(source, where, f"has dtype {value!r}, which a CPU cannot run: {reason}; list it under cuda")
     return name
@@ -300,6 +312,22 @@ def _models(value, source: str) -> dict:
     return {kind: _model_kind(kind, value[kind], source) for kind in KINDS if kind in value}
 
 
+def _fleet(value, source: str) -> FleetSettings:
+    """The optional ``fleet`` section; ``straggler_fraction`` must lie in (0, 1).
+
+    >>> _fleet({"straggler_fraction": 1.2}, "b.json")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: b.json: fleet.straggler_fraction = 1.2: must be a number in (0, 1)
+    """
+    value = _mapping(value, source, "fleet")
+    _check_keys(value, _FLEET_KEYS, source, "fleet")
+    fraction = value.get("straggler_fraction", DEFAULT_STRAGGLER_FRACTION)
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
+        _fail(source, "fleet.straggler_fraction", f"= {fraction!r}: must be a number in (0, 1)")
+    return FleetSettings(float(fraction))
+
+
 def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     """Validate a loaded ``benchmarks.json`` document; raise :class:`AccountingError` naming the bad entry.
 
@@ -310,7 +338,7 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     accounting.errors.AccountingError: benchmarks.json: cpu.shapes[0] = [0, 8, 8]: sizes must be positive integers, got 0
     """
     data = _mapping(data, source, "the top level")
-    _check_keys(data, {"regression", "model", *KINDS}, source, "the top level")
+    _check_keys(data, {"regression", "model", "fleet", *KINDS}, source, "the top level")
     regression = _mapping(data.get("regression"), source, "regression")
     _check_keys(regression, _REGRESSION_KEYS, source, "regression")
     metric = regression.get("metric")
@@ -322,7 +350,8 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     devices = {kind: _kind(kind, data[kind], source) for kind in KINDS if kind in data}
     if not devices:
         _fail(source, "the top level", f"needs at least one of {', '.join(KINDS)}")
-    return BenchConfig(devices, metric, float(threshold), source, _models(data.get("model"), source))
+    fleet = _fleet(data["fleet"], source) if "fleet" in data else FleetSettings()
+    return BenchConfig(devices, metric, float(threshold), source, fleet, _models(data.get("model"), source))
 
 
 INSTALLED_BENCHMARKS = Path(sys.prefix) / "share" / "accounting" / BENCHMARKS_FILE

@@ -48,6 +48,15 @@ _MHZ_PER_GHZ = 1e3
 
 L2_FLUSH_FACTOR = 2
 """The L2 flush writes a buffer this many times the L2 size, so nothing of the operands survives."""
+UNREPORTED_CACHE_BYTES = 256 * 2**20
+"""Cache size assumed for a CUDA device whose L2 size torch does not report (``L2_cache_size`` came with
+torch 2.5, pytorch/pytorch#132819): the largest last-level cache of any GPU in the peak table (MI300X's
+256 MB Infinity Cache), so small operands are still flushed and a flush never falls short."""
+
+LAUNCH_COVER_CYCLES = 200_000
+"""GPU clock cycles of spinning queued before each timed call (100–200 µs at 1–2 GHz): longer than
+the host takes to queue an L2 flush, the start event and a Python-level call (tens of µs), so the
+call's kernels are queued before the GPU reaches the start event. Costs wall time, not timed time."""
 
 # torch.cpu.get_capabilities() spells some flags differently from /proc/cpuinfo.
 _TORCH_FLAG_NAMES = {
@@ -263,6 +272,10 @@ def as_device(device) -> torch.device:
 
     >>> as_device("cuda:1")
     device(type='cuda', index=1)
+    >>> as_device("cuda:256")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: device 'cuda:256': index 256 is out of the range torch can address
     """
     if isinstance(device, DeviceInfo):
         return device.device
@@ -270,9 +283,14 @@ def as_device(device) -> torch.device:
         return device
     if isinstance(device, str):
         try:
-            return torch.device(device)
+            parsed = torch.device(device)
         except RuntimeError as error:
             raise AccountingError(f"unknown device {device!r}: {error}") from None
+        _, _, index = device.partition(":")
+        if index.strip().isdigit() and int(index) != parsed.index:
+            # torch keeps an index in a small integer and wraps larger ones ("cuda:256" -> cuda:0)
+            raise AccountingError(f"device {device!r}: index {int(index)} is out of the range torch can address")
+        return parsed
     raise AccountingTypeError(f"device must be a string, torch.device or DeviceInfo, got {device!r}")
 
 
@@ -320,8 +338,9 @@ def _cuda_info(device: torch.device) -> DeviceInfo:
         memory_bytes=int(props.total_memory),
         compute_capability=(int(props.major), int(props.minor)),
         multiprocessors=int(props.multi_processor_count),
-        l2_cache_bytes=int(getattr(props, "L2_cache_size", 0)) or None,
-        arch=getattr(props, "gcnArchName", None) or None,
+        l2_cache_bytes=_reported_l2_bytes(props),
+        # gcnArchName is only meaningful on ROCm; CUDA builds fill it with the device name.
+        arch=(getattr(props, "gcnArchName", None) or None) if hip else None,
         runtime=runtime,
         driver=_driver_version(),
     )
@@ -333,7 +352,7 @@ def _driver_version() -> str | None:
     try:
         with warnings.catch_warnings():  # the pynvml shim warns that it is deprecated
             warnings.simplefilter("ignore")
-            import pynvml  # nvidia-ml-py, installed with CUDA builds of torch
+            import pynvml  # nvidia-ml-py: not installed by torch; pip install 'accounting[gpu]'
 
             pynvml.nvmlInit()
             version = pynvml.nvmlSystemGetDriverVersion()
@@ -358,14 +377,41 @@ def cuda_device_names() -> list[str]:
     return [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
 
 
+def cuda_uuid_and_bus_id(device) -> tuple[str | None, str | None]:
+    """``(uuid, pci_bus_id)`` of a CUDA device, from torch's device properties (``None`` where this
+    torch build does not give one). The bus id is ``domain:bus:device.0``, as ``nvidia-smi`` prints it.
+    """
+    props = torch.cuda.get_device_properties(as_device(device))
+    uuid = getattr(props, "uuid", None)
+    uuid = str(uuid) if uuid is not None and str(uuid) else None
+    if uuid is not None and not uuid.startswith("GPU-") and torch.version.hip is None:
+        uuid = f"GPU-{uuid}"
+    parts = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(part, int) and not isinstance(part, bool) and part >= 0 for part in parts):
+        return uuid, "{:04x}:{:02x}:{:02x}.0".format(*parts)
+    return uuid, None
+
+
 def cuda_capability(device=None) -> tuple[tuple[int, int], str]:
     """``((major, minor), name)`` of a CUDA device (the current one by default)."""
     index = None if device is None else as_device(device).index
     return tuple(torch.cuda.get_device_capability(index)), torch.cuda.get_device_name(index)
 
 
+def _reported_l2_bytes(props) -> int | None:
+    """``props.L2_cache_size`` in bytes, or ``None`` where torch does not report it (torch < 2.5).
+
+    >>> from types import SimpleNamespace
+    >>> _reported_l2_bytes(SimpleNamespace(L2_cache_size=50 * 2**20)), _reported_l2_bytes(SimpleNamespace())
+    (52428800, None)
+    """
+    return int(getattr(props, "L2_cache_size", 0) or 0) or None
+
+
 def l2_cache_bytes(device) -> int:
     """L2 size of a CUDA device in bytes; 0 elsewhere (CPU benchmarks run warm, as CPU code does).
+
+    Where torch does not report it (torch < 2.5), ``UNREPORTED_CACHE_BYTES``.
 
     >>> l2_cache_bytes("cpu")
     0
@@ -373,7 +419,7 @@ def l2_cache_bytes(device) -> int:
     device = as_device(device)
     if device.type != "cuda":
         return 0
-    return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    return _reported_l2_bytes(torch.cuda.get_device_properties(device)) or UNREPORTED_CACHE_BYTES
 
 
 def release_cached_memory(device) -> None:
@@ -471,21 +517,36 @@ class HostClock:
     def flush_cache(self) -> None:
         """Nothing to flush: CPU benchmarks run warm, as real CPU code does."""
 
+    def occupy(self) -> None:
+        """Nothing to do: the host clock waits for the device before every read."""
+
 
 class EventClock:
     """Times a CUDA stream with events recorded on it; no host clock is involved.
 
     ``mark`` records an event after the work already queued; ``elapsed`` waits for the
-    end event and returns the GPU time between the two. ``event_factory`` and
-    ``synchronize`` can be replaced (tests pass recording fakes).
+    end event and returns the GPU time between the two. ``occupy`` queues a spin
+    (``torch.cuda._sleep``) so the GPU is still busy when the start event and the timed
+    call are queued behind it: an idle GPU would stamp the start event at once and then
+    wait for the host to launch the call (10–20 µs, 5–20% of a 100 µs kernel).
+    ``event_factory``, ``synchronize`` and ``sleep`` can be replaced (tests pass recording fakes).
     """
 
-    def __init__(self, device, *, event_factory=None, synchronize=None, l2_cache_bytes=None):
+    def __init__(self, device, *, event_factory=None, synchronize=None, l2_cache_bytes=None, sleep=None):
         self.device = as_device(device)
         self._event = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
         self.synchronize = synchronize or (lambda: torch.cuda.synchronize(self.device))
+        self._sleep = sleep or self._spin
         self._l2_bytes = l2_cache_bytes
         self._flush_buffer = None
+
+    def _spin(self, cycles: int) -> None:
+        with torch.cuda.device(self.device):  # on the timed device's current stream, as mark() records
+            torch.cuda._sleep(cycles)
+
+    def occupy(self) -> None:
+        """Queue ``LAUNCH_COVER_CYCLES`` of spinning on this device's current stream (does not wait)."""
+        self._sleep(LAUNCH_COVER_CYCLES)
 
     def mark(self):
         """Record an event on this device's current stream (does not wait).
@@ -511,48 +572,110 @@ class EventClock:
             self._flush_buffer.zero_()
 
 
-def clock_for(device):
+def clock_for(device, *, cache_bytes: int | None = None):
     """The clock that times work on ``device``: CUDA events on a GPU, ``perf_counter`` on the CPU.
 
     Only those two (see :func:`timed_device`): anything else raises naming the device.
+    ``cache_bytes`` sizes a GPU clock's cache flush (default: :func:`l2_cache_bytes`;
+    :func:`accounting.timing.flush_bytes` gives the last-level cache).
 
     >>> type(clock_for("cpu")).__name__
     'HostClock'
     """
     device = timed_device(device)
     if device.type == "cuda":
-        return EventClock(device)
+        return EventClock(device, l2_cache_bytes=cache_bytes)
     return HostClock(synchronize=lambda: synchronize(device))
 
 
 # ---- float32 matmul mode (TF32) ------------------------------------------------------------
+#
+# Two APIs set TF32 (torch/csrc .. aten/src/ATen/Context.cpp):
+# - legacy: ``torch.set_float32_matmul_precision`` ("highest" / "high" / "medium") and
+#   ``torch.backends.cuda.matmul.allow_tf32``; both write one global precision (and, on torch >= 2.9,
+#   the per-backend flags below too);
+# - new (torch >= 2.9): per-backend ``fp32_precision`` flags ("ieee", "tf32", "bf16", "none" = inherit
+#   from the backend's "all", then from "generic"), written alone by their setters.
+# Once only the new flags are set, torch >= 2.9 refuses to read the legacy ones (RuntimeError: "mix of the
+# legacy and new APIs"), and so does cuBLAS's allowTF32CuBLAS(). So flags are read through the new API where
+# it exists, and switched with the legacy setter, which keeps both consistent.
+
+_LEGACY_LINKED = (("cuda", "matmul"), ("mkldnn", "matmul"))
+"""Backend flags ``torch.set_float32_matmul_precision`` writes besides the global precision (torch >= 2.9)."""
+
+
+def _new_tf32_api() -> bool:
+    """Whether this torch has the per-backend ``fp32_precision`` flags (2.9+)."""
+    return hasattr(torch._C, "_get_fp32_precision_getter")
+
+
+def _fp32_precision(backend: str, op: str) -> str:
+    """A per-backend flag as set (``"none"`` included), read without any consistency check."""
+    return torch._C._get_fp32_precision_getter(backend, op)
+
+
+def _resolved_fp32_precision(backend: str, op: str) -> str:
+    """The precision a backend's op really uses: its flag, else its backend's ``"all"``, else ``generic``'s."""
+    for key in ((backend, op), (backend, "all"), ("generic", "all")):
+        precision = _fp32_precision(*key)
+        if precision != "none":
+            return precision
+    return "none"
+
+
+def _legacy(read):
+    """``read()`` a legacy flag: ``None`` where torch refuses (mixed APIs); quiet where torch warns it is deprecated."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*new API settings to control TF32", category=UserWarning)
+        try:
+            return read()
+        except RuntimeError:
+            return None
 
 
 def tf32_enabled() -> bool:
-    """Whether CUDA float32 matmuls may use TF32 tensor cores right now (reads flags; no CUDA init).
+    """Whether CUDA float32 matmuls may use TF32 tensor cores right now (reads flags; no CUDA init, never raises).
 
     >>> with float32_matmul_mode(tf32=True):
     ...     tf32_enabled()
     True
     """
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):
-        return matmul.fp32_precision == "tf32" or (
-            matmul.fp32_precision == "none" and torch.get_float32_matmul_precision() != "highest"
-        )
-    return bool(matmul.allow_tf32)
+    if _new_tf32_api():
+        return _resolved_fp32_precision("cuda", "matmul") == "tf32"
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def tf32_flags() -> dict:
+    """Every TF32 setting as torch holds it, read without raising (for machine info).
+
+    ``float32_matmul_precision`` (the legacy global) is ``None`` where torch refuses to read it
+    because the two APIs were mixed; ``cuda_matmul_fp32_precision`` is ``None`` before torch 2.9.
+
+    >>> sorted(tf32_flags())
+    ['cuda_matmul', 'cuda_matmul_fp32_precision', 'cudnn', 'float32_matmul_precision']
+    """
+    new = _new_tf32_api()
+    return {
+        "cuda_matmul": tf32_enabled(),
+        "cuda_matmul_fp32_precision": _fp32_precision("cuda", "matmul") if new else None,
+        "float32_matmul_precision": _legacy(torch.get_float32_matmul_precision),
+        "cudnn": (_resolved_fp32_precision("cuda", "conv") == "tf32") if new
+        else bool(torch.backends.cudnn.allow_tf32),
+    }
 
 
 class float32_matmul_mode:  # noqa: N801 - used as a context manager, named like one
-    """Set whether CUDA float32 matmuls use TF32 (``tf32=True``) or plain FP32, and restore on exit.
+    """Set whether CUDA float32 matmuls use TF32 (``tf32=True``) or plain FP32, and restore exactly on exit.
 
-    Uses ``torch.backends.cuda.matmul.fp32_precision`` where torch has it (2.9+),
-    else ``allow_tf32``; setting the flag is cheap and touches no device.
+    Switched with ``torch.set_float32_matmul_precision`` ("high" / "highest"), which writes the legacy
+    global and, on torch >= 2.9, the per-backend flags, so both APIs agree inside the block (nothing that
+    reads ``allow_tf32`` or ``get_float32_matmul_precision()`` raises). On exit the legacy global and the
+    per-backend flags it touched are put back as they were, a mixed state included. Touches no device.
 
     >>> before = tf32_enabled()
     >>> with float32_matmul_mode(tf32=False):
-    ...     tf32_enabled()
-    False
+    ...     tf32_enabled(), torch.get_float32_matmul_precision()
+    (False, 'highest')
     >>> tf32_enabled() == before
     True
     """
@@ -562,16 +685,18 @@ class float32_matmul_mode:  # noqa: N801 - used as a context manager, named like
         self._saved = None
 
     def __enter__(self):
-        matmul = torch.backends.cuda.matmul
-        if hasattr(matmul, "fp32_precision"):
-            self._saved = ("fp32_precision", matmul.fp32_precision)
-            matmul.fp32_precision = "tf32" if self.tf32 else "ieee"
-        else:
-            self._saved = ("allow_tf32", matmul.allow_tf32)
-            matmul.allow_tf32 = self.tf32
+        linked = {}
+        if _new_tf32_api():
+            linked = {key: _fp32_precision(*key) for key in _LEGACY_LINKED}
+            for key in linked:  # with these at "ieee" the legacy global reads without a mixed-API error
+                torch._C._set_fp32_precision_setter(*key, "ieee")
+        self._saved = (_legacy(torch.get_float32_matmul_precision), linked)
+        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
         return self
 
     def __exit__(self, *exc_info):
-        name, value = self._saved
-        setattr(torch.backends.cuda.matmul, name, value)
+        legacy, linked = self._saved
+        torch.set_float32_matmul_precision(legacy)
+        for key, value in linked.items():
+            torch._C._set_fp32_precision_setter(*key, value)
         return False

@@ -11,7 +11,9 @@ saying how to override it — never a guess that would make MFU silently wrong.
 Dtype columns: ``float64`` (FP64 tensor cores where the chip has them: cuBLAS DGEMM
 uses them), ``float32`` (plain FP32, no tensor cores), ``"tf32"`` (float32 matmuls on
 tensor cores), ``bfloat16``, ``float16``, ``float8_e4m3fn`` and ``float8_e5m2`` (one FP8
-rate), ``int8`` (TOPS, as FLOP/s).
+rate, which AMD's fnuz variants ``float8_e4m3fnuz``/``float8_e5m2fnuz`` read too), ``int8``
+(TOPS, as FLOP/s). Which of them a given device runs natively is
+:mod:`accounting.native_dtypes`' question.
 
 CPUs: physical cores × clock × FLOPs per cycle per core for the best ISA path the
 flags allow (:func:`cpu_peak_flops`).
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from accounting._checks import check_positive, check_positive_size, positive_number_from_text
-from accounting.device import DeviceInfo, cpu_clock_ghz, cpu_flags, cpu_vendor, physical_cores
+from accounting.device import UNREPORTED_CACHE_BYTES, DeviceInfo, cpu_clock_ghz, cpu_flags, cpu_vendor, physical_cores
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.memory import TF32, format_name
 
@@ -55,7 +57,11 @@ class PeakUnknownWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Chip:
-    """One row of the peak table. ``tflops`` maps a dtype column to dense TFLOP/s (TOPS for int8)."""
+    """One row of the peak table. ``tflops`` maps a dtype column to dense TFLOP/s (TOPS for int8).
+
+    ``cache_mib`` is a last-level cache beyond the L2 that torch reports (AMD's Infinity Cache), for
+    the L2 flush: see :func:`last_level_cache_bytes`.
+    """
 
     row: str
     tflops: dict
@@ -63,6 +69,7 @@ class Chip:
     memory_gb: float | None
     sparsity: bool = True
     estimated: bool = False
+    cache_mib: float | None = None
 
 
 def _rates(fp64, fp64_tc, fp32, tf32, bf16, fp16, fp8, int8) -> dict:
@@ -118,12 +125,34 @@ _CHIPS: dict[str, Chip] = {
     r"rtx 4090": Chip("RTX 4090", _rates(None, None, 82.6, 82.6, 165.2, 165.2, 330.3, 660.6), 1.008, 24),
     # source: NVIDIA Ampere GA102 whitepaper, FP32-accumulate column.
     r"rtx 3090": Chip("RTX 3090", _rates(None, None, 35.6, 35.6, 71, 71, None, 284), 0.936, 24),
-    # source: AMD Instinct MI300X datasheet (dense matrix figures).
-    r"mi300x": Chip("MI300X", _rates(81.7, 163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9, 2614.9), 5.3, 192),
+    # source: NVIDIA GH200 Grace Hopper Superchip datasheet (the H100 GPU of the module; TF32..INT8
+    # printed with sparsity, halved). HBM3 96 GB at 4 TB/s ("GH200 480GB": 480 GB is the Grace LPDDR5X)
+    # or HBM3e 144 GB at 4.9 TB/s; same compute.
+    r"gh200 480gb|gh200 96gb( hbm3)?": Chip(
+        "GH200 (96GB HBM3)", _rates(34, 67, 67, 494.5, 989.5, 989.5, 1979, 1979), 4.0, 96),
+    r"gh200 144gb?( hbm3e)?": Chip(
+        "GH200 (144GB HBM3e)", _rates(34, 67, 67, 494.5, 989.5, 989.5, 1979, 1979), 4.9, 144),
+    # source: AMD Instinct MI300X datasheet (dense matrix figures). cache_mib: 256 MB Infinity Cache
+    # (AMD CDNA 3 white paper; ROCm "GPU specifications" table, L3 256 MiB, L2 4 MiB per XCD, which
+    # is all torch's L2_cache_size reports), shared by every gfx942 part below.
+    r"mi300x": Chip("MI300X", _rates(81.7, 163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9, 2614.9), 5.3, 192,
+                    cache_mib=256),
+    # source: AMD Instinct MI300A datasheet (APU, 228 CUs; dense matrix figures; HBM3 shared with its CPUs).
+    r"mi300a": Chip("MI300A", _rates(61.3, 122.6, 122.6, 490.3, 980.6, 980.6, 1961.2, 1961.2), 5.3, 128,
+                    cache_mib=256),
+    # source: AMD Instinct MI325X datasheet: MI300X's compute, HBM3E 256 GB at 6 TB/s.
+    r"mi325x": Chip("MI325X", _rates(81.7, 163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9, 2614.9), 6.0, 256,
+                    cache_mib=256),
+    # source: none public (a cut-down gfx942 sold in China). Listed, with no rates, so that its name is
+    # known and the gfx942 arch never gives it MI300X's peaks: its peaks need --peak-tflops.
+    r"mi308x": Chip("MI308X", {}, None, 192, cache_mib=256),
     # source: AMD Instinct MI250X datasheet, per GCD (torch sees each GCD as a device); no sparsity.
+    # float32 is the FP32 *matrix* rate (95.7 per module, 47.9 per GCD), not the vector rate (23.9 per
+    # GCD): rocBLAS/Tensile SGEMM on gfx90a runs on the matrix cores (v_mfma_f32_*_f32), so with the
+    # vector rate a healthy float32 MFU reads near 2 and fails the ceiling.
     # The driver prints "MI250X/MI250" for both; MI250 is slower, so MFU there reads low, never high.
     r"mi250x( ?/ ?mi250)?": Chip(
-        "MI250X (per GCD, as torch sees it)", _rates(24, 47.9, 24, None, 191.5, 191.5, None, 191.5), 1.6, 64,
+        "MI250X (per GCD, as torch sees it)", _rates(24, 47.9, 47.9, None, 191.5, 191.5, None, 191.5), 1.6, 64,
         sparsity=False,
     ),
 }
@@ -132,8 +161,9 @@ CHIP_ROWS = tuple(dict.fromkeys(chip.row for chip in _CHIPS.values()))
 """Every row name of the peak table, in table order (what ``benchmarks.json``'s ``chip_floors`` may key on)."""
 
 # Names that are real but do not say which table row they are.
-_AMBIGUOUS = {"h100": "H100 SXM, H100 PCIe or H100 NVL"}
-# ROCm: gcnArchName when the marketing name is not recognised.
+_AMBIGUOUS = {"h100": "H100 SXM, H100 PCIe or H100 NVL", "gh200": "GH200 (96GB HBM3) or GH200 (144GB HBM3e)"}
+# ROCm: gcnArchName when the marketing name says nothing (no model number: "AMD Radeon Graphics").
+# gfx942 is also MI300A, MI308X and MI325X, gfx90a also MI210: a name naming any chip is never overruled.
 _ROCM_ARCH = {"gfx942": "mi300x", "gfx90a": "mi250x"}
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon")
 
@@ -147,15 +177,20 @@ def _normalise(device_name: str) -> str:
 def find_chip(device_name: str, *, arch: str | None = None) -> Chip | None:
     """The table row for a device name (or ROCm ``arch``), or ``None`` if there is none.
 
-    >>> find_chip("NVIDIA GB200").row, find_chip("NVIDIA B200").row
-    ('GB200 (per GPU)', 'B200')
-    >>> print(find_chip("NVIDIA GH200 480GB"))
+    ``arch`` is used only when the name says nothing (it has no model number): an MI300A
+    or an MI210 is not an MI300X or an MI250X because its arch is theirs.
+
+    >>> find_chip("NVIDIA GB200").row, find_chip("NVIDIA GH200 480GB").row
+    ('GB200 (per GPU)', 'GH200 (96GB HBM3)')
+    >>> find_chip("AMD Radeon Graphics", arch="gfx942:sramecc+:xnack-").row
+    'MI300X'
+    >>> print(find_chip("AMD Instinct MI210", arch="gfx90a"))
     None
     """
     if not isinstance(device_name, str):
         raise AccountingTypeError(f"device_name must be a string, got {device_name!r}")
     candidates = [_normalise(device_name)]
-    if arch:
+    if arch and not re.search(r"\d", candidates[0]):
         candidates.append(_ROCM_ARCH.get(arch.split(":")[0].lower(), ""))
     for name in candidates:
         for pattern, chip in _COMPILED:
@@ -183,6 +218,29 @@ def chip_row(info: DeviceInfo) -> str | None:
     return chip.row if chip is not None else None
 
 
+def last_level_cache_bytes(info: DeviceInfo) -> int:
+    """Bytes of the largest cache a cold call must miss on a detected device (0 for a CPU).
+
+    The larger of the L2 torch reports and the table row's ``cache_mib`` (MI300X: the L2 that torch
+    reports is one XCD's 4 MB; the 256 MB Infinity Cache behind it is the table's), else
+    :data:`accounting.device.UNREPORTED_CACHE_BYTES` (torch < 2.5 reports no L2).
+
+    >>> mi300x = DeviceInfo("cuda", "AMD Instinct MI300X", 0, 192 * 2**30, l2_cache_bytes=4 * 2**20)
+    >>> last_level_cache_bytes(mi300x) // 2**20
+    256
+    >>> last_level_cache_bytes(DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * 2**30, l2_cache_bytes=50 * 2**20)) // 2**20
+    50
+    """
+    if not isinstance(info, DeviceInfo):
+        raise AccountingTypeError(f"info must be a DeviceInfo (see detect_device), got {info!r}")
+    if info.kind != "cuda":
+        return 0
+    chip = find_chip(info.name, arch=info.arch)
+    table = int(chip.cache_mib * 2**20) if chip is not None and chip.cache_mib else 0
+    cache = max(table, info.l2_cache_bytes or 0)
+    return cache or UNREPORTED_CACHE_BYTES
+
+
 def _override_hint(dtype: str) -> str:
     return (
         f"pass override_tflops= (pytest: --peak-tflops) or set ${PEAK_TFLOPS_ENV} "
@@ -208,24 +266,19 @@ def _column(dtype) -> str:
 
 
 def dtype_runs_on(kind: str, dtype) -> str | None:
-    """Why a device of ``kind`` (``"cpu"`` or ``"cuda"``) has no native ``dtype`` matmul; ``None`` when it has.
+    """Why no device of ``kind`` (``"cpu"`` or ``"cuda"``) has a native ``dtype`` matmul; ``None`` when some do.
 
-    A CPU has no TF32 (a CUDA tensor-core mode) and no FP8 matmul units. Whether a given
-    GPU has them is its table row's business (:func:`peak_flops`).
+    The kind-wide part of :func:`accounting.native_dtypes.native_matmul`, which answers
+    for one device (its ISA flags, compute capability, ROCm arch): ask that.
 
     >>> dtype_runs_on("cpu", "tf32")
-    'a CPU has no tf32 matmul units (tf32 is a CUDA tensor-core mode)'
+    'tf32 is a CUDA tensor-core mode; a CPU has no tf32 matmul units'
     >>> dtype_runs_on("cpu", "fp8"), dtype_runs_on("cuda", "tf32"), dtype_runs_on("cpu", "bf16")
     ('a CPU has no fp8 matmul units', None, None)
     """
-    column = _column(dtype)
-    if kind not in ("cpu", "cuda"):
-        raise AccountingError(f"kind must be 'cpu' or 'cuda', got {kind!r}")
-    if kind == "cpu" and column == TF32:
-        return f"a CPU has no {column} matmul units ({column} is a CUDA tensor-core mode)"
-    if kind == "cpu" and column == _FP8:
-        return f"a CPU has no {column} matmul units"
-    return None
+    from accounting.native_dtypes import kind_reason  # that module builds on this one
+
+    return kind_reason(kind, dtype)
 
 
 def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | None = None) -> float | None:
@@ -269,8 +322,8 @@ def peak_bandwidth(device_name: str, *, arch: str | None = None) -> float | None
     """
     chip = find_chip(device_name, arch=arch)
     if chip is None or chip.bandwidth_tbs is None:
-        warnings.warn(f"no peak bandwidth for device {device_name!r}: it is not in the table",
-                      PeakUnknownWarning, stacklevel=2)
+        why = "it is not in the table" if chip is None else f"{chip.row} has no published bandwidth"
+        warnings.warn(f"no peak bandwidth for device {device_name!r}: {why}", PeakUnknownWarning, stacklevel=2)
         return None
     return chip.bandwidth_tbs * TERA
 
@@ -317,8 +370,31 @@ _CPU_PATHS = {
 }
 
 
-def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int, str]:
-    """FLOPs per cycle per core for ``dtype`` on a CPU with these ISA flags, and the path's name.
+@dataclass(frozen=True)
+class CpuPath:
+    """The best matmul path a CPU's flags allow for a dtype.
+
+    ``native`` is ``False`` when the dtype has no path of its own on these flags: torch
+    converts it and computes on the float32 path, whose name and rate these are.
+    """
+
+    flops_per_cycle: int
+    name: str
+    native: bool
+
+
+def cpu_native_paths(dtype) -> tuple[str, ...]:
+    """Names of the ISA paths that compute ``dtype`` natively on some CPU, best first (empty: none).
+
+    >>> cpu_native_paths("bf16")
+    ('AMX-BF16', 'AVX512-BF16')
+    """
+    column = _column(dtype)
+    return tuple(path for _flags, _rate, path in _CPU_PATHS.get("float32" if column == "float64" else column, []))
+
+
+def cpu_matmul_path(dtype, flags, *, vendor: str | None = None) -> CpuPath | None:
+    """The path ``dtype`` matmuls take on a CPU with these ISA flags; ``None`` for a dtype no CPU has units for.
 
     ``float64`` is half the ``float32`` rate. bfloat16, float16 and int8 without a
     native path run at the float32 rate (torch converts and computes in float32).
@@ -326,25 +402,45 @@ def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int
     run on 256-bit units; any other vendor is taken to have full-width units, which
     can only overstate the peak (MFU low, never above 1).
 
+    >>> cpu_matmul_path("bf16", {"avx2", "fma"})
+    CpuPath(flops_per_cycle=32, name='AVX2+FMA', native=False)
+    >>> print(cpu_matmul_path("tf32", {"avx2", "fma"}))
+    None
+    """
+    column = _column(dtype)
+    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
+        raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
+    lookup = "float32" if column == "float64" else column
+    if lookup not in _CPU_PATHS:
+        return None
+    have = {flag.lower() for flag in flags}
+    if vendor == "amd":
+        have.add("amd")
+    for required, per_cycle, path in _CPU_PATHS[lookup]:
+        if required <= have:
+            if column == "float64":
+                return CpuPath(per_cycle // 2, f"{path} (FP64)", True)
+            return CpuPath(per_cycle, path, True)
+    fallback = cpu_matmul_path("float32", flags, vendor=vendor)
+    return CpuPath(fallback.flops_per_cycle, fallback.name, False)
+
+
+def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int, str]:
+    """FLOPs per cycle per core for ``dtype`` on a CPU with these ISA flags, and the path's name (for display).
+
+    :func:`cpu_matmul_path` chooses the path; a dtype computed on the float32 path
+    has ``" (via float32)"`` added to the name. Whether a dtype is native is
+    :func:`accounting.native_dtypes.native_matmul`'s answer, not this string's.
+
     >>> cpu_flops_per_cycle("bfloat16", {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
     (1024, 'AMX-BF16')
     >>> cpu_flops_per_cycle("float64", {"avx2", "fma"})
     (16, 'AVX2+FMA (FP64)')
     """
-    column = _column(dtype)
-    if dtype_runs_on("cpu", column):
-        raise AccountingError(f"no CPU computes {column} matmuls natively; there is no CPU peak for {dtype!r}")
-    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
-        raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
-    have = {flag.lower() for flag in flags}
-    if vendor == "amd":
-        have.add("amd")
-    lookup = "float32" if column == "float64" else column
-    for required, per_cycle, path in _CPU_PATHS.get(lookup, []):
-        if required <= have:
-            return (per_cycle // 2, f"{path} (FP64)") if column == "float64" else (per_cycle, path)
-    per_cycle, path = cpu_flops_per_cycle("float32", flags, vendor=vendor)
-    return per_cycle, f"{path} (via float32)"
+    path = cpu_matmul_path(dtype, flags, vendor=vendor)
+    if path is None:
+        raise AccountingError(f"no CPU computes {_column(dtype)} matmuls natively; there is no CPU peak for {dtype!r}")
+    return path.flops_per_cycle, path.name if path.native else f"{path.name} (via float32)"
 
 
 def cpu_peak_flops(dtype, *, flags=None, cores=None, ghz=None, vendor=None) -> float:

@@ -32,6 +32,8 @@ _FORMATS: dict[str, torch.dtype | None] = {
     "float16": torch.float16,
     "float8_e4m3fn": torch.float8_e4m3fn,
     "float8_e5m2": torch.float8_e5m2,
+    "float8_e4m3fnuz": torch.float8_e4m3fnuz,
+    "float8_e5m2fnuz": torch.float8_e5m2fnuz,
 }
 
 _ALIASES = {
@@ -106,40 +108,54 @@ class DtypeInfo:
         return self.smallest_normal
 
 
-# (exponent bits, mantissa bits, IEEE-style infinities?) for each format.
-# float8_e4m3fn ("fn" = finite, no infinities) gives the all-ones exponent to ordinary
-# numbers and keeps only mantissa 111 there for NaN, so its top value is 1.75 * 2**8 = 448.
+# (exponent bits, mantissa bits, special values) for each format:
+# - "ieee": the all-ones exponent holds inf and NaN; bias 2**(e-1) - 1.
+# - "fn" (finite, no infinities; float8_e4m3fn): the all-ones exponent holds ordinary numbers
+#   except mantissa 111 there (NaN), so the top value is 1.75 * 2**8 = 448.
+# - "fnuz" (finite, unsigned zero; AMD's gfx942 formats, arXiv 2206.02915): NaN is the
+#   negative-zero pattern 0x80, every other pattern is a number, and the bias is 2**(e-1),
+#   one above IEEE's: float8_e4m3fnuz tops out at 1.875 * 2**7 = 240.
 _LAYOUTS = {
-    "float64": (11, 52, True),
-    "float32": (8, 23, True),
-    TF32: (8, 10, True),
-    "bfloat16": (8, 7, True),
-    "float16": (5, 10, True),
-    "float8_e4m3fn": (4, 3, False),
-    "float8_e5m2": (5, 2, True),
+    "float64": (11, 52, "ieee"),
+    "float32": (8, 23, "ieee"),
+    TF32: (8, 10, "ieee"),
+    "bfloat16": (8, 7, "ieee"),
+    "float16": (5, 10, "ieee"),
+    "float8_e4m3fn": (4, 3, "fn"),
+    "float8_e5m2": (5, 2, "ieee"),
+    "float8_e4m3fnuz": (4, 3, "fnuz"),
+    "float8_e5m2fnuz": (5, 2, "fnuz"),
 }
 
 
 def dtype_info(spec) -> DtypeInfo:
     """Bits, range and precision of a floating-point format, derived from its bit layout.
 
-    Agrees with ``torch.finfo`` for every dtype torch has; also knows ``"tf32"``.
+    Agrees with ``torch.finfo`` for every dtype torch has, but one figure: torch's
+    ``finfo(float8_e5m2fnuz).eps`` is 0.125 (c10's ``numeric_limits`` epsilon is the bit
+    pattern 0x34), while that format's next value after 1 is 1.25 — ``eps`` here is 0.25,
+    the spacing its two mantissa bits give. Also knows ``"tf32"``.
 
     >>> info = dtype_info("bf16")
     >>> info.sign_bits, info.exponent_bits, info.mantissa_bits, info.eps
     (1, 8, 7, 0.0078125)
-    >>> dtype_info(torch.float8_e4m3fn).max
-    448.0
+    >>> dtype_info(torch.float8_e4m3fn).max, dtype_info(torch.float8_e4m3fnuz).max
+    (448.0, 240.0)
     """
     name = format_name(spec)
-    exponent_bits, mantissa_bits, has_infinity = _LAYOUTS[name]
-    bias = 2 ** (exponent_bits - 1) - 1
-    if has_infinity:
-        # IEEE: the all-ones exponent is reserved for inf/NaN, so the top exponent is bias.
-        top = (2 - 2.0**-mantissa_bits) * 2.0**bias
-    else:
+    exponent_bits, mantissa_bits, specials = _LAYOUTS[name]
+    has_infinity = specials == "ieee"
+    bias = 2 ** (exponent_bits - 1) - (0 if specials == "fnuz" else 1)
+    top_exponent = 2**exponent_bits - 1 - bias  # the all-ones exponent field, unbiased
+    if specials == "ieee":
+        # The all-ones exponent is reserved for inf/NaN, so the top exponent is one below it.
+        top = (2 - 2.0**-mantissa_bits) * 2.0 ** (top_exponent - 1)
+    elif specials == "fn":
         # All-ones exponent is usable; only the all-ones mantissa there is NaN.
-        top = (2 - 2.0 ** (1 - mantissa_bits)) * 2.0 ** (bias + 1)
+        top = (2 - 2.0 ** (1 - mantissa_bits)) * 2.0**top_exponent
+    else:
+        # fnuz: every pattern but 0x80 is a number, the all-ones mantissa under the all-ones exponent too.
+        top = (2 - 2.0**-mantissa_bits) * 2.0**top_exponent
     return DtypeInfo(
         name=name,
         bits=1 + exponent_bits + mantissa_bits,

@@ -12,9 +12,10 @@ pytest-benchmark JSON::
 
 What it adds:
 
-- markers ``gpu`` (skipped, with the reason, where there is no CUDA device), ``cpu``, ``slow``;
+- markers ``gpu`` (skipped, with the reason, where there is no CUDA device), ``cpu``, ``slow``,
+  ``distributed`` (multi-process tests);
 - options ``--peak-tflops`` (override the peak; also ``$ACCOUNTING_PEAK_TFLOPS``),
-  ``--benchmarks-json`` and ``--matmul-shapes``;
+  ``--benchmarks-json``, ``--matmul-shapes`` and ``--gpus`` (which GPUs, each its own test);
 - fixtures ``flops_benchmark`` and ``benchmark_config``;
 - ``machine_info`` extended with the accelerator, its compute capability, SMs, memory,
   driver, CUDA/ROCm and torch versions, TF32 flags, CPU model and estimated CPU peak
@@ -40,33 +41,33 @@ from accounting.device import (
     as_device,
     clock_for,
     cuda_available,
-    cuda_capability,
+    cuda_device_names,
     detect_device,
     free_memory_bytes,
-    l2_cache_bytes,
     synchronize,
-    tf32_enabled,
+    tf32_flags,
 )
 from accounting._checks import check_non_negative
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, count_flops as count_fn_flops, counted_total, flops_mismatch
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
-from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, should_flush_l2
+from accounting.native_dtypes import FP8_MIN_CAPABILITY, native_matmul  # noqa: F401 - the constant was defined here
+from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, flush_bytes, should_flush_l2, time_fn
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
     "cpu": "benchmarks that run on the CPU",
     "slow": "takes more than a few seconds",
+    "distributed": "starts several processes that talk through torch.distributed (gloo on the CPU)",
 }
-FP8_MIN_CAPABILITY = (8, 9)
-"""torch._scaled_mm needs Ada (8.9) or Hopper (9.0) and later."""
 MACHINE_INFO_KEY = "accounting"
 IDENTITY_FIELDS_GPU = ("accelerator", "compute_capability", "sm_count", "gpu_memory_bytes")
 IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores")
 _VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly")
 SHAPE_MODES = ("auto", "quick", "full")
 _SUMMARY = pytest.StashKey[list]()
+_NO_BASELINE = pytest.StashKey[str]()
 _DEVICE_INFOS = pytest.StashKey[dict]()
 """Detected devices, by ``str(torch.device)``, for the whole session (detection reads /proc, NVML...)."""
 
@@ -84,6 +85,11 @@ def pytest_addoption(parser):
     group.addoption(
         "--benchmarks-json", default=None, metavar="PATH",
         help="The benchmark matrix to run. Default: %(default)r ($ACCOUNTING_BENCHMARKS or ./benchmarks.json)",
+    )
+    group.addoption(
+        "--gpus", default=None, metavar="LIST",
+        help="CUDA devices the GPU benchmarks run on, comma-separated indices (0,3); each becomes its own test "
+             "(cuda:N in the test id), so baselines compare per GPU. Default: %(default)r (every visible GPU)",
     )
     group.addoption(
         "--matmul-shapes", choices=SHAPE_MODES, default="auto",
@@ -109,6 +115,39 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_sep("-", "accounting: achieved TFLOP/s and MFU (median round)")
         for line in lines:
             terminalreporter.write_line(line)
+    note = config.stash.get(_NO_BASELINE, None)
+    if note:
+        terminalreporter.write_line(note, yellow=True)
+
+
+def no_baseline_note(benchmarksession) -> str | None:
+    """With ``--benchmark-compare`` (the latest baseline) and none saved yet, what is said instead of failing.
+
+    pytest-benchmark raises "--benchmark-compare-fail requires valid --benchmark-compare" (exit 4)
+    after the whole run when the storage holds no baseline: the first CI run on a fresh cache. A
+    missing baseline is not an error (README, pytest.ini), so the threshold is not applied and
+    this note says why. A baseline named explicitly (``--benchmark-compare=0002``) that is not
+    there stays pytest-benchmark's error: that is a wrong name, not a fresh cache.
+
+    >>> from types import SimpleNamespace
+    >>> print(no_baseline_note(SimpleNamespace(compare=True, compare_fail=["median:10%"], compared_mapping={},
+    ...                                        storage="file://.benchmarks")))
+    accounting: --benchmark-compare found no saved baseline in file://.benchmarks, so nothing was compared and --benchmark-compare-fail was not applied; save one with --benchmark-autosave
+    """
+    if getattr(benchmarksession, "compare", None) is not True or getattr(benchmarksession, "compared_mapping", True):
+        return None
+    applied = ", so nothing was compared and --benchmark-compare-fail was not applied" \
+        if getattr(benchmarksession, "compare_fail", None) else ", so nothing was compared"
+    return (f"accounting: --benchmark-compare found no saved baseline in {benchmarksession.storage}{applied}; "
+            "save one with --benchmark-autosave")
+
+
+def pytest_sessionstart(session):
+    benchmarksession = getattr(session.config, "_benchmarksession", None)  # loaded its baselines at configure
+    note = no_baseline_note(benchmarksession) if benchmarksession is not None else None
+    if note:
+        benchmarksession.compare_fail = []  # nothing to compare against: no threshold to fail
+        session.config.stash[_NO_BASELINE] = note
 
 
 def shape_mode(config) -> str:
@@ -120,8 +159,32 @@ def shape_mode(config) -> str:
     return "full" if re.search(r"(?<!not )\b(cpu|gpu)\b", expression) else "quick"
 
 
-def gpu_skip_reason(dtype=None):
-    """Why a GPU benchmark cannot run here (``None`` when it can); ``dtype`` adds fp8's capability rule.
+def native_skip_reason(info: DeviceInfo, dtype) -> str | None:
+    """Why a matmul benchmark of ``dtype`` does not run on this device (``None`` when it does).
+
+    :func:`accounting.native_dtypes.native_matmul`'s answer: the configured floors and
+    peaks are for native hardware, so a dtype the device only emulates (bf16 on an
+    AVX2 CPU), runs as another (tf32 without TF32 units) or cannot run (fp8 before
+    Ada) is skipped with its reason — the report's default dtype list drops the same
+    ones with the same reason.
+
+    >>> zen3 = DeviceInfo("cpu", "AMD EPYC", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), vendor="amd")
+    >>> native_skip_reason(zen3, "float32") is None, native_skip_reason(zen3, "bf16").startswith("this CPU has no")
+    (True, True)
+    """
+    answer = native_matmul(info, dtype)
+    if answer.native:
+        return None
+    if not answer.runs:
+        return answer.reason
+    return (f"{answer.reason} (not benchmarked: the floors are for native hardware; "
+            f"`python -m accounting report --dtypes {answer.dtype}` times it anyway)")
+
+
+def gpu_skip_reason(dtype=None, info: DeviceInfo | None = None):
+    """Why a GPU benchmark cannot run here (``None`` when it can); ``dtype`` adds :func:`native_skip_reason`.
+
+    ``info`` is the GPU (default: the current CUDA device, detected).
 
     >>> import torch
     >>> cuda_available() or gpu_skip_reason().startswith("no CUDA device")
@@ -129,12 +192,8 @@ def gpu_skip_reason(dtype=None):
     """
     if not cuda_available():
         return f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__})"
-    if dtype is not None and format_name(dtype).startswith("float8"):
-        capability, name = cuda_capability()
-        if capability < FP8_MIN_CAPABILITY:
-            need = ".".join(map(str, FP8_MIN_CAPABILITY))
-            return (f"fp8 matmul (torch._scaled_mm) needs compute capability >= {need}; "
-                    f"{name} is {capability[0]}.{capability[1]}")
+    if dtype is not None:
+        return native_skip_reason(info if info is not None else detect_device("cuda"), dtype)
     return None
 
 
@@ -147,6 +206,35 @@ def pytest_collection_modifyitems(config, items):
             reason = gpu_skip_reason() or ""
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def gpu_indices(config, device_count: int | None = None) -> list[int]:
+    """The CUDA devices the GPU benchmarks run on: ``--gpus`` (checked against the visible ones), else all.
+
+    ``device_count`` defaults to the visible GPUs; with none, ``[0]``: the benchmarks are then
+    collected once and skipped with the gpu marker's reason.
+    """
+    count = len(cuda_device_names()) if device_count is None else device_count
+    text = config.getoption("gpus", None)
+    if text is None:
+        return list(range(count)) or [0]
+    indices = []
+    for part in text.split(","):
+        part = part.strip().removeprefix("cuda:")
+        if not part.isdigit():
+            raise pytest.UsageError(f"--gpus {text!r}: {part!r} is not a device index (e.g. --gpus 0,3)")
+        if count and int(part) >= count:
+            raise pytest.UsageError(f"--gpus {text!r}: cuda:{part} does not exist ({count} CUDA device(s) visible)")
+        if int(part) not in indices:
+            indices.append(int(part))
+    if not indices:
+        raise pytest.UsageError(f"--gpus {text!r} names no device (e.g. --gpus 0,3)")
+    return indices
+
+
+def gpu_device_params(config, device_count: int | None = None) -> list:
+    """``pytest.param("cuda:N", id="cuda:N")`` for each device of :func:`gpu_indices`."""
+    return [pytest.param(f"cuda:{index}", id=f"cuda:{index}") for index in gpu_indices(config, device_count)]
 
 
 # ---- shapes that fit ---------------------------------------------------------------------
@@ -171,7 +259,7 @@ def plan_shape(shape, dtype, free_bytes: int, *, extra_bytes: int = 0):
 def fitted_shape(shape, dtype, device):
     """The shape to run on ``device``, shrunk to its free memory; skips the test when nothing fits."""
     device = as_device(device)
-    extra = L2_FLUSH_FACTOR * l2_cache_bytes(device)  # the flush buffer the benchmark allocates
+    extra = L2_FLUSH_FACTOR * flush_bytes(device)  # the flush buffer the benchmark allocates
     fitted, note = plan_shape(shape, dtype, free_memory_bytes(device), extra_bytes=extra)
     if fitted is None:
         pytest.skip(note)
@@ -205,8 +293,12 @@ class FlopsBenchmark:
     untimed ``setup`` before each round flushes L2 (on CUDA, when the ``operands`` given
     fit in it: :func:`accounting.timing.should_flush_l2`; on CUDA always when none are
     given) and synchronizes, so neither the flush nor the previous round's tail is billed
-    to this round. On the CPU the synchronize is a no-op and this is ordinary
-    pytest-benchmark timing.
+    to this round. That host time still holds fn's launch and the synchronize's return
+    (tens of µs): the saved stats (what ``--benchmark-compare`` compares) keep it, but on
+    CUDA the achieved TFLOP/s and MFU come from a second set of ``rounds`` calls timed with
+    CUDA events behind a queued spin (:func:`accounting.timing.time_fn`), which time the
+    GPU alone (``extra_info``: ``host_median_s`` and ``device_median_s``). On the CPU the
+    synchronize is a no-op and this is ordinary pytest-benchmark timing.
 
     FLOPs (:mod:`accounting.flop_count`): before the first round, one call is counted
     with ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta``
@@ -235,6 +327,7 @@ class FlopsBenchmark:
     def __call__(self, fn, *, flops: int | None = None, dtype, device="cpu", shape=None, rounds: int = 10,
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
                  operands=(), count_fn=None, count_flops: bool | None = None):
+        refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
         device = as_device(device)
         count, given = self._count(fn, flops, count_fn, count_flops)  # untimed, before any round
         flops = given if given is not None else counted_total(count)
@@ -242,7 +335,7 @@ class FlopsBenchmark:
         name = dtype_name(dtype)
         if peak is None:
             peak = device_peak_flops(info, name, override_tflops=self.config.getoption("peak_tflops", None))
-        clock = clock_for(device)
+        clock = clock_for(device, cache_bytes=flush_bytes(device))
         if flush_cache is not None:
             flush = flush_cache
         elif operands:
@@ -263,6 +356,13 @@ class FlopsBenchmark:
         self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         stats = getattr(self.benchmark, "stats", None)
         median = stats.stats.median if stats is not None else None  # None under --benchmark-disable
+        if median and device.type == "cuda":
+            # The host clock above also times fn's launch and the synchronize's wake-up (tens of µs): fine
+            # for comparing runs, wrong for MFU. MFU comes from CUDA events around the same call.
+            self.benchmark.extra_info["host_median_s"] = median
+            median = time_fn(fn, device=device, warmup=0, repeats=rounds, min_time_s=0, flush_cache=flush,
+                             count_flops=False).median  # FLOPs were settled above
+            self.benchmark.extra_info["device_median_s"] = median
         tflops = flops / median / TERA if median else None
         result = FlopsResult(median, int(flops), tflops, peak, achieved_mfu(flops, median, peak) if median else None,
                              count)
@@ -317,6 +417,36 @@ class FlopsBenchmark:
             add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: FLOPs mismatch: {mismatch}")
 
 
+def baseline_shape_mismatch(config, fullname, shape) -> str | None:
+    """Why this benchmark's baseline (``--benchmark-compare``) timed another shape; ``None`` when it did not.
+
+    A shape shrunk to fit free memory (:func:`fitted_shape`) keeps its test id, so without this a
+    baseline at 16384³ and a run at 8192³ would be compared as one benchmark.
+
+    >>> from types import SimpleNamespace
+    >>> session = SimpleNamespace(compared_mapping={"0001_base.json": {"t": {"extra_info": {"shape": [4, 4, 4]}}}})
+    >>> baseline_shape_mismatch(SimpleNamespace(_benchmarksession=session), "t", (2, 4, 4))
+    '--benchmark-compare: t timed 4x4x4 in the baseline 0001_base.json but 2x4x4 in this run; different shapes are not comparable'
+    """
+    session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's session: the loaded baselines
+    if shape is None or fullname is None or session is None:
+        return None
+    for path, baseline in (getattr(session, "compared_mapping", None) or {}).items():
+        saved = (baseline.get(fullname) or {}).get("extra_info", {}).get("shape")
+        if saved is not None and list(saved) != list(shape):
+            described = "x".join(map(str, saved)), "x".join(map(str, shape))
+            return (f"--benchmark-compare: {fullname} timed {described[0]} in the baseline {getattr(path, 'name', path)} "
+                    f"but {described[1]} in this run; different shapes are not comparable")
+    return None
+
+
+def refuse_other_baseline_shape(config, fullname, shape) -> None:
+    """Fail the benchmark, before timing, when its baseline timed another shape (see :func:`baseline_shape_mismatch`)."""
+    reason = baseline_shape_mismatch(config, fullname, shape)
+    if reason:
+        pytest.fail(reason + " (free memory differs? save a baseline from this machine state)", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def benchmark_config(pytestconfig):
     """The validated benchmark matrix (``--benchmarks-json`` or the default ``benchmarks.json``)."""
@@ -345,11 +475,7 @@ def accounting_machine_info(device=None) -> dict:
         "accelerator": None,
         "torch": torch.__version__,
         "runtime": None,
-        "tf32": {
-            "cuda_matmul": tf32_enabled(),
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cudnn": bool(torch.backends.cudnn.allow_tf32),
-        },
+        "tf32": tf32_flags(),  # read without raising, whichever TF32 API was used
         "cpu_model": cpu.name,
         "cpu_cores": cpu.cores,
         "cpu_clock_ghz": cpu.clock_ghz,
@@ -393,19 +519,49 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     machine_info[MACHINE_INFO_KEY] = accounting_machine_info()
 
 
-def machine_mismatch(current: dict, saved: dict) -> list[str]:
+def baseline_kinds(compared_benchmark: dict) -> set[str]:
+    """Device kinds the baseline's benchmarks ran on (``extra_info["device_kind"]``; ``"unknown"`` for
+    benchmarks that do not say, such as plain ``benchmark`` fixtures).
+
+    >>> sorted(baseline_kinds({"benchmarks": [{"extra_info": {"device_kind": "cpu"}}, {"extra_info": {}}]}))
+    ['cpu', 'unknown']
+    """
+    return {(bench.get("extra_info") or {}).get("device_kind") or "unknown"
+            for bench in compared_benchmark.get("benchmarks", [])}
+
+
+def machine_mismatch(current: dict, saved: dict, kinds=None) -> list[str]:
     """Identity fields that differ between two ``machine_info["accounting"]`` dicts (empty: comparable).
 
-    A run with an accelerator is compared on the accelerator (its host CPU does not
-    matter); a run without one can only produce CPU benchmarks, so it is compared on
-    the CPU (whatever accelerator the baseline's machine had).
+    ``kinds`` are the device kinds of the benchmarks compared (:func:`baseline_kinds`). CPU
+    benchmarks, and benchmarks of unknown kind, run on the host CPU: it is compared. GPU
+    benchmarks are compared on the accelerator, and only where this run has one (without one they
+    are skipped, so nothing of theirs is compared). ``kinds=None``: GPU benchmarks where this run
+    has an accelerator, else CPU benchmarks (also for an empty ``kinds``).
 
     >>> machine_mismatch({"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2},
     ...                  {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2})
     []
     """
-    fields = IDENTITY_FIELDS_GPU if current.get("accelerator") is not None else IDENTITY_FIELDS_CPU
-    return [field for field in fields if current.get(field) != saved.get(field)]
+    gpu_here = current.get("accelerator") is not None
+    if not kinds:
+        kinds = {"cuda"} if gpu_here else {"cpu"}
+    fields = list(IDENTITY_FIELDS_CPU) if set(kinds) - {"cuda"} else []
+    if gpu_here and set(kinds) - {"cpu"}:
+        fields = list(IDENTITY_FIELDS_GPU) + fields
+    return [field for field in fields if not _same(field, current.get(field), saved.get(field))]
+
+
+ECC_RESERVED_FRACTION = 1 / 16
+"""Share of a GDDR card's memory ECC reserves (T4: 15 of 16 GiB usable with ECC on; A10, L4, L40S alike):
+``gpu_memory_bytes`` moves by this much when ECC is toggled, and the card is the same card."""
+
+
+def _same(field: str, current, saved) -> bool:
+    """Identity fields are equal; ``gpu_memory_bytes`` equal up to what ECC reserves on GDDR cards."""
+    if field == "gpu_memory_bytes" and isinstance(current, int) and isinstance(saved, int):
+        return abs(current - saved) <= ECC_RESERVED_FRACTION * max(current, saved)
+    return current == saved
 
 
 def _describe(info: dict, gpu: bool) -> str:
@@ -427,8 +583,8 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
             "--benchmark-compare: the saved baseline has no accounting machine info, so it cannot be shown to "
             "come from this hardware; save a new baseline here with --benchmark-autosave"
         )
-    differing = machine_mismatch(current, saved)
-    gpu = current.get("accelerator") is not None
+    differing = machine_mismatch(current, saved, baseline_kinds(compared_benchmark))
+    gpu = current.get("accelerator") is not None and not set(differing) <= set(IDENTITY_FIELDS_CPU)
     if differing:
         details = ", ".join(f"{field}: {saved.get(field)!r} -> {current.get(field)!r}" for field in differing)
         raise pytest.UsageError(

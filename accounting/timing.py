@@ -6,6 +6,8 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 2. Time each repetition separately with the device's clock
    (:func:`accounting.device.clock_for`): CUDA events on a GPU, ``perf_counter``
    after a synchronize on the CPU — never a host clock around unfinished GPU work.
+   On a GPU a short spin is queued first, so the start event waits behind it and the
+   host's launch of the call is not timed.
 3. On CUDA, overwrite L2 between repetitions when the operands fit in it, so
    every repetition reads from memory as a cold call in a real model would.
 4. Repeat at least ``repeats`` times and for at least ``min_time_s``; report the
@@ -28,12 +30,13 @@ import torch
 from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
-from accounting.device import TIMED_KINDS, as_device, clock_for, float32_matmul_mode, l2_cache_bytes, timed_device
+from accounting.device import TIMED_KINDS, as_device, clock_for, detect_device, float32_matmul_mode, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops as count_fn_flops, counted_total, flops_mismatch
 from accounting.flops import matmul_flops, mfu
-from accounting.hardware import dtype_runs_on
+from accounting.hardware import last_level_cache_bytes
 from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
+from accounting.native_dtypes import native_matmul
 
 WARMUP_CALLS = 3
 """Untimed calls first: handle creation, kernel selection, page faults."""
@@ -145,7 +148,8 @@ def time_fn(
     """Time ``fn()`` on ``device``: warm-up calls, then each call timed on the device's clock.
 
     ``clock`` defaults to :func:`accounting.device.clock_for` ``(device)``; anything with
-    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works.
+    ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works (and ``occupy``, called
+    before each repetition, where it has one: see :class:`accounting.device.EventClock`).
 
     FLOPs (:mod:`accounting.flop_count`): before any timing, one call is counted with
     ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta`` tensors, say),
@@ -177,7 +181,8 @@ def time_fn(
         count_flops = count_fn is not None or warmup > 0 or flops is None
     device = as_device(device)
     if clock is None:
-        clock = clock_for(device)  # only cpu and cuda (present here) have one: anything else raises
+        # only cpu and cuda (present here) have one: anything else raises
+        clock = clock_for(device, cache_bytes=flush_bytes(device) if flush_cache else None)
     elif device.type not in TIMED_KINDS:
         timed_device(device)  # raises: a clock passed in (a fake in tests) still times only cpu or cuda
     count, warmup_left = None, warmup
@@ -197,7 +202,9 @@ def time_fn(
     clock.synchronize()
     samples = []
     total = 0.0
+    occupy = getattr(clock, "occupy", lambda: None)  # optional: clocks from before it existed still work
     while len(samples) < repeats or (total < min_time_s and len(samples) < max_repeats):
+        occupy()  # the device is busy when the start mark is queued: fn's launch is not timed
         if flush_cache:
             clock.flush_cache()
         start = clock.mark()
@@ -226,7 +233,7 @@ def time_matmul(a: Shaped[torch.Tensor, "*batch_a m k"], b: Shaped[torch.Tensor,
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, torch.Tensor):
             raise AccountingTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        if str(x.dtype).startswith("torch.float8"):
             raise AccountingError(f"{name} is {x.dtype}: time float8 with matmul_case (torch._scaled_mm)")
     if a.device != b.device:
         raise AccountingError(f"a is on {a.device} but b is on {b.device}")
@@ -253,18 +260,33 @@ def _float32_mode(device, *dtypes):
     return contextlib.nullcontext()
 
 
-def should_flush_l2(device, *tensors) -> bool:
-    """Whether to overwrite L2 before each timed call: on CUDA, when the operands' storages fit in L2.
+def flush_bytes(device) -> int:
+    """Bytes of cache a flush must overwrite on ``device``: its last-level cache (0 on a CPU).
 
-    Operands bigger than L2 are read from memory anyway, and a CPU benchmark runs warm,
-    as CPU code does.
+    :func:`accounting.hardware.last_level_cache_bytes` of the detected device: the L2 torch
+    reports, or a larger cache the table knows (MI300X's 256 MB Infinity Cache behind a 4 MB L2).
+
+    >>> flush_bytes("cpu")
+    0
+    """
+    device = as_device(device)
+    if device.type != "cuda":
+        return 0
+    return last_level_cache_bytes(detect_device(device))
+
+
+def should_flush_l2(device, *tensors) -> bool:
+    """Whether to flush the cache before each timed call: on CUDA, when the operands' storages fit in it.
+
+    The cache is the last-level one (:func:`flush_bytes`). Operands bigger than it are read
+    from memory anyway, and a CPU benchmark runs warm, as CPU code does.
 
     >>> should_flush_l2("cpu", torch.ones(4))
     False
     """
     if as_device(device).type != "cuda":
         return False
-    return storage_bytes(*tensors) <= l2_cache_bytes(device)
+    return storage_bytes(*tensors) <= flush_bytes(device)
 
 
 # ---- matmul cases per dtype ----------------------------------------------------------------
@@ -276,6 +298,8 @@ class MatmulCase:
 
     ``fn()`` runs the product (float32 and tf32 on CUDA set the TF32 flag explicitly
     for the call and restore it); ``flops`` is its work; ``operands`` are the inputs.
+    ``runs_as`` is the dtype that actually runs (:attr:`accounting.native_dtypes.NativeMatmul.runs_as`):
+    the fp8 variant the device supports (``float8_e4m3fnuz`` on gfx942), else ``dtype``.
     """
 
     dtype: str
@@ -284,6 +308,7 @@ class MatmulCase:
     fn: Callable[[], torch.Tensor]
     flops: int
     operands: tuple[torch.Tensor, ...]
+    runs_as: str | None = None
 
     @property
     def operand_bytes(self) -> int:
@@ -343,10 +368,14 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
     - float64/float32/bfloat16/float16: ``torch.matmul`` into a preallocated output.
       On CUDA float32 runs with TF32 off; ``"tf32"`` runs float32 with TF32 on
       (CUDA only: a CPU has no TF32 units).
-    - float8_e4m3fn / float8_e5m2: ``torch._scaled_mm`` with its layout rules — mat2
+    - float8 (e4m3 or e5m2): ``torch._scaled_mm`` with its layout rules — mat2
       column-major, K and N divisible by 16, float32 scale tensors, ``out_dtype``
-      bfloat16. e5m2 × e5m2 is not a cuBLASLt combination, so the e5m2 case is
-      e5m2 × e4m3fn (same FP8 rate). ``fp8_fast_accum`` (default on, the throughput
+      bfloat16 — in the variant the device runs
+      (:func:`accounting.native_dtypes.native_matmul`): ``float8_e4m3fn``/``float8_e5m2``
+      on NVIDIA (and gfx950) and the CPU, the fnuz formats on gfx942 (MI300X), whatever
+      variant was asked for; ``runs_as`` records it. A device with no fp8 matmul raises,
+      saying why. e5m2 × e5m2 is not a cuBLASLt combination, so the e5m2 case is
+      e5m2 × e4m3 (same FP8 rate). ``fp8_fast_accum`` (default on, the throughput
       path FP8 training recipes use for the forward matmul) skips Hopper's periodic
       promotion of partial sums to FP32.
 
@@ -357,12 +386,16 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
     name = format_name(dtype)
     m, k, n = (check_positive_size(size, what) for size, what in ((m, "m"), (k, "k"), (n, "n")))
     device = as_device(device)
-    # tf32 is refused off CUDA: elsewhere it would silently run as float32. float8 is not, though
-    # a CPU has no FP8 units either: torch emulates _scaled_mm there, so the case runs (with no
-    # known peak) and its layout rules can be checked without a GPU.
-    reason = dtype_runs_on("cpu", name) if device.type != "cuda" else None
-    if reason and name == TF32:
-        raise AccountingError(f"tf32 is a CUDA tensor-core mode; device {str(device)!r} has none")
+    runs_as = name
+    if name == TF32 or name.startswith("float8"):
+        # Which variant runs, or whether it runs at all, depends on the device: ask the rule.
+        # tf32 is refused on a CPU (it would silently run as float32); float8 is not, though a
+        # CPU has no FP8 units: torch emulates _scaled_mm there, so the layout rules can be
+        # checked without a GPU.
+        answer = native_matmul(detect_device(device), name)
+        if not answer.runs:
+            raise AccountingError(f"{name} cannot run on device {str(device)!r}: {answer.reason}")
+        runs_as = answer.runs_as
     generator = torch.Generator(device=device).manual_seed(seed)
 
     def randn(rows, cols, dtype):
@@ -375,9 +408,11 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
                 raise AccountingError(
                     f"float8 matmul (torch._scaled_mm) needs {what} divisible by {FP8_ALIGNMENT}, got {what}={size}"
                 )
-        a = randn(m, k, torch.float32).to(storage_dtype(name))
-        # mat2 must be column-major: make it (n, k) row-major and transpose the view.
-        b = randn(n, k, torch.float32).to(torch.float8_e4m3fn).t()
+        a = randn(m, k, torch.float32).to(storage_dtype(runs_as))
+        # mat2 must be column-major: make it (n, k) row-major and transpose the view. It is the
+        # e4m3 format of a's flavour (fn or fnuz): e5m2 x e5m2 is no cuBLASLt pairing.
+        partner = "float8_e4m3fnuz" if runs_as.endswith("fnuz") else "float8_e4m3fn"
+        b = randn(n, k, torch.float32).to(storage_dtype(partner)).t()
         scale_a = torch.ones((), dtype=torch.float32, device=device)
         scale_b = torch.ones((), dtype=torch.float32, device=device)
 
@@ -385,7 +420,7 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
             return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=FP8_OUT_DTYPE,
                                     use_fast_accum=fp8_fast_accum)
 
-        return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b))
+        return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b), runs_as)
     torch_dtype = storage_dtype(name)
     a, b = randn(m, k, torch_dtype), randn(k, n, torch_dtype)
     out = torch.empty(m, n, dtype=torch_dtype, device=device)
@@ -400,7 +435,7 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
         def fn():
             return torch.matmul(a, b, out=out)
 
-    return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, out))
+    return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, out), runs_as)
 
 
 def achieved_mfu(flops: int, seconds: float, peak: float | None) -> float | None:

@@ -1,6 +1,6 @@
 """Matmul benchmarks per dtype × shape from ``benchmarks.json``: TFLOP/s and MFU, bounded on both sides.
 
-``pytest -m cpu`` runs every configured CPU shape; ``pytest -m gpu`` every GPU shape
+``pytest -m cpu`` runs every configured CPU shape; ``pytest -m gpu`` every GPU shape on every visible GPU (``--gpus 0,3`` picks some), each GPU its own test
 (skipped, with the reason, without CUDA). A plain ``pytest`` runs only the quick
 shapes (``--matmul-shapes`` overrides). Each benchmark records FLOPs, achieved TFLOP/s,
 peak, MFU, device, dtype and shape in ``extra_info`` and fails when MFU is above
@@ -15,10 +15,11 @@ import torch
 import torch.utils.benchmark
 
 from accounting.benchconfig import load_benchmarks
-from accounting.device import cpu_flags, cpu_vendor, release_cached_memory
+from accounting.device import release_cached_memory
 from accounting.flops import MFU_CEILING
-from accounting.hardware import PeakUnknownWarning, chip_row, cpu_flops_per_cycle, device_peak_flops
-from accounting.pytest_plugin import add_summary_line, fitted_shape, gpu_skip_reason, shape_mode
+from accounting.hardware import PeakUnknownWarning, chip_row, device_peak_flops
+from accounting.pytest_plugin import (add_summary_line, fitted_shape, gpu_device_params, gpu_skip_reason,
+                                      native_skip_reason, shape_mode)
 from accounting.timing import matmul_case, time_matmul
 
 TIMER_AGREEMENT = (0.9, 1.1)
@@ -49,6 +50,8 @@ def pytest_generate_tests(metafunc):
     for fixture, kind in (("cpu_point", "cpu"), ("gpu_point", "cuda")):
         if fixture in metafunc.fixturenames:
             metafunc.parametrize(fixture, _points(metafunc.config, kind))
+    if "gpu_device" in metafunc.fixturenames:  # every visible GPU, or --gpus: one test (and baseline) per device
+        metafunc.parametrize("gpu_device", gpu_device_params(metafunc.config))
 
 
 def _peak_or_skip(info, dtype, config):
@@ -84,29 +87,36 @@ def _check_bounds(result, floor, what, config):
 @pytest.mark.cpu
 def test_cpu_matmul(cpu_point, flops_benchmark, benchmark_config):
     dtype, shape = cpu_point
-    _per_cycle, path = cpu_flops_per_cycle(dtype, cpu_flags(), vendor=cpu_vendor())
-    if dtype != "float32" and "via float32" in path:
-        pytest.skip(f"this CPU has no native {dtype} matmul path; torch would emulate it through float32")
-    peak = _peak_or_skip(flops_benchmark.device_info("cpu"), dtype, flops_benchmark.config)
+    info = flops_benchmark.device_info("cpu")
+    reason = native_skip_reason(info, dtype)  # the report drops the same dtypes from its defaults
+    if reason:
+        pytest.skip(reason)
+    peak = _peak_or_skip(info, dtype, flops_benchmark.config)
     case = matmul_case(dtype, *shape, "cpu")
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device="cpu", shape=shape,
                              rounds=benchmark_config.device("cpu").rounds, peak=peak)
+    flops_benchmark.benchmark.extra_info["runs_as"] = case.runs_as
     _check_bounds(result, benchmark_config.floor("cpu", dtype), f"cpu {dtype} {shape}", flops_benchmark.config)
 
 
 @pytest.mark.gpu
-def test_gpu_matmul(gpu_point, flops_benchmark, benchmark_config):
+def test_gpu_matmul(gpu_point, gpu_device, flops_benchmark, benchmark_config):
     dtype, shape = gpu_point
-    reason = gpu_skip_reason(dtype)
+    reason = gpu_skip_reason()
     if reason:
         pytest.skip(reason)
-    info = flops_benchmark.device_info("cuda:0")
+    info = flops_benchmark.device_info(gpu_device)
+    reason = native_skip_reason(info, dtype)  # fp8 before Ada, tf32 before Ampere, fp8 on ROCm archs without it
+    if reason:
+        pytest.skip(reason)
     device = info.device
     peak = _peak_or_skip(info, dtype, flops_benchmark.config)
     run_shape, note = fitted_shape(shape, dtype, device)
     case = matmul_case(dtype, *run_shape, device)
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device=device, shape=run_shape,
                              rounds=benchmark_config.device("cuda").rounds, peak=peak, operands=case.operands)
+    flops_benchmark.benchmark.extra_info["runs_as"] = case.runs_as  # the fp8 variant that ran (fnuz on gfx942)
+    flops_benchmark.benchmark.extra_info["cuda_device"] = gpu_device
     if note:
         flops_benchmark.benchmark.extra_info["shape_note"] = note
     del case

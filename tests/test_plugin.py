@@ -27,10 +27,15 @@ from accounting.pytest_plugin import (
 # ---- skip rules ------------------------------------------------------------------------------
 
 
-def _fake_cuda(monkeypatch, *, available, capability=(9, 0), name="NVIDIA H100 80GB HBM3"):
+def _fake_cuda(monkeypatch, *, available, capability=(9, 0), name="NVIDIA H100 80GB HBM3", arch=None):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    props = SimpleNamespace(major=capability[0], minor=capability[1], total_memory=80 * 2**30,
+                            multi_processor_count=132, L2_cache_size=50 * 2**20, gcnArchName=arch)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
 
 
 def test_no_cuda_skips_every_gpu_test_with_the_reason(monkeypatch):
@@ -173,9 +178,11 @@ def test_flops_benchmark_flushes_l2_by_the_shared_rule(monkeypatch, operands, fl
 
     log = []
     clock = SimpleNamespace(flush_cache=lambda: log.append("flush"))
-    monkeypatch.setattr(plugin, "clock_for", lambda device: clock)
+    monkeypatch.setattr(plugin, "clock_for", lambda device, **options: clock)
     monkeypatch.setattr(plugin, "synchronize", lambda device: None)
-    monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
+    monkeypatch.setattr(timing, "flush_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
+    monkeypatch.setattr(plugin, "flush_bytes", lambda device: 50 * 2**20)
+    monkeypatch.setattr(plugin, "time_fn", lambda fn, **kwargs: timing.Timing.from_samples([1.0]))  # no real events
     config = SimpleNamespace(getoption=lambda name, default=None: None)
     runner = FlopsBenchmark(FakeBenchmark(log), config, infos={"cuda:0": plugin.DeviceInfo("cuda", "fake GPU", 0, 2**30)})
     runner(lambda: None, flops=1, dtype="bf16", device="cuda:0", rounds=1, warmup_rounds=0, peak=1e15,
@@ -203,7 +210,7 @@ def test_machine_info_is_extended_and_volatile_fields_dropped():
         assert accounting["cpu_clock_ghz"] is None and accounting["cpu_peak_float32_tflops"] is None
     else:
         assert accounting["cpu_peak_float32_tflops"] > 0
-    assert set(accounting["tf32"]) == {"cuda_matmul", "float32_matmul_precision", "cudnn"}
+    assert set(accounting["tf32"]) == {"cuda_matmul", "cuda_matmul_fp32_precision", "float32_matmul_precision", "cudnn"}
 
 
 @pytest.mark.parametrize("saved, differing", [
@@ -303,12 +310,101 @@ def test_an_installed_project_gets_flops_in_its_json_and_a_doctored_baseline_is_
     same = _pytest(tmp_path, "--benchmark-compare=0001")
     assert same.returncode == 0, same.stdout + same.stderr
 
-    # The baseline says H100; this run (made to look like an A100 box) must refuse to compare.
+    # The baseline says H100 on a 26-core Xeon; this run (made to look like an A100 box) must refuse to
+    # compare. Its benchmark runs on the CPU, so the CPU is what differs and what the error names.
     doctored = json.loads(baseline.read_text())
     doctored["machine_info"]["accounting"].update(H100)
     (baseline.parent / baseline.name.replace("0001_", "0002_")).write_text(json.dumps(doctored))
     (tmp_path / "conftest.py").write_text(FAKE_A100_CONFTEST)
     refused = _pytest(tmp_path, "--benchmark-compare=0002")
     assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
-    assert ("ERROR: --benchmark-compare: the baseline was recorded on NVIDIA H100 80GB HBM3 (compute capability 9.0, "
-            "132 SMs) but this run is on NVIDIA A100-SXM4-80GB (compute capability 8.0, 108 SMs)") in refused.stderr
+    here = accounting_machine_info("cpu")
+    assert (f"ERROR: --benchmark-compare: the baseline was recorded on CPU Xeon (26 cores) but this run is on CPU "
+            f"{here['cpu_model']} ({here['cpu_cores']} cores)") in refused.stderr
+
+
+def test_flops_benchmark_mfu_on_cuda_comes_from_device_events_not_the_host_clock(monkeypatch):
+    """The host clock around fn()+synchronize holds the launch; on CUDA the MFU uses the event-timed median."""
+    from accounting.timing import Timing
+
+    log, timed = [], []
+    monkeypatch.setattr(plugin, "clock_for", lambda device, **options: SimpleNamespace(flush_cache=lambda: None))
+    monkeypatch.setattr(plugin, "flush_bytes", lambda device: 50 * 2**20)
+    monkeypatch.setattr(plugin, "synchronize", lambda device: None)
+
+    def device_timer(fn, **kwargs):
+        timed.append(kwargs)
+        return Timing.from_samples([0.4] * kwargs["repeats"], device=kwargs["device"])
+
+    monkeypatch.setattr(plugin, "time_fn", device_timer)
+    config = SimpleNamespace(getoption=lambda name, default=None: None)
+    runner = FlopsBenchmark(FakeBenchmark(log, seconds=0.5), config,
+                            infos={"cuda:0": DeviceInfo("cuda", "fake GPU", 0, 2**30)})
+    result = runner(lambda: None, flops=10**12, dtype="bf16", device="cuda:0", rounds=7, warmup_rounds=0, peak=5e12,
+                    operands=(torch.ones(4),), flush_cache=True)
+    assert [(kw["device"], kw["repeats"], kw["flush_cache"]) for kw in timed] == [(torch.device("cuda", 0), 7, True)]
+    assert result.median_s == 0.4 and result.mfu == pytest.approx(10**12 / 0.4 / 5e12)
+    extra = runner.benchmark.extra_info
+    assert extra["host_median_s"] == 0.5 and extra["device_median_s"] == 0.4
+
+
+# ---- the guard knows which benchmarks it compares (issue 8 item 10) -------------------------------
+
+def _baseline(*kinds):
+    return [{"fullname": f"test_{i}", "extra_info": {"device_kind": kind} if kind else {}} for i, kind in enumerate(kinds)]
+
+
+@pytest.mark.parametrize("kinds, saved, differing", [
+    pytest.param(("cpu",), {**H100, "cpu_model": "EPYC"}, ["cpu_model"], id="cpu-benchmarks-on-gpu-boxes-compare-the-cpu"),
+    pytest.param(("cuda",), {**H100, "cpu_model": "EPYC"}, [], id="gpu-benchmarks-ignore-the-host-cpu"),
+    pytest.param((None,), {**H100, "cpu_model": "EPYC"}, ["cpu_model"], id="unknown-benchmarks-compare-the-cpu"),
+    pytest.param(("cuda", "cpu"), {**H100, "sm_count": 114, "cpu_cores": 8}, ["sm_count", "cpu_cores"], id="both"),
+])
+def test_compare_guard_compares_what_the_baselines_benchmarks_ran_on(kinds, saved, differing):
+    assert machine_mismatch(H100, saved, plugin.baseline_kinds({"benchmarks": _baseline(*kinds)})) == differing
+
+
+def test_cpu_benchmarks_saved_on_another_gpu_box_are_refused():
+    """`pytest -m cpu --benchmark-compare` on two GPU boxes with the same GPU and different CPUs."""
+    with pytest.raises(pytest.UsageError, match=r"^--benchmark-compare: the baseline was recorded on CPU EPYC \(26 cores\) "
+                                                r"but this run is on CPU Xeon \(26 cores\) \(cpu_model: 'EPYC' -> 'Xeon'\)"):
+        pytest_benchmark_compare_machine_info(
+            config=None, benchmarksession=None, machine_info={"accounting": H100},
+            compared_benchmark={"machine_info": {"accounting": {**H100, "cpu_model": "EPYC"}},
+                                "benchmarks": _baseline("cpu")})
+
+
+def test_a_gpu_box_without_its_gpu_still_skips_gpu_baselines_quietly():
+    here = {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 26}
+    assert machine_mismatch(here, H100, plugin.baseline_kinds({"benchmarks": _baseline("cuda")})) == []
+
+
+def test_a_benchmark_timed_at_another_shape_than_its_baseline_is_refused():
+    """fitted_shape may shrink a shape to free memory; the test id stays, so the shape itself is checked."""
+    session = SimpleNamespace(compared_mapping={
+        "0001_base.json": {"test_gpu_matmul[bfloat16-16384x16384x16384]": {"extra_info": {"shape": [16384] * 3}}}})
+    config = SimpleNamespace(getoption=lambda name, default=None: None, _benchmarksession=session)
+    benchmark = FakeBenchmark([])
+    benchmark.fullname = "test_gpu_matmul[bfloat16-16384x16384x16384]"
+    runner = FlopsBenchmark(benchmark, config)
+    with pytest.raises(pytest.fail.Exception, match=r"^--benchmark-compare: test_gpu_matmul\[bfloat16-16384x16384x16384\] "
+                                                    r"timed 16384x16384x16384 in the baseline 0001_base.json but "
+                                                    r"8192x8192x8192 in this run"):
+        runner(lambda: None, flops=1, dtype="float32", device="cpu", shape=(8192,) * 3, rounds=1, warmup_rounds=0)
+    assert benchmark.log == [], "refused before anything was timed"
+    runner(lambda: None, flops=1, dtype="float32", device="cpu", shape=(16384,) * 3, rounds=1, warmup_rounds=0,
+           peak=1e12)
+
+
+def test_the_documented_ci_command_on_a_fresh_cache_passes_and_says_nothing_was_compared(tmp_path):
+    """README's CI command with an empty --benchmark-storage: no baseline is not an error (exit 0, not 4)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n"
+                                         "    default:Can't compare. No benchmark files:pytest_benchmark.logger.PytestBenchmarkWarning\n")
+    (tmp_path / "test_project.py").write_text(PROJECT_TEST)
+    first = _pytest(tmp_path, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "--benchmark-compare found no saved baseline" in first.stdout
+    assert "--benchmark-compare-fail was not applied" in first.stdout
+    # A named baseline that does not exist is a wrong name, not a fresh cache: pytest-benchmark's error stands.
+    named = _pytest(tmp_path, "--benchmark-compare=0042", "--benchmark-compare-fail=median:10%")
+    assert named.returncode == pytest.ExitCode.USAGE_ERROR, named.stdout + named.stderr

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from accounting.__main__ import main
 from accounting.flops import MFU_CEILING
@@ -77,7 +78,8 @@ def test_json_entry_per_dtype(cpu_run, dtype):
         assert row["flops"] == 2 * row["m"] * row["k"] * row["n"]
         assert row["bound"] in ("compute", "memory")
         assert row["arithmetic_intensity"] > 0
-    assert section["verdict"]["status"] in ("healthy", "below floor", "unknown")
+    assert section["verdict"]["status"] in ("healthy", "below floor", "unknown", "not judged")
+    assert section["judged"] == (section["verdict"]["status"] != "not judged") == (section["native"] is True)
 
 
 BUDGET_OVERRUN_LIMIT = 10
@@ -101,35 +103,53 @@ def test_plot_is_a_real_png(cpu_run):
 
 
 REPORT_ERROR = "accounting report: error: "
+NO_SUCH_GPU = 100
+"""A CUDA index no machine has (cuda:7 exists on an 8-GPU node; torch cannot address 128 and up)."""
+
+
+@pytest.fixture(params=["cpu-only-host", "8-gpu-host"])
+def any_host(request, monkeypatch):
+    """Runs a test as on a machine without CUDA and as on an 8-GPU node (CUDA faked present): a test whose
+    outcome depends on the host it runs on fails in one of the two."""
+    if request.param == "8-gpu-host":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    else:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    return request.param
 
 
 @pytest.mark.parametrize(
     "argv, line",
     [
-        pytest.param(["--dtypes", "int4"], REPORT_ERROR + "--dtypes: unknown floating-point format 'int4'; known: ",
+        pytest.param(["--device", "cpu", "--dtypes", "int4"], REPORT_ERROR + "--dtypes: unknown floating-point format 'int4'; known: ",
                      id="unknown-dtype"),
-        pytest.param(["--dtypes", ","], REPORT_ERROR + "argument --dtypes: --dtypes needs at least one dtype name",
+        pytest.param(["--device", "cpu", "--dtypes", ","], REPORT_ERROR + "argument --dtypes: --dtypes needs at least one dtype name",
                      id="empty-dtypes"),
-        pytest.param(["--dtypes", "tf32"], REPORT_ERROR + "--dtypes: tf32 cannot run on cpu: tf32 is a CUDA tensor-core mode",
+        pytest.param(["--device", "cpu", "--dtypes", "tf32"], REPORT_ERROR + "--dtypes: tf32 cannot run on cpu: tf32 is a CUDA tensor-core mode",
                      id="tf32-on-cpu"),
         pytest.param(["--device", "tpu"], REPORT_ERROR + "unknown device 'tpu'", id="unknown-device"),
-        pytest.param(["--device", "cuda:7"], REPORT_ERROR + "device 'cuda:7' is not available", id="unavailable-device"),
-        pytest.param(["--budget", "0"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got '0'",
+        pytest.param(["--device", f"cuda:{NO_SUCH_GPU}"], REPORT_ERROR + f"device 'cuda:{NO_SUCH_GPU}' is not available",
+                     id="unavailable-device"),
+        pytest.param(["--device", "cuda:4096"], REPORT_ERROR + "device 'cuda:4096': index 4096 is out of the range",
+                     id="index-torch-wraps"),
+        pytest.param(["--device", "cpu", "--budget", "0"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got '0'",
                      id="zero-budget"),
-        pytest.param(["--budget", "-5"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got '-5'",
+        pytest.param(["--device", "cpu", "--budget", "-5"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got '-5'",
                      id="negative-budget"),
-        pytest.param(["--budget", "nan"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got 'nan'",
+        pytest.param(["--device", "cpu", "--budget", "nan"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got 'nan'",
                      id="nan-budget"),
-        pytest.param(["--budget", "soon"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got 'soon'",
+        pytest.param(["--device", "cpu", "--budget", "soon"], REPORT_ERROR + "argument --budget: --budget must be a positive number of seconds, got 'soon'",
                      id="words-budget"),
-        pytest.param(["--json", "/nonexistent-dir/r.json"],
+        pytest.param(["--device", "cpu", "--json", "/nonexistent-dir/r.json"],
                      REPORT_ERROR + "--json '/nonexistent-dir/r.json' cannot be written: No such file or directory",
                      id="json-dir-missing"),
-        pytest.param(["--plot", "."], REPORT_ERROR + "--plot '.' cannot be written: it is a directory", id="plot-is-a-directory"),
+        pytest.param(["--device", "cpu", "--plot", "."], REPORT_ERROR + "--plot '.' cannot be written: it is a directory", id="plot-is-a-directory"),
         pytest.param(["--frobnicate"], "accounting: error: unrecognized arguments: --frobnicate", id="unknown-option"),
     ],
 )
-def test_bad_arguments_give_one_line_and_exit_2(argv, line, capsys):
+def test_bad_arguments_give_one_line_and_exit_2(argv, line, capsys, any_host):
     budget = [] if "--budget" in argv else ["--budget", "1"]
     status, out, err = run_main(["report", *budget, *argv], capsys)
     assert status == 2
@@ -139,7 +159,7 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, line, capsys):
     assert lines[0].startswith(line)
 
 
-def test_unwritable_file_is_refused_before_measuring(tmp_path, capsys):
+def test_unwritable_file_is_refused_before_measuring(tmp_path, capsys, any_host):
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
@@ -149,7 +169,7 @@ def test_unwritable_file_is_refused_before_measuring(tmp_path, capsys):
             # root writes anyway: use a file inside a regular file's "directory" instead
             target = tmp_path / "not-a-dir.txt" / "r.json"
             (tmp_path / "not-a-dir.txt").write_text("x")
-        status, out, err = run_main(["report", "--budget", "1", "--json", str(target)], capsys)
+        status, out, err = run_main(["report", "--device", "cpu", "--budget", "1", "--json", str(target)], capsys)
     finally:
         locked.chmod(0o700)
     assert status == 2 and out == ""
@@ -170,14 +190,14 @@ def test_bad_argument_from_the_shell_has_no_traceback():
     assert result.stderr == "accounting report: error: argument --budget: --budget must be a positive number of seconds, got '-1'\n"
 
 
-def test_plot_without_matplotlib_is_refused_before_measuring(tmp_path, monkeypatch, capsys):
+def test_plot_without_matplotlib_is_refused_before_measuring(tmp_path, monkeypatch, capsys, any_host):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    status, out, err = run_main(["report", "--budget", "1", "--plot", str(tmp_path / "r.png")], capsys)
+    status, out, err = run_main(["report", "--device", "cpu", "--budget", "1", "--plot", str(tmp_path / "r.png")], capsys)
     assert status == 2 and out == ""
     assert err == "accounting report: error: --plot needs matplotlib: pip install matplotlib\n"
 
 
-def test_ctrl_c_closes_the_bar_once_and_exits_130(monkeypatch, capsys):
+def test_ctrl_c_closes_the_bar_once_and_exits_130(monkeypatch, capsys, any_host):
     class RecordingBar:
         def __init__(self, *, stream, **_kwargs):
             self.stream = stream

@@ -2,6 +2,7 @@
 
 import json
 import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB, compute_capabili
 GFX942_UNNAMED = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 192 * GIB, arch="gfx942:sramecc+:xnack-",
                             runtime="ROCm 6.2")
 """An MI300X whose driver prints only a generic name: the table row comes from ``arch``."""
-UNKNOWN_GPU = DeviceInfo("cuda", "NVIDIA GH200 480GB", 0, 96 * GIB, compute_capability=(9, 0))
+UNKNOWN_GPU = DeviceInfo("cuda", "NVIDIA B100", 0, 192 * GIB, compute_capability=(10, 0))
 
 
 @pytest.fixture
@@ -87,12 +88,54 @@ def test_a_dtype_the_gpu_cannot_run_is_an_error_when_asked_for(monkeypatch):
         run.prepare(device="cuda", dtypes=["bf16", "fp8"], budget_s=30.0)
 
 
-@pytest.mark.parametrize("free_gib", [79, 4, 0.3])
+@pytest.mark.parametrize("free_gib", [79, 4, 3.2])
 def test_gpu_bandwidth_copy_is_capped_by_free_memory(free_gib):
     free = int(free_gib * GIB)
     nbytes = bandwidth_bytes(H100, free_bytes=free)
     assert nbytes % 2**20 == 0
     assert 2 * nbytes <= measure.BANDWIDTH_MEMORY_FRACTION * free, "source plus destination leave most memory free"
+    assert nbytes >= measure.BANDWIDTH_CACHE_MULTIPLE * H100.l2_cache_bytes, "never a copy the L2 could serve"
+
+
+@pytest.mark.parametrize("free_gib", [3.1, 1, 0.3])
+def test_gpu_bandwidth_is_skipped_when_only_a_cache_sized_copy_fits(monkeypatch, free_gib):
+    """With little free memory the copy would come near L2 size and read above spec: skip, with a note."""
+    assert bandwidth_bytes(H100, free_bytes=int(free_gib * GIB)) is None
+    monkeypatch.setattr(measure, "free_memory_bytes", lambda device: int(free_gib * GIB))
+    monkeypatch.setattr(measure, "release_cached_memory", lambda device: None)
+    assert measure.measure_bandwidth(H100) is None
+    monkeypatch.setattr(run, "free_memory_bytes", lambda device: int(free_gib * GIB))
+    monkeypatch.setattr(run, "max_sizes", lambda plan: {"bfloat16": 512})
+    monkeypatch.setattr(run.measuring, "MatmulTimer", lambda info, target_s: SimpleNamespace(
+        __call__=None, expected_wall_s=lambda per_call: per_call))
+    monkeypatch.setattr(run, "Sweep", lambda *args, **kwargs: SimpleNamespace(run=lambda dtypes: {}))
+    plan = run.Plan(H100, ["bfloat16"], {"bfloat16": 989.4e12}, {"bfloat16": "table"}, {"bfloat16": 0.6}, 3.35e12,
+                    1.0, "cuda")
+    report = run.build_report(plan, progress=SimpleNamespace(update=lambda done, text: None), started=0.0,
+                              clock=lambda: 0.0)
+    assert report["bandwidth"]["measured_bytes_per_s"] is None
+    assert (f"memory bandwidth not measured: {free_gib:.1f} GiB free holds no copy of 8 x the 50 MiB "
+            "last-level cache; a smaller copy would time the cache") in report["notes"]
+
+
+def test_bandwidth_buffers_are_released_before_free_memory_is_read_again(monkeypatch):
+    """The copy's buffers must not sit in the allocator's cache when the sweep reads free memory."""
+    made, events = [], []
+    real_ones = torch.ones
+
+    def ones(*args, **kwargs):
+        tensor = real_ones(*args, **{**kwargs, "device": "meta"})  # sized, never allocated
+        made.append(weakref.ref(tensor))
+        return tensor
+
+    monkeypatch.setattr(measure.torch, "ones", ones)
+    monkeypatch.setattr(measure, "free_memory_bytes", lambda device: events.append("free") or 80 * GIB)
+    monkeypatch.setattr(measure, "release_cached_memory",
+                        lambda device: events.append("release" if not made or made[0]() is None else "release-too-early"))
+    monkeypatch.setattr(measure, "time_fn", lambda fn, **kwargs: Timing.from_samples([1e-3]))
+    done = measure.measure_bandwidth(H100)
+    assert done.bytes_moved == 2 * measure.BANDWIDTH_BYTES_GPU
+    assert events == ["release", "free", "release"], "released before reading free memory, and after the copy"
 
 
 def test_gpu_bandwidth_copy_dwarfs_the_l2_when_memory_allows():
@@ -130,7 +173,7 @@ def test_gpu_timer_flushes_l2_only_for_operands_that_fit(monkeypatch, operand_by
     case = FakeCase(operand_bytes)
     monkeypatch.setattr(measure, "matmul_case", lambda dtype, m, k, n, device: case)
     monkeypatch.setattr(measure, "synchronize", lambda device: None)
-    monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: H100.l2_cache_bytes)
+    monkeypatch.setattr(timing, "flush_bytes", lambda device: H100.l2_cache_bytes)
 
     def fake_time_fn(fn, **kwargs):
         seen.update(kwargs)

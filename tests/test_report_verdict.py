@@ -6,7 +6,9 @@ from accounting import AccountingError
 from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import MatmulMeasurement
-from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, HEALTHY, UNKNOWN, judge, overall
+from accounting.native_dtypes import native_matmul
+from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, HEALTHY, NOT_JUDGED, UNKNOWN, judge, not_judged, overall
+from tests.fake_devices import SAPPHIRE_RAPIDS, ZEN3
 
 
 def measured(dtype, m, k, n, flops_per_second, phase="ramp"):
@@ -55,10 +57,37 @@ def test_judge_rejects_negative_mfu():
         pytest.param([HEALTHY, ABOVE_PEAK, UNKNOWN], ABOVE_PEAK, id="one-above-peak"),
         pytest.param([BELOW_FLOOR, ABOVE_PEAK], BELOW_FLOOR, id="below-floor-first"),
         pytest.param([], UNKNOWN, id="nothing"),
+        pytest.param([HEALTHY, NOT_JUDGED], HEALTHY, id="emulated-left-out"),
+        pytest.param([NOT_JUDGED, BELOW_FLOOR], BELOW_FLOOR, id="judged-below-still-counts"),
+        pytest.param([NOT_JUDGED], UNKNOWN, id="nothing-judged"),
     ],
 )
 def test_overall(statuses, expected):
     assert overall(statuses) == expected
+
+
+def test_not_judged_shows_the_mfu_and_the_reason_but_no_floor():
+    verdict = not_judged("bfloat16", 0.0125, label="emulated", reason="no AMX")
+    assert (verdict.status, verdict.healthy, verdict.floor, verdict.shortfall) == (NOT_JUDGED, None, None, None)
+    assert verdict.message == "emulated — not judged: MFU 0.013 of the float32 path's peak; no AMX"
+    assert not_judged("tf32", None, label="runs as float32", reason="sm_70").message == "runs as float32 — not judged: sm_70"
+
+
+@pytest.mark.parametrize("info, judged", [
+    pytest.param(ZEN3, False, id="zen3-emulates-bf16"),
+    pytest.param(SAPPHIRE_RAPIDS, True, id="spr-amx-bf16"),
+])
+def test_dtype_section_judges_only_a_native_dtype(info, judged):
+    """An MFU far under the floor: below floor where bf16 is native, not judged (no floor) where it is emulated."""
+    answer = native_matmul(info, "bf16")
+    section = dtype_section("bfloat16", [measured("bfloat16", 512, 512, 512, 1e10)], peak=1e12, floor=0.5,
+                            bandwidth=1e10, spec_bandwidth=None, native=answer, mfu_against="the float32 path's peak")
+    assert (section["native"], section["judged"], section["emulated"]) == (judged, judged, not judged)
+    assert section["mfu"] == pytest.approx(0.01)
+    assert section["verdict"]["status"] == (BELOW_FLOOR if judged else NOT_JUDGED)
+    assert section["floor"] == (0.5 if judged else None)
+    assert section["not_native_reason"] == answer.reason and section["runs_as"] == "bfloat16"
+    assert section["mfu_against"] == (None if judged else "the float32 path's peak")
 
 
 def test_dtype_section_from_crafted_measurements():

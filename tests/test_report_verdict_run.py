@@ -8,9 +8,11 @@ import pytest
 from accounting.__main__ import main
 from accounting.device import detect_device
 from accounting.hardware import device_peak_flops
+from accounting.native_dtypes import native_matmul
 from accounting.report import run
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import MatmulMeasurement
+from tests.fake_devices import CASCADE_LAKE, FAKE_CPUS, SAPPHIRE_RAPIDS, ZEN3
 
 FRACTION_OF_PEAK = 0.5
 """The fake device runs every matmul at this share of the CPU's estimated peak."""
@@ -57,9 +59,59 @@ def report(tmp_path, monkeypatch, capsys, floors, *extra):
 
 
 def test_defaults_come_from_benchmarks_json(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: SAPPHIRE_RAPIDS)  # bf16 native: AMX
     _status, _out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.3, "bfloat16": 0.2})
     assert document["settings"]["dtypes"] == ["float32", "bfloat16"]
     assert document["dtypes"]["bfloat16"]["floor"] == 0.2
+
+
+ALL_FLOORS = {"float32": 0.4, "bfloat16": 0.4, "float16": 0.4}
+"""Below ``FRACTION_OF_PEAK``: every dtype that is judged is healthy."""
+
+
+@pytest.mark.parametrize("info, expected", FAKE_CPUS)
+def test_default_dtypes_notes_and_verdicts_per_cpu(half_speed_cpu, tmp_path, monkeypatch, capsys, info, expected):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: info)
+    _status, out, document = report(tmp_path, monkeypatch, capsys, ALL_FLOORS)
+    assert document["settings"]["dtypes"] == document["judged_dtypes"] == expected
+    dropped = [dtype for dtype in ALL_FLOORS if dtype not in expected]
+    for dtype in dropped:
+        reason = native_matmul(info, dtype).reason
+        line = f"{dtype} not timed by default: {reason}; time it anyway with --dtypes {dtype} (measured and shown, not judged)"
+        assert line in document["notes"] and f"  - {line}" in out
+    for dtype in expected:
+        section = document["dtypes"][dtype]
+        assert section["native"] and section["judged"] and not section["emulated"]
+        assert section["verdict"]["status"] == "healthy" and section["floor"] == ALL_FLOORS[dtype]
+    assert document["verdict"] == "healthy" and "machine: healthy" in out
+
+
+@pytest.mark.parametrize("bf16_floor", [0.4, 0.9], ids=["floor-met", "floor-missed"])
+def test_explicit_emulated_dtype_is_measured_but_not_judged(half_speed_cpu, tmp_path, monkeypatch, capsys, bf16_floor):
+    """Zen 3 emulates bf16: asked for, it is timed and shown, and never decides the machine's verdict."""
+    monkeypatch.setattr(run, "detect_device", lambda device=None: ZEN3)
+    status, out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.4, "bfloat16": bf16_floor},
+                                   "--dtypes", "float32,bf16", "--strict")
+    section = document["dtypes"]["bfloat16"]
+    assert section["measurements"], "measured"
+    assert (section["native"], section["judged"], section["emulated"]) == (False, False, True)
+    assert section["not_native_reason"] == native_matmul(ZEN3, "bf16").reason
+    assert section["floor"] is None, "no floor written for native hardware applies"
+    assert section["mfu"] == pytest.approx(FRACTION_OF_PEAK) and section["mfu_against"] == "the float32 path's peak"
+    assert section["verdict"]["status"] == "not judged" and section["verdict"]["healthy"] is None
+    assert (f"bfloat16  emulated — not judged: MFU {FRACTION_OF_PEAK:.3f} of the float32 path's peak; "
+            f"{section['not_native_reason']}") in out
+    assert "the float32 path, bfloat16 is emulated on it" in section["peak_source"]
+    assert document["judged_dtypes"] == ["float32"]
+    assert document["verdict"] == "healthy" and status == 0
+    assert "machine: healthy (from float32; not judged: bfloat16)" in out
+
+
+def test_only_emulated_dtypes_leave_the_machine_unknown(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: CASCADE_LAKE)
+    _status, out, document = report(tmp_path, monkeypatch, capsys, {"bfloat16": 0.9}, "--dtypes", "bf16")
+    assert document["judged_dtypes"] == [] and document["verdict"] == "unknown"
+    assert "machine: unknown (from no dtype; not judged: bfloat16)" in out
 
 
 def test_at_or_above_the_floor_is_healthy(half_speed_cpu, tmp_path, monkeypatch, capsys):

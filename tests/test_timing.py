@@ -79,6 +79,9 @@ class FakeGpu(Recorder):
     def event(self):
         return FakeEvent(self.log, self)
 
+    def sleep(self, cycles):
+        self.log.append("sleep")
+
 
 @pytest.fixture
 def fake_streams(monkeypatch):
@@ -91,10 +94,12 @@ def fake_streams(monkeypatch):
 
 def test_event_clock_records_around_the_work_and_waits_before_reading(fake_streams):
     gpu = FakeGpu(step=0.25)
-    clock = EventClock("cuda:0", event_factory=gpu.event, synchronize=gpu.synchronize)
+    clock = EventClock("cuda:0", event_factory=gpu.event, synchronize=gpu.synchronize, sleep=gpu.sleep)
     timing = time_fn(gpu.work, device="cuda:0", warmup=1, repeats=2, min_time_s=0, clock=clock)
     log = [entry if not entry.startswith("record") else "record" for entry in gpu.log]
-    assert log == ["fn", "sync"] + ["record", "fn", "record", "event.synchronize", "elapsed_time"] * 2
+    # A spin is queued before each start event: the GPU is busy while the host launches fn, so the
+    # start event is stamped when the spin ends, after fn's kernels are queued (no launch latency timed).
+    assert log == ["fn", "sync"] + ["sleep", "record", "fn", "record", "event.synchronize", "elapsed_time"] * 2
     assert "clock" not in gpu.log  # no host clock anywhere
     assert timing.samples == (0.25, 0.25)
 
@@ -104,7 +109,7 @@ def test_event_clock_records_on_the_benchmarked_devices_stream(fake_streams):
     gpu = FakeGpu()
     events = []
     clock = EventClock("cuda:1", event_factory=lambda: events.append(gpu.event()) or events[-1],
-                       synchronize=gpu.synchronize)
+                       synchronize=gpu.synchronize, sleep=gpu.sleep)
     time_fn(gpu.work, device="cuda:1", warmup=0, repeats=2, min_time_s=0, clock=clock)
     assert [event.stream for event in events] == ["stream of cuda:1"] * 4
 
@@ -116,6 +121,21 @@ class FlushingClock(HostClock):
 
     def flush_cache(self):
         self.device.log.append("flush")
+
+
+class FlushingEventClock(EventClock):
+    def flush_cache(self):
+        self._sleep.__self__.log.append("flush")
+
+
+def test_event_clock_spins_then_flushes_then_starts(fake_streams):
+    """With a flush: spin, flush, start event, fn — the flush is queued behind the spin, untimed."""
+    gpu = FakeGpu()
+    clock = FlushingEventClock("cuda:0", event_factory=gpu.event, synchronize=gpu.synchronize, sleep=gpu.sleep)
+    time_fn(gpu.work, device="cuda:0", warmup=0, repeats=2, min_time_s=0, flush_cache=True, clock=clock,
+            count_flops=False)
+    log = [entry if not entry.startswith("record") else "record" for entry in gpu.log]
+    assert log == ["sync"] + ["sleep", "flush", "record", "fn", "record", "event.synchronize", "elapsed_time"] * 2
 
 
 def test_cache_flush_happens_before_the_start_mark_so_it_is_not_timed():
@@ -263,7 +283,7 @@ def test_fp8_case_rejects_misaligned_sizes(k, n, message):
 
 
 def test_tf32_case_needs_cuda():
-    with pytest.raises(AccountingError, match=r"^tf32 is a CUDA tensor-core mode; device 'cpu' has none"):
+    with pytest.raises(AccountingError, match=r"^tf32 cannot run on device 'cpu': tf32 is a CUDA tensor-core mode; a CPU has no tf32"):
         matmul_case("tf32", 16, 16, 16)
 
 
@@ -303,7 +323,7 @@ def test_time_matmul_runs_every_call_inside_the_float32_mode(monkeypatch):
 
 
 def test_l2_is_flushed_on_cuda_only_when_the_operands_fit(monkeypatch):
-    monkeypatch.setattr(timing_module, "l2_cache_bytes", lambda device: 50 * 2**20)
+    monkeypatch.setattr(timing_module, "flush_bytes", lambda device: 50 * 2**20)
     small, big = torch.ones(1024, 1024), torch.ones(4096, 4096)  # 4 MiB, 64 MiB
     assert should_flush_l2("cuda:0", small, small.t())  # one storage, counted once
     assert not should_flush_l2("cuda:0", small, big)

@@ -18,6 +18,7 @@ import torch
 
 from accounting._checks import check_positive, check_positive_size, check_size
 from accounting.device import DeviceInfo, free_memory_bytes, release_cached_memory, synchronize
+from accounting.hardware import last_level_cache_bytes
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
 from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
@@ -38,6 +39,11 @@ BANDWIDTH_BYTES_GPU = 2 * 2**30
 """Bytes copied per call on a GPU (many times any L2), when memory allows."""
 BANDWIDTH_MEMORY_FRACTION = 0.25
 """At most this share of free memory for source plus destination."""
+BANDWIDTH_CACHE_MULTIPLE = 8
+"""On a GPU the copy's source is at least this many times the last-level cache
+(:func:`accounting.hardware.last_level_cache_bytes`), so at most an eighth of it could come from cache;
+with less free memory than that takes, the bandwidth is not measured (a note says why) rather than
+read above spec."""
 BANDWIDTH_REPEATS = 10
 BANDWIDTH_MIN_TIME_S = 0.2
 
@@ -63,8 +69,15 @@ def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
     return size
 
 
+_OUT_OF_MEMORY_TEXTS = ("out of memory", "cublas_status_alloc_failed", "hipblas_status_alloc_failed")
+"""Lower-case texts of out-of-memory errors that are not ``torch.cuda.OutOfMemoryError``: cuBLAS and
+hipBLAS(Lt) fail to allocate their handle or workspace with ``*_STATUS_ALLOC_FAILED`` (a RuntimeError)."""
+
+
 def _out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+    # torch.cuda.OutOfMemoryError, not the later alias torch.OutOfMemoryError: torch>=2.4 is allowed.
+    text = str(error).lower()
+    return isinstance(error, torch.cuda.OutOfMemoryError) or any(part in text for part in _OUT_OF_MEMORY_TEXTS)
 
 
 class MatmulTimer:
@@ -76,9 +89,11 @@ class MatmulTimer:
     not fit in memory.
     """
 
-    def __init__(self, info: DeviceInfo, *, target_s: float):
+    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None):
         self.info = info
         self.target_s = check_positive(target_s, "target_s")
+        self.case_factory = case_factory
+        """Makes the timed product (``None``: :func:`accounting.timing.matmul_case`; the fleet's ``--slow-rank`` wraps it)."""
 
     @staticmethod
     def _warmup(first_call_s: float) -> int:
@@ -100,7 +115,7 @@ class MatmulTimer:
     def __call__(self, dtype, m, k, n):
         try:
             timing = self._time(dtype, m, k, n)
-        except RuntimeError as error:  # torch.OutOfMemoryError is one
+        except RuntimeError as error:  # torch.cuda.OutOfMemoryError is one
             if not _out_of_memory(error):
                 raise
             timing = None
@@ -113,7 +128,7 @@ class MatmulTimer:
 
     def _time(self, dtype, m, k, n):
         device = self.info.device
-        case = matmul_case(dtype, m, k, n, device)
+        case = (self.case_factory or matmul_case)(dtype, m, k, n, device)
         synchronize(device)
         before = time.perf_counter()
         case.fn()
@@ -126,26 +141,60 @@ class MatmulTimer:
         )
 
 
-def bandwidth_bytes(info: DeviceInfo, free_bytes: int) -> int:
-    """Bytes per copy for this device: the kind's default, less when free memory is short.
+def least_bandwidth_bytes(info: DeviceInfo) -> int:
+    """The smallest copy that measures memory, not cache: ``BANDWIDTH_CACHE_MULTIPLE`` × the
+    last-level cache on a GPU; 1 MiB on a CPU (whose copy is sized by ``BANDWIDTH_BYTES_CPU``).
 
-    >>> info = DeviceInfo("cuda", "a GPU", 0, 80 * 2**30)
-    >>> bandwidth_bytes(info, free_bytes=80 * 2**30) // 2**30, bandwidth_bytes(info, free_bytes=2 * 2**30) // 2**20
-    (2, 256)
+    >>> least_bandwidth_bytes(DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * 2**30, l2_cache_bytes=50 * 2**20)) // 2**20
+    400
+    """
+    if info.kind != "cuda":
+        return 2**20
+    return BANDWIDTH_CACHE_MULTIPLE * last_level_cache_bytes(info)
+
+
+def bandwidth_bytes(info: DeviceInfo, free_bytes: int) -> int | None:
+    """Bytes per copy for this device: the kind's default, less when free memory is short;
+    ``None`` when what fits is below :func:`least_bandwidth_bytes` (the copy would time the cache).
+
+    >>> info = DeviceInfo("cuda", "a GPU", 0, 80 * 2**30, l2_cache_bytes=40 * 2**20)
+    >>> bandwidth_bytes(info, free_bytes=80 * 2**30) // 2**30, bandwidth_bytes(info, free_bytes=3 * 2**30) // 2**20
+    (2, 384)
+    >>> print(bandwidth_bytes(info, free_bytes=2 * 2**30))  # 256 MiB fits, 320 MiB (8 × L2) needed
+    None
     """
     wanted = BANDWIDTH_BYTES_GPU if info.kind == "cuda" else BANDWIDTH_BYTES_CPU
     allowed = int(BANDWIDTH_MEMORY_FRACTION * free_bytes) // 2
-    return max(2**20, min(wanted, allowed) // 2**20 * 2**20)
+    nbytes = max(2**20, min(wanted, allowed) // 2**20 * 2**20)
+    return nbytes if nbytes >= least_bandwidth_bytes(info) else None
 
 
-def measure_bandwidth(info: DeviceInfo, *, nbytes: int | None = None) -> BandwidthMeasurement:
+def bandwidth_skipped_note(info: DeviceInfo, free_bytes: int) -> str:
+    """Why :func:`measure_bandwidth` made no copy, for the report's notes.
+
+    >>> bandwidth_skipped_note(DeviceInfo("cuda", "a GPU", 0, 2**34, l2_cache_bytes=50 * 2**20), 2**30)
+    'memory bandwidth not measured: 1.0 GiB free holds no copy of 8 x the 50 MiB last-level cache; a smaller copy would time the cache'
+    """
+    return (f"memory bandwidth not measured: {free_bytes / 2**30:.1f} GiB free holds no copy of "
+            f"{BANDWIDTH_CACHE_MULTIPLE} x the {last_level_cache_bytes(info) / 2**20:.0f} MiB last-level cache; "
+            "a smaller copy would time the cache")
+
+
+def measure_bandwidth(info: DeviceInfo, *, nbytes: int | None = None) -> BandwidthMeasurement | None:
     """Time ``dst.copy_(src)`` of ``nbytes`` on the device; bytes moved = 2 × ``nbytes`` (read + write).
 
-    ``nbytes`` defaults to :func:`bandwidth_bytes` of the free memory; given, it must be a positive integer.
+    ``nbytes`` defaults to :func:`bandwidth_bytes` of the free memory (read after the allocator's
+    cache is handed back); given, it must be a positive integer. ``None`` when free memory cannot
+    hold a copy much larger than the cache (:func:`bandwidth_skipped_note` says so). The copy's
+    buffers are released before returning, so free memory read afterwards (the sweep's size
+    limits) is whole.
     """
     device = info.device
     if nbytes is None:
+        release_cached_memory(device)
         nbytes = bandwidth_bytes(info, free_memory_bytes(device))
+        if nbytes is None:
+            return None
     else:
         nbytes = check_positive_size(nbytes, "nbytes")
     source = torch.ones(nbytes, dtype=torch.uint8, device=device)
@@ -153,5 +202,6 @@ def measure_bandwidth(info: DeviceInfo, *, nbytes: int | None = None) -> Bandwid
     timing = time_fn(lambda: destination.copy_(source), device=device, warmup=2, repeats=BANDWIDTH_REPEATS,
                      min_time_s=BANDWIDTH_MIN_TIME_S)
     del source, destination
+    release_cached_memory(device)
     return BandwidthMeasurement(bytes_moved=2 * nbytes, seconds=timing.median, iqr_s=timing.iqr,
                                 repeats=len(timing.samples))

@@ -125,7 +125,12 @@ def _verdict_lines(report: dict) -> list[str]:
     lines = ["Verdict:"]
     for dtype, section in report["dtypes"].items():
         lines.append(f"  {dtype.ljust(width)}  {section['verdict']['message']}")
-    lines.append(f"  machine: {report['verdict']}")
+    machine = f"  machine: {report['verdict']}"
+    not_judged = [dtype for dtype, section in report["dtypes"].items() if section.get("judged") is False]
+    if not_judged:
+        judged = report.get("judged_dtypes") or []
+        machine += f" (from {', '.join(judged) or 'no dtype'}; not judged: {', '.join(not_judged)})"
+    lines.append(machine)
     return lines
 
 

@@ -11,14 +11,19 @@ cannot disagree. Its fields (``SCHEMA`` names the version):
   :class:`accounting.device.DeviceInfo` has them)
 - ``bandwidth``: ``bytes_moved``, ``seconds``, ``iqr_s``, ``repeats``, ``measured_bytes_per_s``,
   ``spec_bytes_per_s`` (``null`` where no spec figure is known, as for CPUs), ``fraction_of_spec``
-- ``dtypes``: per dtype ``peak_flops_per_s``, ``peak_source``, ``floor``, ``ridge_flop_per_byte``,
+- ``dtypes``: per dtype ``native``, ``judged``, ``emulated``, ``not_native_reason``, ``runs_as``
+  (the dtype that ran: the fp8 variant on gfx942), ``matmul_path`` and ``mfu_against``
+  (:mod:`accounting.native_dtypes`; a dtype that is not native is measured, never judged),
+  ``peak_flops_per_s``, ``peak_source``, ``floor``, ``ridge_flop_per_byte``,
   ``ridge_basis``, ``best`` (a measurement), ``median_flops_per_s``, ``median_tflops``,
   ``mfu`` (best ÷ peak), ``median_mfu``, ``measurements`` (each: ``m``, ``k``, ``n``, ``size``,
   ``flops``, ``seconds``, ``iqr_s``, ``repeats``, ``flops_per_s``, ``tflops``, ``mfu``,
   ``arithmetic_intensity``, ``bound``, ``phase``) and ``verdict`` (``status``, ``healthy``,
   ``mfu``, ``floor``, ``shortfall``, ``message``)
 - ``notes``: things the reader should know (a dtype skipped, an unknown spec figure)
-- ``verdict``: ``healthy``, ``below floor`` or ``unknown`` for the machine as a whole
+- ``judged_dtypes``: the dtypes the machine verdict is drawn from (the native ones)
+- ``verdict``: ``healthy``, ``below floor`` or ``unknown`` for the machine as a whole, from
+  the judged dtypes only
 """
 
 import datetime
@@ -33,7 +38,7 @@ from accounting.hardware import PEAK_TFLOPS_ENV
 from accounting.report._format import TERA
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
-from accounting.report.verdict import judge, overall
+from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall
 
 SCHEMA = "accounting-report/1"
 
@@ -81,11 +86,14 @@ def _measurement_row(done, peak, ridge) -> dict:
 
 
 def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,
-                  peak_source=None) -> dict:
+                  peak_source=None, native=None, mfu_against=None) -> dict:
     """Everything the report says about one dtype.
 
     ``bandwidth`` is the measured bytes/s (or ``None``); ``reason`` explains a missing
-    peak in the verdict.
+    peak in the verdict. ``native`` is :func:`accounting.native_dtypes.native_matmul`'s
+    answer (``None``: taken as native); a dtype that is not native is measured and
+    shown with its MFU against ``mfu_against`` (the float32 path's peak, for a CPU
+    that emulates it) but gets no floor and a ``not judged`` verdict.
     """
     summary = summarise(measurements)
     best = summary["best"]
@@ -103,9 +111,22 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
         reason = reason or "nothing measured: the budget ran out first"
     elif peak is None:
         reason = reason or f"no spec peak for {dtype} on this device (set ${PEAK_TFLOPS_ENV})"
-    verdict = judge(dtype, best_mfu, floor, best_flops=best_row["flops_per_s"] if best_row else None,
-                    peak_flops=peak, reason=reason)
+    judged = native is None or native.native
+    if judged:
+        verdict = judge(dtype, best_mfu, floor, best_flops=best_row["flops_per_s"] if best_row else None,
+                        peak_flops=peak, reason=reason)
+    else:
+        floor = None  # a floor is written for native hardware: it never applies here
+        verdict = not_judged(dtype, best_mfu, label=native.label, reason=native.reason,
+                             peak_label=mfu_against or "its peak")
     return {
+        "native": None if native is None else native.native,
+        "judged": judged,
+        "emulated": False if native is None else native.emulated,
+        "not_native_reason": None if native is None else native.reason,
+        "runs_as": dtype if native is None else native.runs_as,
+        "matmul_path": None if native is None else native.path,
+        "mfu_against": None if judged else mfu_against,
         "peak_flops_per_s": peak,
         "peak_source": peak_source,
         "floor": floor,
@@ -169,6 +190,7 @@ def assemble(*, settings: dict, machine: dict, bandwidth: dict, dtypes: dict, el
         "bandwidth": bandwidth,
         "dtypes": dtypes,
         "notes": list(notes),
+        "judged_dtypes": [dtype for dtype, section in dtypes.items() if section["verdict"]["status"] != NOT_JUDGED],
         "verdict": overall(section["verdict"]["status"] for section in dtypes.values()),
     }
 

@@ -24,13 +24,14 @@ from accounting.errors import AccountingError
 from accounting.hardware import (
     PEAK_TFLOPS_ENV,
     chip_row,
-    cpu_flops_per_cycle,
+    cpu_matmul_path,
     device_peak_flops,
     find_chip,
     peak_bandwidth,
     peak_override_tflops,
 )
 from accounting.memory import format_name
+from accounting.native_dtypes import NativeMatmul, native_matmul
 from accounting.report import measure as measuring
 from accounting.report._format import GB, tflops
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
@@ -70,6 +71,8 @@ class Plan:
     requested_device: str | None
     notes: list[str] = field(default_factory=list)
     load_average: float | None = None
+    native: dict = field(default_factory=dict)
+    """Per dtype, :func:`accounting.native_dtypes.native_matmul`'s answer (judged only when native)."""
 
     @property
     def settings(self) -> dict:
@@ -104,6 +107,8 @@ def peak_source(info: DeviceInfo, dtype: str, chip) -> str:
     '4 cores × 3 GHz × 32 FLOP/cycle (AVX2+FMA)'
     >>> peak_source(dataclasses.replace(cpu, clock_ghz=None, clock_source="no cpufreq"), "float32", None)
     'no CPU clock (no cpufreq)'
+    >>> peak_source(cpu, "bfloat16", None)
+    '4 cores × 3 GHz × 32 FLOP/cycle (AVX2+FMA: the float32 path, bfloat16 is emulated on it)'
     """
     if peak_override_tflops() is not None:
         return f"${PEAK_TFLOPS_ENV}"
@@ -111,13 +116,44 @@ def peak_source(info: DeviceInfo, dtype: str, chip) -> str:
         if chip is None:
             return "not in the peak table"
         return f"table row {chip.row}" + (" (estimated)" if chip.estimated else "")
-    try:
-        per_cycle, path = cpu_flops_per_cycle(dtype, info.cpu_flags or (), vendor=info.vendor)
-    except AccountingError:
+    path = cpu_matmul_path(dtype, info.cpu_flags or (), vendor=info.vendor)
+    if path is None:
         return f"a CPU has no {dtype} units"
     if info.clock_ghz is None:
         return f"no CPU clock ({info.clock_source or 'none found'})"
-    return f"{info.cores} cores × {info.clock_ghz:g} GHz × {per_cycle} FLOP/cycle ({path})"
+    name = path.name if path.native else f"{path.name}: the float32 path, {dtype} is emulated on it"
+    return f"{info.cores} cores × {info.clock_ghz:g} GHz × {path.flops_per_cycle} FLOP/cycle ({name})"
+
+
+def mfu_against(info: DeviceInfo, answer: NativeMatmul) -> str | None:
+    """What a dtype's MFU is a fraction of, in words, when the dtype is not native (``None`` when it is).
+
+    >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
+    >>> mfu_against(cpu, native_matmul(cpu, "bf16"))
+    "the float32 path's peak"
+    """
+    if answer.native:
+        return None
+    if peak_override_tflops() is not None:
+        return f"${PEAK_TFLOPS_ENV}"
+    if info.kind == "cpu":
+        return "the float32 path's peak"
+    return f"the table's {answer.dtype} peak"
+
+
+def not_native_note(answer: NativeMatmul, info: DeviceInfo) -> str:
+    """The note for a configured dtype the report leaves out by default: why, and how to time it anyway.
+
+    >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}))
+    >>> print(not_native_note(native_matmul(cpu, "bf16"), cpu))  # doctest: +NORMALIZE_WHITESPACE
+    bfloat16 not timed by default: this CPU has no native bfloat16 matmul path (that needs AMX-BF16 or
+    AVX512-BF16); torch would emulate it through float32 on AVX2+FMA; time it anyway with --dtypes bfloat16
+    (measured and shown, not judged)
+    """
+    if not answer.runs:
+        return f"{answer.dtype} skipped: it cannot run on {info.device}: {answer.reason}"
+    return (f"{answer.dtype} not timed by default: {answer.reason}; time it anyway with --dtypes {answer.dtype} "
+            "(measured and shown, not judged)")
 
 
 def _floor(config, kind: str, dtype: str, chip: str):
@@ -131,6 +167,11 @@ def _floor(config, kind: str, dtype: str, chip: str):
 
 def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     """Detect the device, settle the dtypes and look up their peaks and floors.
+
+    The default dtypes (``benchmarks.json``) are those the device runs natively
+    (:func:`accounting.native_dtypes.native_matmul`); each one dropped gets a note saying
+    why and how to time it anyway. A dtype asked for with ``dtypes`` that the device
+    only emulates is measured, and judged against no floor.
 
     Raises :class:`AccountingError` (one line, naming the value) for an unknown or
     unavailable device, an unknown dtype or one this device cannot run.
@@ -160,9 +201,14 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
             if canonical not in chosen:
                 chosen.append(canonical)
         explicit = True
+    answers = {dtype: native_matmul(info, dtype) for dtype in chosen}
     runnable = []
     for dtype in chosen:
-        why = _probe(dtype, info)
+        answer = answers[dtype]
+        if not explicit and not answer.native:
+            notes.append(not_native_note(answer, info))
+            continue
+        why = _probe(dtype, info) if answer.runs else answer.reason
         if why is None:
             runnable.append(dtype)
         elif explicit:
@@ -174,7 +220,8 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     chip = find_chip(info.name, arch=info.arch) if info.kind == "cuda" else None
     peaks = {dtype: device_peak_flops(info, dtype) for dtype in runnable}
     sources = {dtype: peak_source(info, dtype, chip) for dtype in runnable}
-    floors = {dtype: _floor(config, info.kind, dtype, chip_row(info)) for dtype in runnable}
+    floors = {dtype: _floor(config, info.kind, dtype, chip_row(info)) if answers[dtype].native else None
+              for dtype in runnable}
     spec_bandwidth = peak_bandwidth(info.name, arch=info.arch) if chip is not None else None
     if info.kind == "cpu":
         notes.append(f"CPU peaks are estimates (clock from {info.clock_source}; override with ${CPU_GHZ_ENV} "
@@ -187,7 +234,8 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     if load is not None and load > BUSY_LOAD_FRACTION * logical:
         notes.append(f"load average {load:.1f} on {logical} logical CPUs before measuring: other work is running, "
                      "so figures may read low (CPU matmuls most of all)")
-    return Plan(info, runnable, peaks, sources, floors, spec_bandwidth, budget_s, device, notes, load)
+    return Plan(info, runnable, peaks, sources, floors, spec_bandwidth, budget_s, device, notes, load,
+                native={dtype: answers[dtype] for dtype in runnable})
 
 
 def _load_average() -> float | None:
@@ -202,7 +250,8 @@ def _sections(plan: Plan, sweeps: dict, bandwidth) -> dict:
     return {
         dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype], floor=plan.floors[dtype],
                              bandwidth=measured, spec_bandwidth=plan.spec_bandwidth,
-                             peak_source=plan.peak_sources[dtype])
+                             peak_source=plan.peak_sources[dtype], native=plan.native.get(dtype),
+                             mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None)
         for dtype in plan.dtypes
     }
 
@@ -223,16 +272,25 @@ def max_sizes(plan: Plan) -> dict:
     return {dtype: measuring.largest_square(dtype, free, fraction=MEMORY_FRACTION) for dtype in plan.dtypes}
 
 
-def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) -> dict:
+def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
+                 case_factory=None) -> dict:
     """Measure bandwidth, then sweep every dtype in what is left of the budget; return the document.
 
     ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
-    ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`).
+    ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`);
+    ``bandwidth_bytes`` is the copy size (default: :func:`~accounting.report.measure.bandwidth_bytes`);
+    ``case_factory`` makes each timed product (``None``: the usual; see :class:`~accounting.report.measure.MatmulTimer`).
     """
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
-    bandwidth = measuring.measure_bandwidth(info)
-    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s")
+    if bandwidth_bytes is None:
+        bandwidth = measuring.measure_bandwidth(info)
+    else:
+        bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
+    if bandwidth is None:  # too little free memory for a copy that times memory, not cache
+        plan.notes.append(measuring.bandwidth_skipped_note(info, free_memory_bytes(info.device)))
+    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s" if bandwidth
+                    else "bandwidth not measured")
     sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
     share = sweep_budget / len(plan.dtypes)
     target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
@@ -242,7 +300,8 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic) 
         progress.update(clock() - started,
                         f"{done.dtype} {done.m}×{done.k}×{done.n}: {tflops(done.flops_per_second)} TFLOP/s")
 
-    timer = measuring.MatmulTimer(info, target_s=target)
+    timer = (measuring.MatmulTimer(info, target_s=target) if case_factory is None
+             else measuring.MatmulTimer(info, target_s=target, case_factory=case_factory))
     sweep = Sweep(timer, budget_s=sweep_budget, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
                   max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
                   expected_wall_s=timer.expected_wall_s)

@@ -10,6 +10,12 @@ healthy: MFU 0.620 is at or above its floor 0.500
 ('below floor', 0.2)
 >>> print(v.message)
 below floor: MFU 0.300 < floor 0.500, short by 0.200 (40% under); best 0.150 TFLOP/s, the floor needs 0.250
+
+A dtype the device does not run natively (bf16 on an AVX2-only CPU) is measured but
+not judged: no floor applies to it and it never decides the machine's verdict.
+
+>>> print(not_judged("bfloat16", 0.013, label="emulated", reason="no AVX512-BF16 or AMX-BF16").message)
+emulated — not judged: MFU 0.013 of the float32 path's peak; no AVX512-BF16 or AMX-BF16
 """
 
 from dataclasses import dataclass
@@ -23,6 +29,8 @@ HEALTHY = "healthy"
 BELOW_FLOOR = "below floor"
 ABOVE_PEAK = "above peak"
 UNKNOWN = "unknown"
+NOT_JUDGED = "not judged"
+"""A dtype the device only emulates (or runs as another): measured and shown, never judged."""
 
 
 @dataclass(frozen=True)
@@ -87,15 +95,28 @@ def judge(dtype: str, mfu: float | None, floor: float | None, *, best_flops: flo
     return Verdict(dtype, BELOW_FLOOR, False, mfu, floor, shortfall, message)
 
 
+def not_judged(dtype: str, mfu: float | None, *, label: str, reason: str,
+               peak_label: str = "the float32 path's peak") -> Verdict:
+    """The verdict on a dtype the device does not run natively: ``label`` (``"emulated"``) and why, no floor.
+
+    ``mfu``, when given, is shown against ``peak_label`` (for an emulated CPU dtype, the
+    float32 path's peak it actually runs on) and never compared with a floor.
+    """
+    shown = "" if mfu is None else f"MFU {check_non_negative(mfu, 'mfu'):.3f} of {peak_label}; "
+    return Verdict(dtype, NOT_JUDGED, None, mfu, None, None, f"{label} — {NOT_JUDGED}: {shown}{reason}")
+
+
 def overall(statuses) -> str:
-    """One word for the machine from the dtypes' statuses: ``healthy`` only when every one is.
+    """One word for the machine from the judged dtypes' statuses: ``healthy`` only when every one is.
+
+    ``not judged`` dtypes (emulated) are left out; with nothing judged the machine is ``unknown``.
 
     >>> overall([judge("a", 0.6, 0.5).status, judge("b", 0.2, 0.5).status])
     'below floor'
-    >>> overall([HEALTHY, UNKNOWN])
-    'unknown'
+    >>> overall([HEALTHY, UNKNOWN]), overall([HEALTHY, NOT_JUDGED]), overall([NOT_JUDGED])
+    ('unknown', 'healthy', 'unknown')
     """
-    statuses = set(statuses)
+    statuses = set(statuses) - {NOT_JUDGED}
     if not statuses:
         return UNKNOWN
     for worst_first in (BELOW_FLOOR, ABOVE_PEAK):

@@ -1,0 +1,223 @@
+"""The CPU backend of :mod:`accounting.telemetry`: what Linux exposes about the cores this process runs on.
+
+- Clock: the mean ``cpufreq/scaling_cur_freq`` of the CPUs in the affinity mask; on
+  bare metal without cpufreq, their ``cpu MHz`` in ``/proc/cpuinfo``; in a VM (the
+  ``hypervisor`` flag, no cpufreq) that line is only the nominal TSC clock, so the
+  clock is measured under load at the window's edges (:mod:`accounting._cpu_clock`).
+- Energy and power: the RAPL package counters ``/sys/class/powercap/intel-rapl:N/energy_uj``
+  (AMD exposes its own under the same name), where readable (root-only since Linux
+  5.10), with wrap-around at ``max_energy_range_uj`` undone; power is the energy of
+  each interval over its length.
+- Temperature: ``hwmon`` sensors of the CPU driver (``coretemp``, ``k10temp``, ``zenpower``).
+- Throttling: a rise in ``thermal_throttle/*_throttle_count`` (Intel) during the window.
+
+Paths are module constants so tests can point them at a fake tree.
+
+>>> backend = CpuBackend(measure_clock=False)
+>>> backend.read(edge=False).time_s > 0
+True
+"""
+
+import time
+from pathlib import Path
+
+from accounting import _cpu_clock
+from accounting.device import parse_cpuinfo
+from accounting.telemetry import CPU_INTERVAL_S, Reading
+
+SYS_CPU = Path("/sys/devices/system/cpu")
+PROC_CPUINFO = Path("/proc/cpuinfo")
+POWERCAP = Path("/sys/class/powercap")
+HWMON = Path("/sys/class/hwmon")
+
+RAPL_UPDATE_PERIOD_S = 0.001
+"""RAPL's energy status counters update about every millisecond (Intel SDM vol. 3B, 15.10.3: ~976 µs)."""
+_CPU_SENSOR_DRIVERS = ("coretemp", "k10temp", "zenpower")
+_KHZ_PER_MHZ = 1e3
+_UJ_PER_J = 1e6
+_MILLI = 1e3
+
+MEASURED_CLOCK_SOURCE = "measured under load before and after the window (scalar imul chain)"
+"""``clock_source`` where a VM shows only a nominal clock and the clock is measured at the window's edges."""
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _read_number(path: Path) -> float | None:
+    text = _read_text(path)
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _allowed_cpus() -> list[int]:
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+class _RaplDomain:
+    """One RAPL package counter, read as a monotonic total (joules) with wrap-around undone."""
+
+    def __init__(self, path: Path):
+        self.path = path / "energy_uj"
+        self.range_uj = _read_number(path / "max_energy_range_uj")
+        self._last_uj = None
+        self.total_j = 0.0
+
+    def read(self) -> float | None:
+        now = _read_number(self.path)
+        if now is None:
+            return None
+        if self._last_uj is not None:
+            delta = now - self._last_uj
+            if delta < 0:  # the counter wrapped (it counts modulo max_energy_range_uj + 1)
+                delta += (self.range_uj or 0) + 1
+            self.total_j += delta / _UJ_PER_J
+        self._last_uj = now
+        return self.total_j
+
+
+def _rapl_domains() -> tuple[list[_RaplDomain], str | None]:
+    """The readable package-level RAPL counters, or ``([], why not)``."""
+    packages = sorted(POWERCAP.glob("intel-rapl:*")) if POWERCAP.is_dir() else []
+    packages = [path for path in packages if path.name.count(":") == 1]  # packages, not their sub-domains
+    if not packages:
+        return [], f"no RAPL counters under {POWERCAP} (a VM or a kernel without powercap)"
+    readable = [path for path in packages if _read_number(path / "energy_uj") is not None]
+    if not readable:
+        return [], f"RAPL counters under {POWERCAP} are not readable by this user (root-only since Linux 5.10)"
+    return [_RaplDomain(path) for path in readable], None
+
+
+def _temperature_inputs() -> list[Path]:
+    inputs = []
+    for sensor in sorted(HWMON.glob("hwmon*")) if HWMON.is_dir() else []:
+        if (_read_text(sensor / "name") or "").strip() in _CPU_SENSOR_DRIVERS:
+            inputs.extend(sorted(sensor.glob("temp*_input")))
+    return inputs
+
+
+class CpuBackend:
+    """Reads the CPUs this process may run on; see the module docstring for what and from where."""
+
+    name = "cpu"
+    energy_source = "rapl"
+    energy_update_period_s = RAPL_UPDATE_PERIOD_S
+
+    def __init__(self, *, measure_clock: bool = True, default_interval_s: float = CPU_INTERVAL_S, now=time.perf_counter):
+        self._now = now
+        self.default_interval_s = default_interval_s
+        self.unavailable: dict[str, str] = {
+            "other_process_memory_bytes": "not measured on a CPU: host memory is shared by every process",
+        }
+        self._cpus = _allowed_cpus()
+        self._measure_clock = measure_clock
+        self.clock_source = self._choose_clock()
+        self._rapl, rapl_reason = _rapl_domains()
+        if rapl_reason:
+            self.unavailable["power_w_mean"] = self.unavailable["power_w_max"] = rapl_reason
+            self.unavailable["energy_j"] = rapl_reason
+        self._last_energy = None
+        self._temperatures = _temperature_inputs()
+        if not self._temperatures:
+            self.unavailable["temperature_c_max"] = (
+                f"no CPU temperature sensor ({', '.join(_CPU_SENSOR_DRIVERS)}) under {HWMON}"
+            )
+        self._throttle_counts = [
+            path
+            for cpu in self._cpus
+            for path in sorted((SYS_CPU / f"cpu{cpu}" / "thermal_throttle").glob("*_throttle_count"))
+        ]
+        self._first_throttle = None
+        self._opened = False  # the first edge reading opens the window, the next one closes it
+        if not self._throttle_counts:
+            self.unavailable["throttle_reasons"] = "no thermal_throttle counters (Intel only) on this machine"
+
+    def _choose_clock(self) -> str | None:
+        if all((SYS_CPU / f"cpu{cpu}" / "cpufreq" / "scaling_cur_freq").exists() for cpu in self._cpus):
+            return "cpufreq scaling_cur_freq"
+        blocks = parse_cpuinfo(_read_text(PROC_CPUINFO) or "")
+        virtual = bool(blocks) and "hypervisor" in blocks[0].get("flags", "").split()
+        if not virtual and blocks and blocks[0].get("cpu MHz"):
+            return "/proc/cpuinfo cpu MHz"
+        if not virtual:
+            self.unavailable["clock_mhz_mean"] = "no cpufreq and no cpu MHz in /proc/cpuinfo"
+            return None
+        if not self._measure_clock:
+            self.unavailable["clock_mhz_mean"] = (
+                "a VM shows only the nominal clock and the measurement was not asked for (measure_clock=False)"
+            )
+            return None
+        return MEASURED_CLOCK_SOURCE
+
+    def _clock_mhz(self, *, edge: bool) -> float | None:
+        if self.clock_source == "cpufreq scaling_cur_freq":
+            khz = [_read_number(SYS_CPU / f"cpu{cpu}" / "cpufreq" / "scaling_cur_freq") for cpu in self._cpus]
+            khz = [value for value in khz if value is not None]
+            return sum(khz) / len(khz) / _KHZ_PER_MHZ if khz else None
+        if self.clock_source == "/proc/cpuinfo cpu MHz":
+            blocks = parse_cpuinfo(_read_text(PROC_CPUINFO) or "")
+            mhz = [float(b["cpu MHz"]) for b in blocks if b.get("cpu MHz") and int(b.get("processor", -1)) in self._cpus]
+            return sum(mhz) / len(mhz) if mhz else None
+        if self.clock_source == MEASURED_CLOCK_SOURCE and edge:
+            ghz = _cpu_clock.measure_cpu_ghz()
+            if ghz is None:
+                self.unavailable["clock_mhz_mean"] = "a VM shows only the nominal clock and it cannot be measured here"
+                return None
+            return ghz * _MILLI
+        return None
+
+    def _energy_and_power(self, now: float) -> tuple[float | None, float | None]:
+        if not self._rapl:
+            return None, None
+        totals = [domain.read() for domain in self._rapl]
+        if any(total is None for total in totals):
+            return None, None
+        energy = sum(totals)
+        power = None
+        if self._last_energy is not None and now > self._last_energy[0]:
+            power = (energy - self._last_energy[1]) / (now - self._last_energy[0])
+        self._last_energy = (now, energy)
+        return energy, power
+
+    def _throttle_reasons(self) -> tuple[str, ...]:
+        counts = [_read_number(path) for path in self._throttle_counts]
+        if not counts or any(count is None for count in counts):
+            return ()
+        if self._first_throttle is None:
+            self._first_throttle = counts
+            return ()
+        return ("thermal_throttle",) if any(now > then for now, then in zip(counts, self._first_throttle)) else ()
+
+    def read(self, *, edge: bool) -> Reading:
+        """One reading. At an edge in a VM the clock is measured outside the window: before it opens, after it closes."""
+        closing = edge and self._opened
+        self._opened = self._opened or edge
+        clock = None if closing else self._clock_mhz(edge=edge)
+        now = self._now()
+        energy, power = self._energy_and_power(now)
+        temperatures = [_read_number(path) for path in self._temperatures]
+        temperatures = [value / _MILLI for value in temperatures if value is not None]
+        throttle_reasons = self._throttle_reasons()
+        if closing:
+            clock = self._clock_mhz(edge=edge)
+        return Reading(
+            time_s=now,
+            clock_mhz=clock,
+            power_w=power,
+            energy_j=energy,
+            temperature_c=max(temperatures) if temperatures else None,
+            throttle_reasons=throttle_reasons,
+        )
+
+    def close(self) -> None:
+        pass

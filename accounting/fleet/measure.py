@@ -1,0 +1,34 @@
+"""One rank's own figures, measured by the report's code: best matmul TFLOP/s and MFU per dtype
+(the report's budgeted sweep), device memory bandwidth (its device copy), and the clocks, power,
+temperature and throttle reasons sampled meanwhile (:class:`accounting.telemetry.Sampler`).
+
+Nothing here is a second copy of the report: :func:`accounting.report.run.prepare` settles the
+dtypes, peaks and floors, :func:`accounting.report.run.build_report` measures, and the rank keeps
+the report's whole document, so ``--json`` holds the same fields ``accounting report --json`` does.
+"""
+
+import time
+import warnings
+
+from accounting.report.progress import ProgressBar
+from accounting.telemetry import Sampler
+from accounting.report.run import build_report, prepare
+
+
+def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None = None, clock=time.monotonic,
+                 case_factory=None) -> tuple[dict, dict]:
+    """``(report, telemetry)`` for ``device`` within ``budget_s`` (from now): the report document (bandwidth,
+    sweep, verdict per dtype) and the :class:`~accounting.telemetry.Summary` of the device meanwhile, as dicts.
+
+    Warnings raised while planning (an unknown peak) become notes in the document, as in the report;
+    ``case_factory`` makes the timed products (:mod:`accounting.fleet.throttle` slows one rank on purpose).
+    """
+    started = clock()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = prepare(device=str(device), dtypes=dtypes, budget_s=budget_s)
+    plan.notes.extend(str(warning.message) for warning in caught)
+    with Sampler(device) as sampler:
+        report = build_report(plan, progress=ProgressBar(budget_s, enabled=False), started=started, clock=clock,
+                              bandwidth_bytes=bandwidth_bytes, case_factory=case_factory)
+    return report, sampler.summary.to_dict()

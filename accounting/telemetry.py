@@ -1,0 +1,390 @@
+"""Device readings beside a timed window: clock, power, energy, temperature, throttling, neighbours.
+
+A TFLOP/s figure without the clock and power behind it cannot be compared: a
+throttled GPU reads "slow", a boosting one "fast". This module is the one place the
+package reads them; the report, the regression gate and the fleet all use it.
+
+- :func:`snapshot` takes one reading now (a :class:`Summary` of duration 0).
+- :class:`Sampler` samples in a background thread while the ``with`` block runs and
+  leaves a :class:`Summary` of the window in ``sampler.summary``.
+
+Backends (chosen by the device; see :mod:`accounting._telemetry_gpu` and
+:mod:`accounting._telemetry_cpu`): NVML through ``nvidia-ml-py`` (``pip install
+'accounting[gpu]'``) for CUDA devices, AMD SMI (``amdsmi``) on ROCm, and on CPUs what
+the machine exposes (cpufreq or ``cpu MHz``, RAPL energy, hwmon temperature; in a VM
+that shows only a nominal clock, the clock measured just before and after the window).
+A reading the backend cannot give is ``None`` (:data:`UNAVAILABLE`) and
+``Summary.unavailable`` says why; nothing is invented and nothing crashes.
+
+Sampling intervals: GPUs every 20 ms (50 Hz, NVML calls are ~10 µs each and the
+timed work runs on the GPU, not on the sampling core); CPUs every 250 ms, because
+there the sampler competes for the very cores being timed, and nothing it reads
+changes faster than that matters (``loadavg`` moves every 5 s, RAPL and cpufreq are
+read as counters or averages, a RAPL counter wraps no sooner than ~20 s at 200 W).
+
+>>> summary = snapshot("cpu")
+>>> summary.device, summary.backend, summary.duration_s
+('cpu', 'cpu', 0.0)
+>>> summary.logical_cpus >= 1 and summary.energy_j is None
+True
+>>> "energy_j" in summary.unavailable
+True
+"""
+
+import dataclasses
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from accounting._checks import check_positive
+from accounting.device import as_device
+from accounting.errors import AccountingError
+
+UNAVAILABLE = None
+"""The value of every reading a backend cannot give; ``Summary.unavailable`` holds the reason."""
+
+GPU_INTERVAL_S = 0.02
+"""Default sampling interval on GPUs (50 Hz)."""
+CPU_INTERVAL_S = 0.25
+"""Default sampling interval on CPUs (4 Hz: the sampler shares the timed cores; see the module docstring)."""
+ENERGY_COUNTER_MIN_WINDOW_S = 1.0
+"""A GPU's total-energy counter is used only over windows at least this long; shorter ones use power × time."""
+
+_READING_FIELDS = (
+    "clock_mhz_min",
+    "clock_mhz_mean",
+    "clock_mhz_max",
+    "power_w_mean",
+    "power_w_max",
+    "energy_j",
+    "temperature_c_max",
+    "load_average_1m",
+    "other_process_memory_bytes",
+)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One instantaneous reading of a device, as a backend returns it (``None``: not read).
+
+    ``energy_j`` is the backend's cumulative energy counter (joules since some origin,
+    wrap-around already undone); ``throttle_reasons`` are decoded names.
+    """
+
+    time_s: float
+    clock_mhz: float | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    temperature_c: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    other_process_memory_bytes: int | None = None
+    busy_siblings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Device readings over a window (see the module docstring); ``None`` fields have a reason in ``unavailable``.
+
+    ``clock_*``: the GPU's SM clock, or the CPU's clock (``clock_source`` says from
+    where). ``energy_source`` is ``"counter"`` (a GPU's total-energy counter),
+    ``"rapl"`` (the CPU's RAPL counter) or ``"power×time"`` (mean power × duration).
+    ``throttle_reasons``: every reason seen during the window that held the clock
+    down (idle and display-clock reasons are left out: they do not slow work).
+    ``busy_siblings``: other GPUs more than 10 % utilised or holding more than 4 GiB.
+
+    >>> s = Summary(device="cpu", backend=None, duration_s=0.0, samples=0, logical_cpus=2,
+    ...             unavailable={"clock_mhz_mean": "no backend"})
+    >>> s.to_dict()["unavailable"], s.throttled
+    ({'clock_mhz_mean': 'no backend'}, False)
+    """
+
+    device: str
+    backend: str | None
+    duration_s: float
+    samples: int
+    logical_cpus: int
+    clock_mhz_min: float | None = None
+    clock_mhz_mean: float | None = None
+    clock_mhz_max: float | None = None
+    clock_source: str | None = None
+    power_w_mean: float | None = None
+    power_w_max: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None
+    temperature_c_max: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    load_average_1m: float | None = None
+    other_process_memory_bytes: int | None = None
+    busy_siblings: tuple[str, ...] = ()
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def throttled(self) -> bool:
+        """Whether any throttle reason was seen during the window."""
+        return bool(self.throttle_reasons)
+
+    def to_dict(self) -> dict:
+        """The summary as plain JSON values (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        out["throttle_reasons"] = list(self.throttle_reasons)
+        out["busy_siblings"] = list(self.busy_siblings)
+        out["unavailable"] = dict(self.unavailable)
+        return out
+
+
+def _device_name(device) -> str:
+    """``device`` as the string a summary carries (``"cpu"``, ``"cuda:0"``); raises for devices without telemetry."""
+    device = as_device(device)
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        index = device.index
+        if index is None:
+            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return f"cuda:{index}"
+    raise AccountingError(f"device {str(device)!r} has no telemetry: only cpu and cuda have")
+
+
+def _open_backend(device_name: str, *, measure_clock: bool):
+    """The backend that reads ``device_name`` (never raises: a missing one is a :class:`NoBackend`)."""
+    if device_name == "cpu":
+        from accounting._telemetry_cpu import CpuBackend
+
+        return CpuBackend(measure_clock=measure_clock)
+    from accounting._telemetry_gpu import open_gpu_backend
+
+    return open_gpu_backend(int(device_name.split(":")[1]))
+
+
+class NoBackend:
+    """The backend of a device nothing can read: every reading ``None``, each with ``reason``."""
+
+    name = None
+    default_interval_s = GPU_INTERVAL_S
+    energy_source = None
+    energy_update_period_s = 0.0
+
+    def __init__(self, reason: str):
+        self.unavailable = {
+            name: reason for name in (*_READING_FIELDS, "throttle_reasons") if name != "load_average_1m"
+        }
+
+    def read(self, *, edge: bool) -> Reading:  # noqa: ARG002 - same signature as the real backends
+        return Reading(time_s=time.perf_counter())
+
+    def close(self) -> None:
+        pass
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _logical_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _window_energy(backend, readings: list[Reading], duration_s: float, power: list[float]):
+    """``(joules, source, reason)`` for a window: the counter, else power × time; ``None`` with a reason when neither holds."""
+    if duration_s == 0:
+        return None, None, "a snapshot has no window to integrate over"
+    period = backend.energy_update_period_s
+    if duration_s < period:
+        return None, None, (
+            f"window of {duration_s * 1e3:.1f} ms is shorter than the energy counter's update period "
+            f"({period * 1e3:.0f} ms): flagged, not reported as 0 J"
+        )
+    counters = [r.energy_j for r in readings if r.energy_j is not None]
+    min_window = ENERGY_COUNTER_MIN_WINDOW_S if backend.energy_source == "counter" else period
+    if len(counters) >= 2 and duration_s >= min_window:
+        joules = counters[-1] - counters[0]
+        if joules > 0:
+            return joules, backend.energy_source, None
+        return None, None, f"the energy counter did not advance over {duration_s:.3f} s: flagged, not reported as 0 J"
+    if power:
+        return sum(power) / len(power) * duration_s, "power×time", None
+    return None, None, backend.unavailable.get("energy_j", "no energy counter and no power readings")
+
+
+def summarise(device: str, backend, readings: list[Reading], *, extra_unavailable=None) -> Summary:
+    """Fold ``readings`` (the first and last are the window's edges) into a :class:`Summary`.
+
+    >>> readings = [Reading(0.0, clock_mhz=1400.0, power_w=300.0), Reading(2.0, clock_mhz=1200.0, power_w=500.0)]
+    >>> s = summarise("cuda:0", NoBackend("test"), readings)
+    >>> s.clock_mhz_min, s.clock_mhz_mean, s.power_w_max, s.energy_j, s.energy_source
+    (1200.0, 1300.0, 500.0, 800.0, 'power×time')
+    """
+    unavailable = dict(backend.unavailable)
+    unavailable.update(extra_unavailable or {})
+    duration = readings[-1].time_s - readings[0].time_s if readings else 0.0
+    clocks = [r.clock_mhz for r in readings if r.clock_mhz is not None]
+    power = [r.power_w for r in readings if r.power_w is not None]
+    temperatures = [r.temperature_c for r in readings if r.temperature_c is not None]
+    others = [r.other_process_memory_bytes for r in readings if r.other_process_memory_bytes is not None]
+    reasons = []
+    for reading in readings:
+        reasons.extend(name for name in reading.throttle_reasons if name not in reasons)
+    siblings = []
+    for reading in readings:
+        siblings.extend(name for name in reading.busy_siblings if name not in siblings)
+    energy, energy_source, energy_reason = _window_energy(backend, readings, duration, power)
+    values = {
+        "clock_mhz_min": min(clocks) if clocks else None,
+        "clock_mhz_mean": sum(clocks) / len(clocks) if clocks else None,
+        "clock_mhz_max": max(clocks) if clocks else None,
+        "power_w_mean": sum(power) / len(power) if power else None,
+        "power_w_max": max(power) if power else None,
+        "energy_j": energy,
+        "temperature_c_max": max(temperatures) if temperatures else None,
+        "load_average_1m": _load_average(),
+        "other_process_memory_bytes": max(others) if others else None,
+    }
+    if energy_reason is not None:
+        unavailable["energy_j"] = energy_reason
+    for name, value in values.items():
+        if value is None:
+            unavailable.setdefault(name, "no reading during the window")
+        else:
+            unavailable.pop(name, None)
+    if reasons:
+        unavailable.pop("throttle_reasons", None)
+    return Summary(
+        device=device,
+        backend=backend.name,
+        duration_s=duration,
+        samples=len(readings),
+        logical_cpus=_logical_cpus(),
+        clock_source=getattr(backend, "clock_source", None) if clocks else None,
+        energy_source=energy_source,
+        throttle_reasons=tuple(reasons),
+        busy_siblings=tuple(siblings),
+        unavailable=unavailable,
+        **values,
+    )
+
+
+class Sampler:
+    """Sample a device in a background thread while a ``with`` block runs; ``summary`` holds the result.
+
+    One reading is taken on entry and one on exit (the window's edges, on the calling
+    thread; on a CPU in a VM these measure the clock), and one every ``interval_s``
+    in between (default: :data:`GPU_INTERVAL_S` on GPUs, :data:`CPU_INTERVAL_S` on CPUs).
+    ``measure_clock=False`` skips the CPU clock measurement at the edges (about
+    0.1 s each) where the VM shows only a nominal clock; the clock is then ``None``.
+
+    >>> with Sampler("cpu", measure_clock=False) as sampler:
+    ...     _ = sum(range(1000))
+    >>> summary = sampler.summary
+    >>> summary.device, summary.duration_s > 0, summary.samples >= 0
+    ('cpu', True, True)
+    """
+
+    def __init__(self, device="cpu", interval_s: float | None = None, *, measure_clock: bool = True):
+        self.device = _device_name(device)
+        self._interval_s = None if interval_s is None else check_positive(interval_s, "interval_s")
+        self._measure_clock = bool(measure_clock)
+        self._summary = None
+        self._thread = None
+        self._stop = threading.Event()
+        self._readings: list[Reading] = []
+        self._backend = None
+        self._sampling_error: str | None = None
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between background readings."""
+        if self._interval_s is not None:
+            return self._interval_s
+        return self._backend.default_interval_s if self._backend is not None else GPU_INTERVAL_S
+
+    def start(self) -> "Sampler":
+        """Take the first edge reading and start the background thread."""
+        if self._thread is not None:
+            raise AccountingError(f"Sampler({self.device!r}) is already running")
+        self._backend = _open_backend(self.device, measure_clock=self._measure_clock)
+        self._readings = [self._backend.read(edge=True)]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"telemetry-{self.device}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        interval = self.interval_s
+        while not self._stop.wait(interval):
+            try:
+                self._readings.append(self._backend.read(edge=False))
+            except Exception as error:  # noqa: BLE001 - a failing backend ends sampling, never the timed work
+                self._sampling_error = f"sampling stopped: {type(error).__name__}: {error}"
+                return
+
+    def stop(self) -> Summary:
+        """Stop the thread, take the last edge reading and return the window's :class:`Summary`."""
+        if self._thread is None:
+            raise AccountingError(f"Sampler({self.device!r}) was not started")
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        try:
+            self._readings.append(self._backend.read(edge=True))
+        finally:
+            self._backend.close()
+        extra = {"samples": self._sampling_error} if self._sampling_error else None
+        self._summary = summarise(self.device, self._backend, self._readings, extra_unavailable=extra)
+        return self._summary
+
+    def __enter__(self) -> "Sampler":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> bool:
+        self.stop()
+        return False
+
+    @property
+    def summary(self) -> Summary:
+        """The window's :class:`Summary`; raises while the sampler is still running or before it ran."""
+        if self._summary is None:
+            state = "is still running" if self._thread is not None else "has not run"
+            raise AccountingError(f"Sampler({self.device!r}) {state}: read .summary after the with block")
+        return self._summary
+
+
+def snapshot(device="cpu", *, measure_clock: bool = True) -> Summary:
+    """One reading of ``device`` now, as a :class:`Summary` of duration 0 (energy needs a window: ``None``).
+
+    >>> snapshot("meta")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: device 'meta' has no telemetry: only cpu and cuda have
+    """
+    name = _device_name(device)
+    backend = _open_backend(name, measure_clock=measure_clock)
+    try:
+        reading = backend.read(edge=True)
+    finally:
+        backend.close()
+    return summarise(name, backend, [reading])
+
+
+def sample_cost_s(device="cpu", *, reads: int = 50) -> float:
+    """Mean seconds one background reading of ``device`` takes (its overhead is this over the interval).
+
+    >>> 0 < sample_cost_s("cpu", reads=5) < CPU_INTERVAL_S
+    True
+    """
+    backend = _open_backend(_device_name(device), measure_clock=False)
+    try:
+        backend.read(edge=True)
+        start = time.perf_counter()
+        for _ in range(reads):
+            backend.read(edge=False)
+        return (time.perf_counter() - start) / reads
+    finally:
+        backend.close()

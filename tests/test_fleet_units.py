@@ -1,0 +1,316 @@
+"""The fleet's logic without processes: busbw factors, message sizes and expected values, the launcher's
+environment, CPU shares, stragglers, drift, collective rows, rendering, the plot, and one-line errors."""
+
+import io
+import json
+import statistics
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accounting.__main__ import main
+from accounting.benchconfig import DEFAULT_STRAGGLER_FRACTION, parse_benchmarks
+from accounting.errors import AccountingError
+from accounting.fleet import collectives, launch, verdict
+from accounting.fleet.gather import hung_ranks
+from accounting.fleet.plot import write_plot
+from accounting.fleet.render import render
+from accounting.fleet.results import SCHEMA, document
+from accounting.fleet.throttle import parse_slow_rank, throttled
+from accounting.timing import matmul_case
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# NVIDIA/nccl-tests doc/PERFORMANCE.md, "Summary": the correction factor from algbw to busbw.
+NCCL_TESTS_FACTORS = {
+    "all_reduce": lambda n: Fraction(2 * (n - 1), n),
+    "reduce_scatter": lambda n: Fraction(n - 1, n),
+    "all_gather": lambda n: Fraction(n - 1, n),
+    "broadcast": lambda n: Fraction(1),
+}
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8, 16, 512])
+@pytest.mark.parametrize("collective", sorted(NCCL_TESTS_FACTORS))
+def test_busbw_factors_match_nccl_tests(collective, ranks):
+    assert collectives.BUSBW_FACTORS[collective](ranks) == pytest.approx(float(NCCL_TESTS_FACTORS[collective](ranks)))
+    seconds, nbytes = 0.25, 3 * 2**20
+    assert collectives.busbw(collective, nbytes, seconds, ranks) == pytest.approx(
+        nbytes / seconds * float(NCCL_TESTS_FACTORS[collective](ranks)))
+
+
+def test_the_factors_cover_exactly_the_timed_collectives():
+    assert set(collectives.BUSBW_FACTORS) == set(NCCL_TESTS_FACTORS) == set(collectives.COLLECTIVES)
+
+
+@given(ranks=st.integers(1, 64), smallest_log=st.integers(10, 22), span=st.integers(0, 8))
+def test_message_sizes_split_evenly_and_grow(ranks, smallest_log, span):
+    smallest, largest = 2**smallest_log, 2 ** (smallest_log + span)
+    sizes = collectives.message_sizes(smallest, largest, ranks=ranks)
+    assert sizes and sizes == sorted(set(sizes))
+    assert all(size % (collectives.ELEMENT_BYTES * ranks) == 0 for size in sizes)
+    assert all(size <= max(largest, collectives.ELEMENT_BYTES * ranks) for size in sizes)
+    unit = collectives.ELEMENT_BYTES * ranks  # each size is rounded down to a whole unit
+    assert all(later <= collectives.SIZE_GROWTH * (earlier + unit) for earlier, later in zip(sizes, sizes[1:]))
+    assert sizes[-1] > largest // collectives.SIZE_GROWTH - unit, "the sweep reaches the largest size allowed"
+
+
+@given(ranks=st.integers(1, 40), count=st.integers(1, 50), offset=st.integers(0, 100))
+def test_the_expected_sum_is_the_sum_of_every_ranks_pattern(ranks, count, offset):
+    total = sum(collectives.pattern(count, rank, "cpu", offset=offset) for rank in range(ranks))
+    assert torch.equal(collectives.reduced_pattern(count, ranks, "cpu", offset=offset), total)
+
+
+@pytest.mark.parametrize("per_call, target, expected", [
+    pytest.param(0.001, 0.1, collectives.MAX_ITERATIONS, id="fast-calls-capped"),
+    pytest.param(0.02, 0.1, 5, id="target-bound"),
+    pytest.param(5.0, 0.1, collectives.MIN_ITERATIONS, id="slow-calls-floored"),
+])
+def test_iterations_follow_the_target(per_call, target, expected):
+    assert collectives.iterations_for(per_call, target) == expected
+
+
+# ---- the launcher's environment ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("environ, message", [
+    pytest.param({"RANK": "0"}, r"^\$WORLD_SIZE is not set but \$RANK is: start the fleet with torchrun$", id="half-set"),
+    pytest.param({"RANK": "-1", "WORLD_SIZE": "2"}, r"^\$RANK must be >= 0, got '-1'$", id="negative"),
+    pytest.param({"RANK": "0", "WORLD_SIZE": "two"}, r"^\$WORLD_SIZE must be an integer, got 'two'$", id="not-a-number"),
+    pytest.param({"RANK": "0", "WORLD_SIZE": "0"}, r"^\$WORLD_SIZE must be >= 1, got '0'$", id="empty-world"),
+    pytest.param({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+                 r"^\$LOCAL_RANK must be below \$LOCAL_WORLD_SIZE \(2\), got '2'$", id="local-out-of-range"),
+])
+def test_bad_launch_variables_are_quoted(environ, message):
+    with pytest.raises(AccountingError, match=message):
+        launch.read_launch(environ)
+
+
+@given(cpus=st.sets(st.integers(0, 255), min_size=1, max_size=64), ranks=st.integers(1, 80))
+def test_cpu_shares_cover_the_cpus_evenly(cpus, ranks):
+    shares = [launch.cpu_share(rank, ranks, cpus) for rank in range(ranks)]
+    assert all(shares) and all(set(share) <= cpus for share in shares)
+    if ranks <= len(cpus):
+        flat = [cpu for share in shares for cpu in share]
+        assert sorted(flat) == sorted(cpus), "disjoint and complete"
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    else:
+        assert all(len(share) == 1 for share in shares)
+
+
+def test_hung_ranks_are_read_from_gloos_message():
+    assert hung_ranks("[Rank 0]: Ranks 2 failed to pass monitoredBarrier in 3000 ms") == [2]
+    assert hung_ranks("Connection closed by peer") == []
+
+
+def test_slow_rank_throttle_runs_the_product_factor_times(monkeypatch):
+    calls = []
+    case = matmul_case("float32", 4, 4, 4, "cpu")
+    original = case.fn
+
+    def counting():
+        calls.append(1)
+        return original()
+
+    import dataclasses
+
+    slow = throttled(3, factory=lambda *args, **kwargs: dataclasses.replace(case, fn=counting))("float32", 4, 4, 4)
+    result = slow.fn()
+    assert len(calls) == 3 and slow.flops == case.flops
+    assert torch.equal(result, original())
+    assert parse_slow_rank("0:4") == (0, 4)
+
+
+# ---- the verdict ---------------------------------------------------------------------------------------------
+
+
+@given(values=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=9), fraction=st.floats(0.5, 0.99))
+def test_a_straggler_is_below_fraction_of_the_median_of_the_others(values, fraction):
+    best = dict(enumerate(values))
+    flagged = {flag.rank for flag in verdict.stragglers("bf16", best, fraction=fraction)}
+    expected = {rank for rank, value in best.items() if len(best) > 1
+                and value < fraction * statistics.median([v for r, v in best.items() if r != rank])}
+    assert flagged == expected
+
+
+def test_one_slow_rank_of_eight_is_named_and_no_healthy_one():
+    best = {rank: 700.0 + rank for rank in range(8)}
+    best[5] = 0.67 * 700
+    assert [flag.rank for flag in verdict.stragglers("bfloat16", best, fraction=0.9)] == [5]
+
+
+IDENTITY = {"name": "NVIDIA H100 80GB HBM3", "driver": "550.54", "runtime": "CUDA 12.4", "torch": "2.5.1"}
+
+
+@pytest.mark.parametrize("identities, expected", [
+    pytest.param([IDENTITY] * 4, [], id="all-agree"),
+    pytest.param([IDENTITY, IDENTITY, {**IDENTITY, "driver": "535.1"}], [(2, "driver")], id="one-driver"),
+    pytest.param([IDENTITY, {**IDENTITY, "torch": "2.4"}, {**IDENTITY, "name": "NVIDIA A100"}],
+                 [(2, "name"), (1, "torch")], id="two-ranks-two-fields"),
+    pytest.param([IDENTITY, {**IDENTITY, "runtime": "CUDA 12.1"}], [(0, "runtime"), (1, "runtime")], id="no-majority"),
+])
+def test_drift_names_ranks_off_the_majority(identities, expected):
+    flags = verdict.drift(dict(enumerate(identities)))
+    assert [(flag.rank, flag.subject) for flag in flags] == expected
+
+
+def _timed(collective, nbytes, seconds, wrong=0):
+    return collectives.Timed(collective, nbytes, seconds, 5, wrong).as_dict()
+
+
+def test_collective_rows_take_the_slowest_rank_and_sum_wrong_elements():
+    records = [{"collectives": {"world": {"ranks": [0, 1, 2], "results": [_timed("all_reduce", 12 * 2**20, s, w)]}}}
+               for s, w in ((0.010, 0), (0.013, 2), (0.011, 1))]
+    (row,) = verdict.collective_rows(records)
+    assert row["slowest_rank"] == 1 and row["seconds"] == 0.013 and row["wrong"] == 3
+    assert row["busbw_bytes_per_s"] == pytest.approx(12 * 2**20 / 0.013 * 4 / 3)
+    flags = verdict.collective_flags([row], min_busbw_bytes_per_s=2e9)
+    assert [flag.kind for flag in flags] == [verdict.WRONG, verdict.SLOW_COLLECTIVE]
+    assert verdict.collective_flags([row], min_busbw_bytes_per_s=1e9)[1:] == []
+
+
+# ---- the document, its text and its plot ---------------------------------------------------------------------
+
+
+def _record(rank, tflops, *, host="node-a", torch_version="2.13.0"):
+    best = {"flops_per_s": tflops * 1e12, "m": 256, "k": 256, "n": 256}
+    section = {"best": best, "mfu": tflops / 100, "floor": 0.001, "verdict": {"status": "healthy", "message": "ok"}}
+    return {"rank": rank, "identity": {**IDENTITY, "torch": torch_version, "rank": rank, "host": host, "kind": "cuda",
+                                       "device": f"cuda:{rank}", "pci_bus_id": f"0000:0{rank}:00.0"},
+            "report": {"dtypes": {"bfloat16": section}, "bandwidth": {"measured_bytes_per_s": 3e12},
+                       "machine": {"load_average_1min": 0.5}},
+            "telemetry": {"clock_mhz_mean": 1980.0, "power_w_mean": 690.0, "temperature_c_max": 61.0,
+                          "throttle_reasons": ["sw_power_cap"]},
+            "collectives": {"world": {"ranks": [0, 1, 2], "results": [_timed("all_reduce", 2**20 * 3, 0.001)]}},
+            "errors": []}
+
+
+SETTINGS = {"world_size": 3, "backend": "nccl", "budget_s": 60.0, "dtypes": None,
+            "straggler_fraction": DEFAULT_STRAGGLER_FRACTION, "min_busbw_gbps": None, "barrier_timeout_s": 30.0,
+            "slow_rank": None}
+
+
+@pytest.fixture
+def crafted():
+    records = [_record(0, 700.0), _record(1, 400.0), _record(2, 690.0, torch_version="2.4.0")]
+    return document(records, settings=SETTINGS, elapsed_s=12.0, notes=["a note"])
+
+
+def test_the_document_flags_what_the_figures_say(crafted):
+    assert crafted["schema"] == SCHEMA and crafted["verdict"] == verdict.FLAGGED
+    kinds = {(flag["kind"], flag["rank"]) for flag in crafted["flags"]}
+    assert kinds == {(verdict.STRAGGLER, 1), (verdict.DRIFT, 2)}
+    json.dumps(crafted, allow_nan=False)
+
+
+def test_render_shows_every_rank_and_the_collectives(crafted):
+    text = render(crafted)
+    for piece in ("Fleet: 3 rank(s) (nccl)", "cuda:1 NVIDIA H100 80GB HBM3 [0000:01:00.0]", "bfloat16 TFLOP/s",
+                  "sw_power_cap", "busbw (GB/s)", "#wrong", "straggler: rank 1 bfloat16", "Verdict: flagged (2 flag(s))",
+                  "(no --min-busbw given"):
+        assert piece in text, piece
+    rank_lines = [line for line in text.splitlines() if line.strip().startswith(("0  ", "1  ", "2  "))]
+    assert "straggler" in rank_lines[1] and rank_lines[0].rstrip().endswith("ok")
+
+
+def test_plot_is_a_png(crafted, tmp_path):
+    path = tmp_path / "fleet.png"
+    write_plot(crafted, str(path))
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+# ---- benchmarks.json's fleet section ------------------------------------------------------------------------
+
+
+BASE = {"regression": {"metric": "median", "threshold_percent": 10},
+        "cpu": {"dtypes": ["float32"], "shapes": [[8, 8, 8]], "floors": {"float32": 0.1}}}
+
+
+@pytest.mark.parametrize("fleet, message", [
+    pytest.param({"straggler_fraction": 0}, r"fleet.straggler_fraction = 0: must be a number in \(0, 1\)$", id="zero"),
+    pytest.param({"straggler_fraction": True}, r"fleet.straggler_fraction = True: must be", id="bool"),
+    pytest.param({"median": 0.9}, r"fleet has unknown key\(s\) 'median'; known: straggler_fraction$", id="unknown-key"),
+    pytest.param([0.9], r"fleet must be an object, got \[0.9\]$", id="not-an-object"),
+])
+def test_a_bad_fleet_section_is_named(fleet, message):
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
+        parse_benchmarks({**BASE, "fleet": fleet})
+
+
+def test_the_fleet_section_is_read_and_optional():
+    assert parse_benchmarks({**BASE, "fleet": {"straggler_fraction": 0.8}}).fleet.straggler_fraction == 0.8
+    assert parse_benchmarks(BASE).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION
+
+
+# ---- the command line ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--budget", "0"], "--budget must be a positive number of seconds, got '0'", id="budget"),
+    pytest.param(["--min-busbw", "-3"], "--min-busbw must be a positive number of GB/s, got '-3'", id="min-busbw"),
+    pytest.param(["--slow-rank", "x"], "--slow-rank must be RANK or RANK:FACTOR", id="slow-rank"),
+    pytest.param(["--dtypes", "float33"], "--dtypes: ", id="dtype"),
+    pytest.param(["--json", "/nonexistent-dir/f.json"], "--json '/nonexistent-dir/f.json' cannot be written", id="json"),
+    pytest.param(["--slow-rank", "3"], "--slow-rank 3 is not a rank of this world (ranks 0..0)", id="slow-rank-range"),
+])
+def test_bad_input_is_one_line_and_status_2(argv, message, capsys, monkeypatch):
+    for name in launch.LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fleet", *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_bad_launch_environment_is_status_2(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "seven")
+    with pytest.raises(SystemExit) as exit_:
+        main(["fleet"])
+    assert exit_.value.code == 2
+    assert "$LOCAL_RANK must be an integer, got 'seven'" in capsys.readouterr().err
+
+
+def test_a_world_of_one_runs_and_says_how_to_launch_more(tmp_path, monkeypatch, capsys):
+    for name in launch.LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    json_path = tmp_path / "one.json"
+    from accounting.fleet import cli
+
+    parser_args = ["fleet", "--budget", "1", "--dtypes", "float32", "--json", str(json_path)]
+    from accounting.__main__ import build_parser
+
+    args = build_parser().parse_args(parser_args)
+    out = io.StringIO()
+    status = cli.run(args, parser=args.parser, stdout=out, overrides={"bandwidth_bytes": 4 * 2**20})
+    assert status == 0
+    text = out.getvalue()
+    assert "Fleet: 1 rank(s), budget 1 s" in text
+    assert "torchrun --standalone --nproc-per-node=gpu -m accounting fleet" in text
+    saved = json.loads(json_path.read_text())
+    assert len(saved["ranks"]) == 1 and saved["collectives"] == [] and saved["settings"]["backend"] is None
+    assert saved["ranks"][0]["report"]["dtypes"]["float32"]["best"]["flops_per_s"] > 0
+
+
+class _FakeProperties:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+@pytest.mark.parametrize("fields, expected", [
+    pytest.param({"uuid": "1f2e3d4c-0000-1111-2222-333344445555", "pci_domain_id": 0, "pci_bus_id": 0x1B,
+                  "pci_device_id": 0}, ("GPU-1f2e3d4c-0000-1111-2222-333344445555", "0000:1b:00.0"), id="nvidia"),
+    pytest.param({"uuid": "GPU-abc"}, ("GPU-abc", None), id="older-torch-no-pci"),
+    pytest.param({}, (None, None), id="nothing"),
+])
+def test_uuid_and_bus_id_from_torchs_device_properties(fields, expected, monkeypatch):
+    from accounting import device
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: _FakeProperties(**fields))
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert device.cuda_uuid_and_bus_id("cuda:3") == expected

@@ -1,0 +1,265 @@
+"""One rule for which dtypes a device runs natively: fake CPUs and GPUs, and everything that asks it."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from accounting import pytest_plugin, timing
+from accounting.__main__ import main
+from accounting.benchconfig import load_benchmarks, parse_benchmarks
+from accounting.device import DeviceInfo, detect_device
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.hardware import cpu_matmul_path, cpu_native_paths, dtype_runs_on, peak_flops
+from accounting.native_dtypes import kind_reason, native_dtypes, native_matmul
+from accounting.pytest_plugin import gpu_skip_reason, native_skip_reason
+from accounting.report import run
+from accounting.report.verdict import overall
+from tests.fake_devices import FAKE_CPUS, GIB, NATIVE_FLAGS, ZEN3
+
+CONFIGURED = ["float32", "bfloat16", "float16"]
+
+
+def has_native_path(info, dtype):
+    """The independent statement of the rule: some flag set of NATIVE_FLAGS is present."""
+    return dtype == "float32" or any(flags <= info.cpu_flags for flags in NATIVE_FLAGS[dtype])
+
+
+# ---- the rule on CPUs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("info, expected", FAKE_CPUS)
+def test_cpu_native_dtypes_follow_the_isa_flags(info, expected):
+    assert native_dtypes(info, CONFIGURED) == expected
+    assert expected == [dtype for dtype in CONFIGURED if has_native_path(info, dtype)]
+    for dtype in CONFIGURED:
+        answer = native_matmul(info, dtype)
+        assert answer.runs_as == dtype, "every CPU runs bf16/fp16 (natively or emulated)"
+        assert answer.emulated == (not answer.native)
+        if answer.native:
+            assert answer.reason is None and answer.path
+        else:
+            needs = " or ".join(cpu_native_paths(dtype))
+            float32_path = cpu_matmul_path("float32", info.cpu_flags, vendor=info.vendor).name
+            assert answer.reason == (f"this CPU has no native {dtype} matmul path (that needs {needs}); "
+                                     f"torch would emulate it through float32 on {float32_path}")
+            assert answer.label == "emulated"
+
+
+@pytest.mark.parametrize("info", [p.values[0] for p in FAKE_CPUS], ids=[p.id for p in FAKE_CPUS])
+def test_no_cpu_has_tf32_or_fp8_units(info):
+    tf32, fp8 = native_matmul(info, "tf32"), native_matmul(info, "fp8")
+    assert not tf32.native and tf32.runs_as is None and tf32.label == "cannot run"
+    assert tf32.reason == kind_reason("cpu", "tf32") == dtype_runs_on("cpu", "tf32")
+    assert not fp8.native and fp8.emulated and fp8.runs_as == "float8_e4m3fn", "torch emulates _scaled_mm on a CPU"
+
+
+def test_the_rule_refuses_what_is_not_a_device_or_a_dtype():
+    with pytest.raises(AccountingTypeError, match=r"^info must be a DeviceInfo"):
+        native_matmul("cpu", "bf16")
+    with pytest.raises(AccountingError, match=r"^unknown floating-point format 'int4'"):
+        native_matmul(ZEN3, "int4")
+    with pytest.raises(AccountingError, match=r"^kind must be 'cpu' or 'cuda', got 'tpu'"):
+        kind_reason("tpu", "bf16")
+
+
+# ---- the rule on GPUs ----------------------------------------------------------------------------
+
+
+def gpu(name, *, capability=None, arch=None, runtime="CUDA 12.8"):
+    return DeviceInfo("cuda", name, 0, 80 * GIB, compute_capability=capability, arch=arch, runtime=runtime)
+
+
+H100 = gpu("NVIDIA H100 80GB HBM3", capability=(9, 0))
+L4 = gpu("NVIDIA L4", capability=(8, 9))
+A100 = gpu("NVIDIA A100-SXM4-80GB", capability=(8, 0))
+V100 = gpu("Tesla V100-SXM2-16GB", capability=(7, 0))
+MI300X = gpu("AMD Instinct MI300X", capability=(9, 4), arch="gfx942:sramecc+:xnack-", runtime="ROCm 6.2.41133")
+MI355X = gpu("AMD Instinct MI355X", capability=(9, 5), arch="gfx950:sramecc+:xnack-", runtime="ROCm 7.0.0")
+MI355X_OLD_ROCM = gpu("AMD Instinct MI355X", capability=(9, 5), arch="gfx950", runtime="ROCm 6.4.1")
+MI250X = gpu("AMD Instinct MI250X/MI250", capability=(9, 0), arch="gfx90a:sramecc+:xnack-", runtime="ROCm 6.2")
+ROCM_NO_ARCH = gpu("AMD Radeon Graphics", capability=(9, 4), runtime="ROCm 6.2")
+
+
+@pytest.mark.parametrize("info, dtype, runs_as", [
+    pytest.param(MI300X, "fp8", torch.float8_e4m3fnuz, id="gfx942-e4m3-fnuz"),
+    pytest.param(MI300X, "float8_e5m2", torch.float8_e5m2fnuz, id="gfx942-e5m2-fnuz"),
+    pytest.param(MI300X, "float8_e4m3fnuz", torch.float8_e4m3fnuz, id="gfx942-fnuz-asked"),
+    pytest.param(MI355X, "fp8", torch.float8_e4m3fn, id="gfx950-ocp"),
+    pytest.param(MI355X, "float8_e5m2fnuz", torch.float8_e5m2, id="gfx950-fnuz-asked-ocp-runs"),
+    pytest.param(H100, "fp8", torch.float8_e4m3fn, id="sm90-ocp"),
+    pytest.param(H100, "float8_e4m3fnuz", torch.float8_e4m3fn, id="sm90-fnuz-asked-ocp-runs"),
+    pytest.param(L4, "float8_e5m2", torch.float8_e5m2, id="sm89-ocp"),
+])
+def test_fp8_runs_as_the_variant_the_device_supports(info, dtype, runs_as):
+    answer = native_matmul(info, dtype)
+    assert answer.native and answer.reason is None
+    assert answer.runs_as == str(runs_as).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("info, reason", [
+    pytest.param(A100, "fp8 matmul (torch._scaled_mm) needs compute capability >= 8.9; NVIDIA A100-SXM4-80GB is 8.0",
+                 id="sm80"),
+    pytest.param(MI250X, "fp8 matmul (torch._scaled_mm) on ROCm runs on gfx942 (fnuz), gfx950 (ocp), gfx1200 (ocp), "
+                         "gfx1201 (ocp); AMD Instinct MI250X/MI250 is gfx90a", id="gfx90a"),
+    pytest.param(MI355X_OLD_ROCM, "fp8 matmul (torch._scaled_mm) on gfx950 needs ROCm >= 6.5; this is ROCm 6.4.1",
+                 id="gfx950-rocm-6.4"),
+    pytest.param(ROCM_NO_ARCH, "fp8 matmul (torch._scaled_mm) on ROCm runs on gfx942 (fnuz), gfx950 (ocp), "
+                               "gfx1200 (ocp), gfx1201 (ocp); AMD Radeon Graphics is an unknown arch", id="rocm-no-arch"),
+])
+def test_fp8_where_no_variant_runs_says_why(info, reason):
+    answer = native_matmul(info, "fp8")
+    assert (answer.native, answer.runs_as, answer.reason) == (False, None, reason)
+
+
+@pytest.mark.parametrize("info, native, runs_as", [
+    pytest.param(V100, False, "float32", id="sm70-no-tf32"),
+    pytest.param(A100, True, "tf32", id="sm80-tf32"),
+    pytest.param(MI300X, True, "tf32", id="gfx942-xf32"),
+    pytest.param(MI250X, False, "float32", id="gfx90a-no-tf32"),
+])
+def test_tf32_needs_tensor_cores_for_it(info, native, runs_as):
+    answer = native_matmul(info, "tf32")
+    assert (answer.native, answer.runs_as, answer.emulated) == (native, runs_as, False)
+    assert (answer.reason is None) == native
+    assert answer.label == ("native" if native else "runs as float32")
+
+
+def test_gpu_bf16_is_native_on_every_kind_of_gpu():
+    assert all(native_matmul(info, "bf16").native for info in (H100, A100, MI300X, MI250X))
+
+
+# ---- fp8 on MI300X: the case, the peak, the report ----------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, a_dtype", [
+    ("fp8", torch.float8_e4m3fnuz),
+    ("float8_e5m2", torch.float8_e5m2fnuz),
+])
+def test_matmul_case_builds_the_fnuz_variant_on_gfx942(monkeypatch, dtype, a_dtype):
+    """The MI300X's answer, with the operands on the CPU (whose _scaled_mm runs fnuz too)."""
+    monkeypatch.setattr(timing, "detect_device", lambda device=None: MI300X)
+    case = timing.matmul_case(dtype, 32, 64, 48, "cpu")
+    a, b, _scale_a, _scale_b = case.operands
+    assert case.runs_as == str(a_dtype).removeprefix("torch.") and case.dtype == timing.format_name(dtype)
+    assert (a.dtype, b.dtype) == (a_dtype, torch.float8_e4m3fnuz)
+    assert b.stride() == (1, 64), "mat2 column-major"
+    torch.testing.assert_close(case.fn().float(), (a.float() @ b.float()).bfloat16().float(), rtol=1e-2, atol=1e-2)
+
+
+def test_matmul_case_refuses_fp8_where_no_variant_runs(monkeypatch):
+    monkeypatch.setattr(timing, "detect_device", lambda device=None: MI250X)
+    with pytest.raises(AccountingError, match=r"^float8_e4m3fn cannot run on device 'cpu': fp8 matmul \(torch._scaled_mm\) "
+                                              r"on ROCm runs on gfx942"):
+        timing.matmul_case("fp8", 32, 32, 32, "cpu")
+
+
+def test_fnuz_formats_read_the_fp8_peak():
+    ocp = peak_flops("AMD Instinct MI300X", "float8_e4m3fn")
+    assert peak_flops("AMD Instinct MI300X", torch.float8_e4m3fnuz) == peak_flops(
+        "AMD Instinct MI300X", "float8_e5m2fnuz") == ocp == pytest.approx(2614.9e12)
+
+
+def test_report_on_gfx942_records_the_fnuz_variant(monkeypatch):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: MI300X)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: None)
+    monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
+    plan = run.prepare(device="cuda", dtypes=["bf16", "fp8"], budget_s=30.0)
+    assert plan.native["float8_e4m3fn"].runs_as == "float8_e4m3fnuz"
+    assert plan.peaks["float8_e4m3fn"] == pytest.approx(2614.9e12)
+    sections = run.preview(plan)["dtypes"]
+    assert sections["float8_e4m3fn"]["runs_as"] == "float8_e4m3fnuz" and sections["float8_e4m3fn"]["judged"]
+    assert sections["bfloat16"]["runs_as"] == "bfloat16"
+
+
+def test_report_default_drops_fp8_where_no_variant_runs(monkeypatch):
+    monkeypatch.setattr(run, "detect_device", lambda device=None: MI250X)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: None)
+    monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
+    plan = run.prepare(device="cuda", budget_s=30.0)
+    assert "float8_e4m3fn" not in plan.dtypes and "tf32" not in plan.dtypes
+    assert any(note.startswith("float8_e4m3fn skipped: it cannot run on cuda:0: fp8 matmul (torch._scaled_mm) on ROCm")
+               for note in plan.notes)
+    assert any(note.startswith("tf32 not timed by default: gfx90a has no TF32 matrix units") for note in plan.notes)
+
+
+def _fake_cuda_device(monkeypatch, info):
+    """torch.cuda answering as ``info``'s GPU would (properties, name, count)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: info.name)
+    props = SimpleNamespace(major=info.compute_capability[0], minor=info.compute_capability[1],
+                            total_memory=info.memory_bytes, multi_processor_count=304, L2_cache_size=4 * 2**20,
+                            gcnArchName=info.arch)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    monkeypatch.setattr(torch.version, "hip", info.runtime.removeprefix("ROCm ") if info.arch else None)
+
+
+@pytest.mark.parametrize("info, skipped", [
+    pytest.param(MI300X, False, id="gfx942-runs-fnuz"),
+    pytest.param(MI250X, True, id="gfx90a-no-fp8"),
+    pytest.param(H100, False, id="sm90"),
+    pytest.param(A100, True, id="sm80"),
+])
+def test_gpu_skip_asks_the_same_rule(monkeypatch, info, skipped):
+    _fake_cuda_device(monkeypatch, info)
+    detected = detect_device("cuda")
+    assert detected.arch == info.arch and detected.compute_capability == info.compute_capability
+    reason = gpu_skip_reason("fp8")
+    assert reason == native_matmul(info, "fp8").reason
+    assert (reason is not None) == skipped
+
+
+# ---- everything else that asks -------------------------------------------------------------------
+
+
+def test_benchmarks_json_refuses_fp8_in_the_cpu_section_in_either_flavour():
+    def section(dtype):
+        return {"dtypes": [dtype], "shapes": [[256, 256, 256]], "floors": {dtype: 0.1}}
+
+    document = {"regression": {"metric": "median", "threshold_percent": 10}, "cpu": section("float8_e4m3fnuz")}
+    with pytest.raises(AccountingError, match=r"cpu.dtypes\[0\] has dtype 'float8_e4m3fnuz', which a CPU cannot run: "
+                                              r"a CPU has no fp8 matmul units; list it under cuda$"):
+        parse_benchmarks(document)
+    document.update(cpu=section("bf16"), cuda=section("float8_e4m3fnuz"))
+    assert parse_benchmarks(document).device("cuda").dtypes == ("float8_e4m3fnuz",)
+
+
+@pytest.mark.parametrize("info, expected", FAKE_CPUS)
+def test_pytest_skip_and_report_defaults_agree(monkeypatch, info, expected):
+    """One question, two askers: the CPU benchmark skips exactly what the report leaves out, for the same reason."""
+    monkeypatch.setattr(run, "detect_device", lambda device=None: info)
+    monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
+    monkeypatch.delenv("ACCOUNTING_BENCHMARKS", raising=False)
+    plan = run.prepare(device="cpu", budget_s=30.0)
+    configured = list(load_benchmarks().device("cpu").dtypes)
+    assert plan.dtypes == [dtype for dtype in configured if native_skip_reason(info, dtype) is None] == expected
+    for dtype in configured:
+        reason = native_skip_reason(info, dtype)
+        if reason is not None:
+            why = native_matmul(info, dtype).reason
+            assert why in reason
+            assert f"{dtype} not timed by default: {why}; time it anyway with --dtypes {dtype} " \
+                   "(measured and shown, not judged)" in plan.notes
+
+
+def test_the_report_on_this_host_judges_only_what_it_runs_natively(tmp_path, monkeypatch, capsys):
+    """A real, brief default report here: its dtypes are this CPU's native ones and emulation decides nothing.
+
+    Load from other jobs may lower float32's MFU, so this asserts on the dtype list and the
+    judged flags, not on the float32 floor.
+    """
+    monkeypatch.delenv("ACCOUNTING_BENCHMARKS", raising=False)
+    path = tmp_path / "report.json"
+    assert main(["report", "--device", "cpu", "--budget", "1", "--quiet", "--json", str(path)]) == 0
+    document = json.loads(path.read_text())
+    here = detect_device("cpu")
+    configured = list(load_benchmarks().device("cpu").dtypes)
+    assert document["settings"]["dtypes"] == native_dtypes(here, configured) == document["judged_dtypes"]
+    assert all(section["native"] and section["judged"] for section in document["dtypes"].values())
+    assert document["verdict"] == overall(section["verdict"]["status"] for section in document["dtypes"].values())
+    for dtype in set(configured) - set(document["settings"]["dtypes"]):
+        assert any(note.startswith(f"{dtype} not timed by default: ") for note in document["notes"])
+    capsys.readouterr()
