@@ -23,6 +23,8 @@ __all__ = [
     "is_contiguous",
     "view_strides",
     # flops
+    "FlopCount",
+    "count_flops",
     "einsum_flops",
     "linear_flops",
     "matmul_flops",
@@ -66,6 +68,7 @@ __all__ = [
 ]
 
 from accounting.flops import einsum_flops, linear_flops, matmul_flops, mfu
+from accounting.flop_count import FlopCount, count_flops
 from accounting.memory import DtypeInfo, dtype_info, format_name, same_storage, storage_bytes, tensor_bytes
 from accounting.strides import contiguous_strides, element_offset, is_contiguous, view_strides
 from accounting.live_memory import LiveTensorBytes

@@ -7,6 +7,13 @@ One section per device kind (``cpu``, ``cuda``) and a ``regression`` section::
      "cpu": {"dtypes": ["float32"], "shapes": [[1024, 1024, 1024]], "quick_shapes": [[512, 512, 512]],
              "floors": {"float32": 0.3}, "rounds": 10}}
 
+An optional ``model`` section holds the training-step benchmark
+(:mod:`accounting.model_mfu`) per device kind: the named ``size`` and ``quick_size``, the
+precision policies to run, a model-MFU floor per policy and the rounds::
+
+    "model": {"cpu": {"size": "small", "quick_size": "tiny", "precisions": ["fp32"],
+                      "floors": {"fp32": 0.01}, "rounds": 3}}
+
 ``floors`` are MFU floors per dtype; ``chip_floors`` (optional) override them per chip,
 keyed by the peak table's row name (``"MI300X"``; any other key is an error). A
 section that lists a float8 dtype needs every shape's K and N divisible by 16
@@ -50,6 +57,7 @@ DEFAULT_STRAGGLER_FRACTION = 0.9
 """``fleet.straggler_fraction`` when the file sets none (see benchmarks.json for the reasoning)."""
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds"}
 _REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
+_MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
 _FLEET_KEYS = {"straggler_fraction"}
 
 
@@ -63,6 +71,18 @@ class DeviceMatrix:
     quick_shapes: tuple[tuple[int, int, int], ...]
     floors: dict = field(default_factory=dict)
     chip_floors: dict = field(default_factory=dict)
+    rounds: int = DEFAULT_ROUNDS
+
+
+@dataclass(frozen=True)
+class ModelMatrix:
+    """The training-step benchmark on one kind of device: sizes by name, policies, model-MFU floors."""
+
+    kind: str
+    size: str
+    quick_size: str
+    precisions: tuple[str, ...]
+    floors: dict = field(default_factory=dict)
     rounds: int = DEFAULT_ROUNDS
 
 
@@ -86,6 +106,7 @@ class BenchConfig:
     """Device kind -> threshold percent, overriding ``regression_threshold_percent``."""
     regression_per_benchmark: dict = field(default_factory=dict)
     """Benchmark name or fullname -> threshold percent, overriding both."""
+    models: dict = field(default_factory=dict)
 
     def device(self, kind: str) -> DeviceMatrix:
         """The matrix for ``"cpu"`` or ``"cuda"``."""
@@ -130,6 +151,28 @@ class BenchConfig:
                 if key in self.regression_per_benchmark:
                     return self.regression_per_benchmark[key]
         return self.regression_per_kind.get(kind, self.regression_threshold_percent)
+
+    def model(self, kind: str) -> ModelMatrix:
+        """The training-step benchmark for ``"cpu"`` or ``"cuda"``."""
+        if kind not in self.models:
+            raise AccountingError(f"{self.source} has no model.{kind} section; it has "
+                                  f"{', '.join(f'model.{k}' for k in self.models) or 'no model section'}")
+        return self.models[kind]
+
+    def model_floor(self, kind: str, precision: str) -> float:
+        """The model-MFU floor of a precision policy on ``kind``.
+
+        >>> config = parse_benchmarks({"regression": {"metric": "median", "threshold_percent": 5},
+        ...     "cpu": {"dtypes": ["fp32"], "shapes": [[64, 64, 64]], "floors": {"fp32": 0.1}},
+        ...     "model": {"cpu": {"size": "small", "quick_size": "tiny", "precisions": ["fp32"],
+        ...                       "floors": {"fp32": 0.02}}}})
+        >>> config.model_floor("cpu", "fp32"), config.model("cpu").size
+        (0.02, 'small')
+        """
+        matrix = self.model(kind)
+        if precision not in matrix.floors:
+            raise AccountingError(f"{self.source}: model.{kind}.floors has no floor for {precision}")
+        return matrix.floors[precision]
 
     @property
     def compare_fail(self) -> str:
@@ -253,6 +296,50 @@ def _kind(kind: str, value, source: str) -> DeviceMatrix:
     return DeviceMatrix(kind, names, shapes, quick, floors, chip_floors, rounds)
 
 
+def _model_kind(kind: str, value, source: str) -> ModelMatrix:
+    from accounting.model_mfu.sizes import MODEL_SIZES  # the model package imports torch models: only when asked
+    from accounting.model_mfu.step import STEP_POLICIES
+
+    where = f"model.{kind}"
+    value = _mapping(value, source, where)
+    _check_keys(value, _MODEL_KEYS, source, where)
+    sizes = {}
+    for key in ("size", "quick_size"):
+        name = value.get(key)
+        if name not in MODEL_SIZES:
+            _fail(source, f"{where}.{key}", f"= {name!r}: must be one of {', '.join(MODEL_SIZES)}")
+        sizes[key] = name
+    precisions = value.get("precisions")
+    if not isinstance(precisions, list) or not precisions:
+        _fail(source, f"{where}.precisions", f"must be a non-empty list of precision policies, got {precisions!r}")
+    for position, name in enumerate(precisions):
+        if name not in STEP_POLICIES:
+            _fail(source, f"{where}.precisions[{position}]",
+                  f"= {name!r}: a training step runs {', '.join(STEP_POLICIES)}")
+    floors = {}
+    for key, floor in _mapping(value.get("floors", {}), source, f"{where}.floors").items():
+        if key.startswith("_"):
+            continue
+        if key not in precisions:
+            _fail(source, f"{where}.floors.{key}", f"is a floor for {key!r}, which {where}.precisions does not list")
+        floors[key] = _floor(floor, source, f"{where}.floors.{key}")
+    missing = [name for name in precisions if name not in floors]
+    if missing:
+        _fail(source, f"{where}.floors", f"has no floor for {', '.join(missing)}")
+    rounds = value.get("rounds", DEFAULT_ROUNDS)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
+        _fail(source, f"{where}.rounds", f"= {rounds!r}: must be a positive integer")
+    return ModelMatrix(kind, sizes["size"], sizes["quick_size"], tuple(precisions), floors, rounds)
+
+
+def _models(value, source: str) -> dict:
+    if value is None:
+        return {}
+    value = _mapping(value, source, "model")
+    _check_keys(value, set(KINDS), source, "model")
+    return {kind: _model_kind(kind, value[kind], source) for kind in KINDS if kind in value}
+
+
 def _fleet(value, source: str) -> FleetSettings:
     """The optional ``fleet`` section; ``straggler_fraction`` must lie in (0, 1).
 
@@ -279,7 +366,7 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     accounting.errors.AccountingError: benchmarks.json: cpu.shapes[0] = [0, 8, 8]: sizes must be positive integers, got 0
     """
     data = _mapping(data, source, "the top level")
-    _check_keys(data, {"regression", "fleet", *KINDS}, source, "the top level")
+    _check_keys(data, {"regression", "model", "fleet", *KINDS}, source, "the top level")
     regression = _mapping(data.get("regression"), source, "regression")
     _check_keys(regression, _REGRESSION_KEYS, source, "regression")
     metric = regression.get("metric")
@@ -301,7 +388,7 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
         _fail(source, "the top level", f"needs at least one of {', '.join(KINDS)}")
     fleet = _fleet(data["fleet"], source) if "fleet" in data else FleetSettings()
     return BenchConfig(devices, metric, threshold, source, fleet, regression_per_kind=per_kind,
-                       regression_per_benchmark=per_benchmark)
+                       regression_per_benchmark=per_benchmark, models=_models(data.get("model"), source))
 
 
 def _percent(value, source, where) -> float:

@@ -47,7 +47,9 @@ from accounting.device import (
     synchronize,
     tf32_flags,
 )
-from accounting.errors import AccountingError
+from accounting._checks import check_non_negative
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.flop_count import FlopCount, count_flops as count_fn_flops, counted_total, flops_mismatch
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
 from accounting.native_dtypes import FP8_MIN_CAPABILITY, native_matmul  # noqa: F401 - the constant was defined here
@@ -269,13 +271,17 @@ def fitted_shape(shape, dtype, device):
 
 @dataclass(frozen=True)
 class FlopsResult:
-    """What one FLOPs benchmark achieved (``mfu`` and ``peak_flops`` are ``None`` when the peak is unknown)."""
+    """What one FLOPs benchmark achieved (``mfu`` and ``peak_flops`` are ``None`` when the peak is unknown).
+
+    ``flop_count``: what ``FlopCounterMode`` counted in one call (``None`` with ``count_flops=False``).
+    """
 
     median_s: float | None
     flops: int
     tflops: float | None
     peak_flops: float | None
     mfu: float | None
+    flop_count: FlopCount | None = None
 
 
 class FlopsBenchmark:
@@ -294,6 +300,16 @@ class FlopsBenchmark:
     GPU alone (``extra_info``: ``host_median_s`` and ``device_median_s``). On the CPU the
     synchronize is a no-op and this is ordinary pytest-benchmark timing.
 
+    FLOPs (:mod:`accounting.flop_count`): before the first round, one call is counted
+    with ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta``
+    tensors, say), else one extra untimed call of ``fn``. Without ``flops=`` the count is
+    used (a count of 0 is refused: pass ``flops=``); with it, ``flops`` wins and a count
+    more than 1 % away is recorded in ``extra_info["flops_mismatch"]`` and in the end-of-run
+    summary (not as a warning: ``filterwarnings = error`` would fail a benchmark whose
+    kernel the counter cannot see). ``count_flops``: ``None`` counts when there is no
+    ``flops=`` or there is a ``count_fn`` (a given ``flops=`` costs no extra call of ``fn``),
+    ``True`` always, ``False`` never (``flops=`` then required).
+
     ``infos`` is the cache of detected devices; the fixture shares one across the session.
     """
 
@@ -308,11 +324,13 @@ class FlopsBenchmark:
             self._infos[key] = detect_device(device)
         return self._infos[key]
 
-    def __call__(self, fn, *, flops: int, dtype, device="cpu", shape=None, rounds: int = 10,
+    def __call__(self, fn, *, flops: int | None = None, dtype, device="cpu", shape=None, rounds: int = 10,
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
-                 operands=()):
+                 operands=(), count_fn=None, count_flops: bool | None = None):
         refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
         device = as_device(device)
+        count, given = self._count(fn, flops, count_fn, count_flops)  # untimed, before any round
+        flops = given if given is not None else counted_total(count)
         info = self.device_info(device)
         name = dtype_name(dtype)
         if peak is None:
@@ -342,10 +360,12 @@ class FlopsBenchmark:
             # The host clock above also times fn's launch and the synchronize's wake-up (tens of µs): fine
             # for comparing runs, wrong for MFU. MFU comes from CUDA events around the same call.
             self.benchmark.extra_info["host_median_s"] = median
-            median = time_fn(fn, device=device, warmup=0, repeats=rounds, min_time_s=0, flush_cache=flush).median
+            median = time_fn(fn, device=device, warmup=0, repeats=rounds, min_time_s=0, flush_cache=flush,
+                             count_flops=False).median  # FLOPs were settled above
             self.benchmark.extra_info["device_median_s"] = median
         tflops = flops / median / TERA if median else None
-        result = FlopsResult(median, int(flops), tflops, peak, achieved_mfu(flops, median, peak) if median else None)
+        result = FlopsResult(median, int(flops), tflops, peak, achieved_mfu(flops, median, peak) if median else None,
+                             count)
         self.benchmark.extra_info.update({
             "flops": int(flops),
             "achieved_tflops": tflops,
@@ -361,7 +381,40 @@ class FlopsBenchmark:
             peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
             label = getattr(self.benchmark, "name", "benchmark")
             add_summary_line(self.config, f"{label}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text} [{info.name}, {name}]")
+        self._record_count(count, given)
         return result
+
+    @staticmethod
+    def _count(fn, flops, count_fn, count_flops) -> tuple[FlopCount | None, int | None]:
+        """(the FlopCounterMode count or ``None``, the given FLOPs or ``None``), checking the arguments."""
+        if not callable(fn):
+            raise AccountingTypeError(f"fn must be callable, got {fn!r}")
+        if count_flops is not None and not isinstance(count_flops, bool):
+            raise AccountingTypeError(f"count_flops must be True, False or None, got {count_flops!r}")
+        if flops is not None:
+            flops = int(check_non_negative(flops, "flops"))
+        elif count_flops is False:
+            raise AccountingError("flops_benchmark needs flops= when count_flops=False (nothing to count them)")
+        if count_flops is None:
+            count_flops = flops is None or count_fn is not None
+        if not count_flops:
+            return None, flops
+        if count_fn is not None:
+            return count_fn_flops(count_fn, source="count_fn"), flops
+        return count_fn_flops(fn), flops
+
+    def _record_count(self, count: FlopCount | None, given: int | None) -> None:
+        """The count beside the timing fields in ``extra_info``; a mismatch also in the summary."""
+        mismatch = flops_mismatch(given, count) if count is not None and given is not None else None
+        self.benchmark.extra_info.update({
+            "flops_source": "given" if given is not None else count.source,
+            "flops_counted": count.total if count is not None else None,
+            "flops_by_operator": dict(count.by_operator) if count is not None else None,
+            "flop_count_seconds": count.seconds if count is not None else None,
+            "flops_mismatch": mismatch,
+        })
+        if mismatch and hasattr(self.config, "stash"):
+            add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: FLOPs mismatch: {mismatch}")
 
 
 def baseline_shape_mismatch(config, fullname, shape) -> str | None:
@@ -402,7 +455,10 @@ def benchmark_config(pytestconfig):
 
 @pytest.fixture
 def flops_benchmark(benchmark, pytestconfig):
-    """``flops_benchmark(fn, flops=..., dtype=..., device=...)`` → :class:`FlopsResult`, with FLOPs/MFU in ``extra_info``."""
+    """``flops_benchmark(fn, dtype=..., device=..., flops=None)`` → :class:`FlopsResult`, with FLOPs/MFU in ``extra_info``.
+
+    Without ``flops=`` the FLOPs of one call are counted by ``FlopCounterMode`` (see :class:`FlopsBenchmark`).
+    """
     return FlopsBenchmark(benchmark, pytestconfig, infos=pytestconfig.stash.setdefault(_DEVICE_INFOS, {}))
 
 

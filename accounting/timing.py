@@ -22,6 +22,7 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 import contextlib
 import math
 import statistics
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from jaxtyping import Shaped
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
 from accounting.device import TIMED_KINDS, as_device, clock_for, detect_device, float32_matmul_mode, timed_device
 from accounting.errors import AccountingError, AccountingTypeError
+from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops as count_fn_flops, counted_total, flops_mismatch
 from accounting.flops import matmul_flops, mfu
 from accounting.hardware import last_level_cache_bytes
 from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
@@ -59,7 +61,8 @@ MIN_MATMUL_SIZE = 256
 class Timing:
     """Seconds per call: ``median`` and ``iqr`` (75th − 25th percentile) of ``samples``.
 
-    ``flops`` is the work of one call when known, for :attr:`flop_per_s` and :meth:`mfu`.
+    ``flops`` is the work of one call when known, for :attr:`flop_per_s` and :meth:`mfu`;
+    ``flop_count`` is what ``FlopCounterMode`` counted in one call (see :func:`time_fn`), when it ran.
 
     >>> t = Timing.from_samples([0.5, 0.25, 1.0, 0.5], flops=10**12)
     >>> t.median, t.flop_per_s / 1e12
@@ -71,9 +74,10 @@ class Timing:
     samples: tuple[float, ...]
     flops: int | None = None
     device: str = "cpu"
+    flop_count: FlopCount | None = None
 
     @classmethod
-    def from_samples(cls, samples, *, flops=None, device="cpu") -> "Timing":
+    def from_samples(cls, samples, *, flops=None, device="cpu", flop_count=None) -> "Timing":
         """Summarise raw per-call seconds (each finite and >= 0).
 
         >>> Timing.from_samples([0.5, float("nan")])
@@ -88,7 +92,7 @@ class Timing:
             q1, _q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
         else:
             q1 = q3 = samples[0]
-        return cls(statistics.median(samples), q3 - q1, samples, flops, str(device))
+        return cls(statistics.median(samples), q3 - q1, samples, flops, str(device), flop_count)
 
     @property
     def mean(self) -> float:
@@ -106,9 +110,15 @@ class Timing:
     @property
     def flop_per_s(self) -> float:
         """Achieved FLOP/s at the median."""
-        if self.flops is None:
-            raise AccountingError("this timing has no flops; pass flops= to time_fn")
+        self._check_flops()
         return self.flops / self.median
+
+    def _check_flops(self) -> None:
+        if self.flops is not None:
+            return
+        if self.flop_count is not None:
+            counted_total(self.flop_count)  # raises: the counter saw no matmul work
+        raise AccountingError("this timing has no flops; pass flops= to time_fn")
 
     @property
     def tflops(self) -> float:
@@ -117,8 +127,7 @@ class Timing:
 
     def mfu(self, peak_flops_per_second) -> float:
         """Model FLOPs utilisation against a peak in FLOP/s."""
-        if self.flops is None:
-            raise AccountingError("this timing has no flops; pass flops= to time_fn")
+        self._check_flops()
         return mfu(self.flops, self.median, peak_flops_per_second)
 
 
@@ -133,6 +142,8 @@ def time_fn(
     flush_cache: bool = False,
     flops: int | None = None,
     clock=None,
+    count_fn: Callable[[], object] | None = None,
+    count_flops: bool | None = None,
 ) -> Timing:
     """Time ``fn()`` on ``device``: warm-up calls, then each call timed on the device's clock.
 
@@ -140,9 +151,21 @@ def time_fn(
     ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works (and ``occupy``, called
     before each repetition, where it has one: see :class:`accounting.device.EventClock`).
 
+    FLOPs (:mod:`accounting.flop_count`): before any timing, one call is counted with
+    ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta`` tensors, say),
+    else the first warm-up call of ``fn`` (with ``warmup=0``, an extra untimed call). Without
+    ``flops=`` the count becomes ``Timing.flops`` (left ``None`` when the counter sees no
+    matmul work, so :attr:`Timing.flop_per_s` says why); with it, ``flops`` wins and a count
+    more than 1 % away is reported by a :class:`~accounting.flop_count.FlopsMismatchWarning`.
+    ``count_flops``: ``None`` counts unless that needs an extra call to check a given
+    ``flops=``; ``True`` always counts; ``False`` never.
+
     >>> t = time_fn(lambda: sum(range(100)), repeats=7, min_time_s=0)
     >>> len(t.samples) >= 7 and t.iqr >= 0
     True
+    >>> a = torch.ones(64, 64)
+    >>> time_fn(lambda: a @ a, repeats=3, min_time_s=0).flops   # counted: 2 * 64**3
+    524288
     """
     if not callable(fn):
         raise AccountingTypeError(f"fn must be callable, got {fn!r}")
@@ -152,13 +175,29 @@ def time_fn(
     min_time_s = check_non_negative(min_time_s, "min_time_s")
     if max_repeats < repeats:
         raise AccountingError(f"max_repeats ({max_repeats}) is below repeats ({repeats})")
+    if count_flops is not None and not isinstance(count_flops, bool):
+        raise AccountingTypeError(f"count_flops must be True, False or None, got {count_flops!r}")
+    if count_flops is None:
+        count_flops = count_fn is not None or warmup > 0 or flops is None
     device = as_device(device)
     if clock is None:
         # only cpu and cuda (present here) have one: anything else raises
         clock = clock_for(device, cache_bytes=flush_bytes(device) if flush_cache else None)
     elif device.type not in TIMED_KINDS:
         timed_device(device)  # raises: a clock passed in (a fake in tests) still times only cpu or cuda
-    for _ in range(warmup):
+    count, warmup_left = None, warmup
+    if count_flops and count_fn is not None:
+        count = count_fn_flops(count_fn, source="count_fn")
+    elif count_flops:
+        count = count_fn_flops(fn)  # the first warm-up call, counted: never a timed one
+        warmup_left = max(0, warmup - 1)
+    if count is not None and flops is None:
+        flops = count.total or None  # 0: the counter saw no matmul work; flop_per_s says so
+    elif count is not None:
+        mismatch = flops_mismatch(flops, count)
+        if mismatch:
+            warnings.warn(mismatch, FlopsMismatchWarning, stacklevel=2)
+    for _ in range(warmup_left):
         fn()
     clock.synchronize()
     samples = []
@@ -174,7 +213,7 @@ def time_fn(
         seconds = clock.elapsed(start, end)
         samples.append(seconds)
         total += seconds
-    return Timing.from_samples(samples, flops=flops, device=device)
+    return Timing.from_samples(samples, flops=flops, device=device, flop_count=count)
 
 
 def time_matmul(a: Shaped[torch.Tensor, "*batch_a m k"], b: Shaped[torch.Tensor, "*batch_b k n"], *,

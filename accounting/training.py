@@ -135,6 +135,10 @@ def optimizer_state_slots(optimizer: str, **settings) -> int:
     return 3 if settings["amsgrad"] else 2  # exp_avg, exp_avg_sq, max_exp_avg_sq
 
 
+_EAGER_STATE = ("adagrad",)
+"""Optimizers whose constructor creates state for every parameter, frozen or not (the others wait for a gradient)."""
+
+
 def _step_counter_bytes(name: str, settings: dict) -> int:
     """Bytes of the scalar step counter torch keeps per parameter (none for SGD).
 
@@ -158,17 +162,26 @@ def optimizer_state_bytes(parameters, optimizer: str, **settings) -> int:
 
     Each state slot is a tensor like its parameter (same dtype and element count); Adagrad,
     RMSprop, Adam and AdamW add one scalar step counter per parameter tensor (4 bytes, or 8:
-    see :func:`_step_counter_bytes`).
+    see :func:`_step_counter_bytes`). Frozen parameters (``requires_grad=False``) count
+    nothing: they never get a gradient, and torch's optimizers skip a parameter whose
+    ``grad`` is ``None`` without creating its state — except Adagrad, whose constructor
+    creates ``sum`` and ``step`` for every parameter it is handed (hand it only the
+    trainable ones and pass the same list here).
 
     >>> model = torch.nn.Linear(10, 5)  # 50 weights + 5 biases, two tensors
     >>> optimizer_state_bytes(model, "adam")  # 2 slots * 55 * 4 bytes + 2 step counters * 4
     448
     >>> optimizer_state_bytes(model, "sgd", momentum=0.9)
     220
+    >>> _ = model.bias.requires_grad_(False)  # frozen: 50 weights in one tensor left
+    >>> optimizer_state_bytes(model, "adam")  # 2 slots * 50 * 4 bytes + 1 step counter * 4
+    404
     """
     name, settings = _optimizer_settings(optimizer, settings)
     slots = optimizer_state_slots(name, **{key: settings[key] for key in _MEMORY_SETTINGS[name]})
     tensors = _parameter_tensors(parameters)
+    if name not in _EAGER_STATE:
+        tensors = [tensor for tensor in tensors if tensor.requires_grad]
     per_tensor = [slots * tensor.numel() * tensor.element_size() for tensor in tensors]
     return sum(per_tensor) + len(tensors) * _step_counter_bytes(name, settings)
 

@@ -126,7 +126,7 @@ def _broken(path, value):
     pytest.param(("regression", "threshold_percent"), 0, r"regression.threshold_percent = 0: must be a percentage", id="threshold-zero"),
     pytest.param(("regression", "metric"), "p99", r"regression.metric = 'p99': must be one of min, max, mean, median", id="bad-metric"),
     pytest.param(("regression",), ..., r"regression must be an object, got None$", id="no-regression"),
-    pytest.param(("gpu",), {}, r"the top level has unknown key\(s\) 'gpu'; known: cpu, cuda, fleet, regression$", id="gpu-is-not-a-kind"),
+    pytest.param(("gpu",), {}, r"the top level has unknown key\(s\) 'gpu'; known: cpu, cuda, fleet, model, regression$", id="gpu-is-not-a-kind"),
 ])
 def test_a_bad_entry_is_named(path, value, message):
     with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):

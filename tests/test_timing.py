@@ -132,14 +132,16 @@ def test_event_clock_spins_then_flushes_then_starts(fake_streams):
     """With a flush: spin, flush, start event, fn — the flush is queued behind the spin, untimed."""
     gpu = FakeGpu()
     clock = FlushingEventClock("cuda:0", event_factory=gpu.event, synchronize=gpu.synchronize, sleep=gpu.sleep)
-    time_fn(gpu.work, device="cuda:0", warmup=0, repeats=2, min_time_s=0, flush_cache=True, clock=clock)
+    time_fn(gpu.work, device="cuda:0", warmup=0, repeats=2, min_time_s=0, flush_cache=True, clock=clock,
+            count_flops=False)
     log = [entry if not entry.startswith("record") else "record" for entry in gpu.log]
     assert log == ["sync"] + ["sleep", "flush", "record", "fn", "record", "event.synchronize", "elapsed_time"] * 2
 
 
 def test_cache_flush_happens_before_the_start_mark_so_it_is_not_timed():
     device = Recorder()
-    time_fn(device.work, warmup=0, repeats=2, min_time_s=0, flush_cache=True, clock=FlushingClock(device))
+    time_fn(device.work, warmup=0, repeats=2, min_time_s=0, flush_cache=True, clock=FlushingClock(device),
+            count_flops=False)
     assert device.log == ["sync"] + ["flush", "sync", "clock", "fn", "sync", "clock"] * 2
 
 

@@ -22,6 +22,8 @@ from accounting.errors import AccountingError
 from accounting.hardware import PEAK_TFLOPS_ENV
 from accounting.report.plot import require_matplotlib, write_plot
 from accounting.report.progress import ProgressBar
+from accounting.model_mfu.sizes import MODEL_SIZES
+from accounting.report.model import MODEL_ARGUMENTS, check_model, measure_model_section, size_from_args
 from accounting.report.render import render_header, render_results
 from accounting.report.results import write_json
 from accounting.report.run import build_report, prepare, preview
@@ -96,6 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 unless every dtype is healthy (for scripts and fleet checks)")
+    model = parser.add_argument_group("model training step (after the matmul sweep, outside --budget)")
+    model.add_argument("--model", metavar="SIZE", choices=tuple(MODEL_SIZES), default=None,
+                       help=f"also time a GPT-style training step of this size ({', '.join(MODEL_SIZES)}) per "
+                            "precision policy: tokens/s, MFU, HFU, peak memory measured vs predicted")
+    for name in MODEL_ARGUMENTS:
+        model.add_argument(f"--{name}", metavar="N", type=int, default=None,
+                           help=f"replace the {name} of --model SIZE")
     return parser
 
 
@@ -141,6 +150,9 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             warnings.simplefilter("always")
             plan = prepare(device=args.device, dtypes=args.dtypes, budget_s=args.budget)
         plan.notes.extend(str(warning.message) for warning in caught)
+        model = size_from_args(args)
+        if model is not None:
+            check_model(model, plan.info)
     except AccountingError as error:
         parser.error(str(error))
     print(render_header(preview(plan)) + "\n", file=stdout, flush=True)
@@ -154,6 +166,16 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     if report is None:
         print(f"{parser.prog}: interrupted", file=stderr)
         return EXIT_INTERRUPTED
+    if model is not None:
+        def note(text):
+            if not args.quiet:
+                print(f"  measuring {text}", file=stderr, flush=True)
+
+        try:
+            report["model"] = measure_model_section(model, plan.info, progress=note)
+        except KeyboardInterrupt:
+            print(f"{parser.prog}: interrupted", file=stderr)
+            return EXIT_INTERRUPTED
     print(render_results(report), file=stdout, flush=True)
     try:
         if args.json_path is not None:

@@ -6,6 +6,7 @@ without a display and without matplotlib unless a plot is asked for.
 
 from accounting.errors import AccountingError
 from accounting.report._format import TERA
+from accounting.report.model import draw_model_panel
 LOG_Y_RATIO = 20.0
 """Use a log y-axis when the largest value plotted is this many times the smallest."""
 
@@ -55,7 +56,13 @@ def write_plot(report: dict, path: str) -> None:
     pyplot = _pyplot()
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-    figure, axes = pyplot.subplots(figsize=FIGURE_SIZE_IN, dpi=DPI, layout="constrained")
+    if report.get("model"):  # accounting report --model SIZE: a second panel below the sweep
+        width, height = FIGURE_SIZE_IN
+        figure, (axes, model_axes) = pyplot.subplots(2, 1, figsize=(width, height * 1.6), dpi=DPI,
+                                                     layout="constrained", height_ratios=(1.6, 1))
+        draw_model_panel(model_axes, report["model"])
+    else:
+        figure, axes = pyplot.subplots(figsize=FIGURE_SIZE_IN, dpi=DPI, layout="constrained")
     colours = pyplot.rcParams["axes.prop_cycle"].by_key()["color"]
     values, sizes = [], []
     count = len(report["dtypes"])

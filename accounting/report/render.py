@@ -11,6 +11,7 @@ import re
 
 from accounting._units import readable_bytes
 from accounting.report._format import GB, NOT_KNOWN, fraction, tflops
+from accounting.report.model import model_lines
 
 MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
                     "amx_tile", "amx_bf16", "amx_fp16", "amx_int8")
@@ -147,6 +148,8 @@ def render_results(report: dict, *, cases: bool = True) -> str:
     blocks = [_bandwidth_lines(report), _summary_lines(report)]
     if cases:
         blocks += [_case_lines(dtype, section) for dtype, section in report["dtypes"].items()]
+    if report.get("model"):  # accounting report --model SIZE
+        blocks.append(model_lines(report["model"]))
     if report["notes"]:
         blocks.append(["Notes:"] + [f"  - {note}" for note in report["notes"]])
     blocks.append(_verdict_lines(report))

@@ -1,0 +1,42 @@
+"""Model MFU: a training step of a GPT-style transformer, timed, with MFU, HFU and peak memory.
+
+>>> from accounting.model_mfu import build_training_step, measure_training_step, model_size
+>>> step = build_training_step(model_size("tiny", layers=1, seq=16), precision="fp32")
+>>> result = measure_training_step(step, device="cpu", peak_flops=1e12, warmup=1, repeats=2)
+>>> result.hardware_flops == result.model_flops, result.tokens
+(True, 64)
+"""
+
+from accounting.model_mfu.measure import (
+    PEAK_DTYPES,
+    PEAK_MEMORY_BAND,
+    ModelMeasurement,
+    check_ceiling,
+    check_peak_memory,
+    hardware_flops,
+    measure_training_step,
+    step_measurement,
+)
+from accounting.model_mfu.model import GPT, language_model_loss
+from accounting.model_mfu.sizes import MODEL_SIZES, ModelSize, model_size
+from accounting.model_mfu.step import STEP_POLICIES, TrainingStep, build_training_step, check_fits
+
+__all__ = [
+    "GPT",
+    "MODEL_SIZES",
+    "PEAK_MEMORY_BAND",
+    "STEP_POLICIES",
+    "ModelMeasurement",
+    "ModelSize",
+    "TrainingStep",
+    "build_training_step",
+    "check_ceiling",
+    "check_fits",
+    "check_peak_memory",
+    "hardware_flops",
+    "language_model_loss",
+    "measure_training_step",
+    "step_measurement",
+    "PEAK_DTYPES",
+    "model_size",
+]

@@ -1,0 +1,130 @@
+"""Training-step benchmarks from ``benchmarks.json``'s model section: tokens/s, MFU, HFU, peak memory.
+
+A GPT-style transformer (:mod:`accounting.model_mfu`) is trained one step per round
+(forward, fp32 loss, backward, AdamW step) under each configured precision policy, with
+and without activation recomputation. pytest-benchmark times it through the
+``flops_benchmark`` fixture (device-synchronised rounds, regression gate, machine identity);
+model FLOPs are :func:`accounting.transformer_flops`, and each test asserts they equal
+``FlopCounterMode``'s count of that very step (counted once, before the timed rounds; with
+recomputation the count is the hardware FLOPs, and HFU is reported beside MFU).
+
+Each test fails when MFU or HFU is above ``MFU_CEILING``, when the measured peak memory
+leaves ``PEAK_MEMORY_BAND`` around ``transformer_training_memory``'s prediction, and (in
+``-m cpu`` / ``-m gpu`` runs, which run the full size) when MFU is below the floor.
+A plain ``pytest`` runs the quick size only.
+"""
+
+import warnings
+
+import pytest
+
+from accounting.benchconfig import load_benchmarks
+from accounting.device import cpu_flags, cpu_vendor, release_cached_memory
+from accounting.errors import AccountingError
+from accounting.flop_count import count_flops
+from accounting.hardware import PeakUnknownWarning, cpu_flops_per_cycle, device_peak_flops
+from accounting.model_flops import transformer_flops
+from accounting.model_mfu import (
+    PEAK_DTYPES,
+    build_training_step,
+    check_ceiling,
+    check_fits,
+    check_peak_memory,
+    hardware_flops,
+    model_size,
+    step_measurement,
+)
+from accounting.pytest_plugin import add_summary_line, gpu_skip_reason, shape_mode
+
+WARMUP_ROUNDS = 1
+"""Untimed rounds after the counted step (which already created the optimizer state)."""
+
+
+def _model_points(config, kind):
+    matrix = load_benchmarks(config.getoption("benchmarks_json")).model(kind)
+    quick = shape_mode(config) == "quick"
+    params = []
+    for size in dict.fromkeys((matrix.quick_size, matrix.size)):
+        marks = []
+        if quick and size != matrix.quick_size:
+            marks.append(pytest.mark.skip(
+                reason=f"the full model size runs with `pytest -m {'gpu' if kind == 'cuda' else 'cpu'}` "
+                       "or --matmul-shapes=full"))
+        for precision in matrix.precisions:
+            params.append(pytest.param((size, precision, False), id=f"{size}-{precision}", marks=marks))
+        params.append(pytest.param((size, matrix.precisions[0], True), id=f"{size}-{matrix.precisions[0]}-recompute",
+                                   marks=marks))
+    return params
+
+
+def pytest_generate_tests(metafunc):
+    for fixture, kind in (("cpu_model_point", "cpu"), ("gpu_model_point", "cuda")):
+        if fixture in metafunc.fixturenames:
+            metafunc.parametrize(fixture, _model_points(metafunc.config, kind))
+
+
+def _peak_or_skip(info, dtype, config):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PeakUnknownWarning)
+        peak = device_peak_flops(info, dtype, override_tflops=config.getoption("peak_tflops"))
+    if peak is None:
+        pytest.skip(str(caught[-1].message) if caught else f"no {dtype} peak for {info.name}")
+    return peak
+
+
+def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info, note=""):
+    size_name, precision, recompute = point
+    matrix = benchmark_config.model(kind)
+    size = model_size(size_name)
+    try:
+        check_fits(size, precision, device)
+    except AccountingError as error:
+        pytest.skip(str(error))
+    dtype = PEAK_DTYPES[precision]
+    peak = _peak_or_skip(info, dtype, flops_benchmark.config)
+    step = build_training_step(size, precision=precision, device=device, recompute=recompute)
+    count = count_flops(step)  # the first step, untimed: the FLOPs the hardware executes
+    model_flops = transformer_flops(size.config, size.batch_size).training
+    assert count.total == hardware_flops(size.config, size.batch_size, recompute)
+    assert (count.total == model_flops) is not recompute
+    result = flops_benchmark(step, flops=model_flops, dtype=dtype, device=device, rounds=matrix.rounds,
+                             warmup_rounds=WARMUP_ROUNDS, peak=peak, count_flops=False)
+    if result.median_s is None:
+        pytest.skip("benchmarking is disabled (--benchmark-disable): no timing, no MFU")
+    stats = flops_benchmark.benchmark.stats.stats
+    measurement = step_measurement(step, median_s=result.median_s, iqr_s=stats.iqr, repeats=matrix.rounds,
+                                   count=count, peak_flops=peak, info=info)
+    del step
+    release_cached_memory(device)
+    flops_benchmark.benchmark.extra_info["model"] = measurement.as_dict()
+    label = getattr(flops_benchmark.benchmark, "name", "model step")
+    add_summary_line(flops_benchmark.config,
+                     f"{label}: {measurement.tokens_per_s:,.0f} tokens/s, MFU {measurement.mfu:.3f}, "
+                     f"HFU {measurement.hfu:.3f}, peak memory {measurement.memory_ratio:.3f} x predicted{note}")
+    check_ceiling(measurement)
+    check_peak_memory(measurement)
+    if shape_mode(flops_benchmark.config) != "quick":
+        floor = benchmark_config.model_floor(kind, precision)
+        assert measurement.mfu >= floor, (
+            f"{size.describe()} {precision}: model MFU {measurement.mfu:.4f} < floor {floor}: a throttled, "
+            "misconfigured or overloaded device"
+        )
+    return measurement
+
+
+@pytest.mark.cpu
+def test_cpu_training_step(cpu_model_point, flops_benchmark, benchmark_config):
+    precision = cpu_model_point[1]
+    _per_cycle, path = cpu_flops_per_cycle(PEAK_DTYPES[precision], cpu_flags(), vendor=cpu_vendor())
+    note = " (bf16 emulated: no native path on this CPU)" if "via float32" in path else ""
+    info = flops_benchmark.device_info("cpu")
+    _benchmark_step(flops_benchmark, benchmark_config, "cpu", cpu_model_point, "cpu", info, note)
+
+
+@pytest.mark.gpu
+def test_gpu_training_step(gpu_model_point, flops_benchmark, benchmark_config):
+    reason = gpu_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    info = flops_benchmark.device_info("cuda:0")
+    _benchmark_step(flops_benchmark, benchmark_config, "cuda", gpu_model_point, info.device, info)

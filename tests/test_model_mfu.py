@@ -1,0 +1,257 @@
+"""The training-step benchmark's parts, against independent truths.
+
+- FLOPs: ``FlopCounterMode`` on the model's step equals :func:`transformer_flops` (model
+  FLOPs) without recomputation, and :func:`hardware_flops` with it; checkpointing with torch's
+  early stop off recomputes every block's whole forward (``transformer_flops(embeddings=False)``).
+- MFU and HFU: the arithmetic from a measurement's own fields, and HFU/MFU = hardware/model FLOPs.
+- Memory: saved activations against :func:`transformer_activation_bytes` (live-tensor tracker).
+- Bad input: named errors. GPU paths: fakes for torch.cuda.
+"""
+
+import pytest
+import torch
+from beartype import beartype
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+from jaxtyping import jaxtyped
+from torch.utils.checkpoint import set_checkpoint_early_stop
+
+from accounting import (
+    AccountingError,
+    AccountingTypeError,
+    LiveTensorBytes,
+    TransformerConfig,
+    count_flops,
+    transformer_activation_bytes,
+    transformer_flops,
+)
+from accounting.device import DeviceInfo
+from accounting.model_mfu import (
+    GPT,
+    build_training_step,
+    check_ceiling,
+    check_fits,
+    check_peak_memory,
+    hardware_flops,
+    language_model_loss,
+    measure_training_step,
+    model_size,
+)
+from accounting.model_mfu import _peak_memory
+from accounting.model_mfu.measure import ModelMeasurement
+from tests.strategies_training import transformer_configs
+
+STEP_EXAMPLES = settings(max_examples=8)  # each builds a model; the case tables and the pin add more
+
+
+def _meta_step_flops(config, batch_size, recompute=False) -> int:
+    """FlopCounterMode's count of forward + backward on meta tensors (no arithmetic done).
+
+    A head width or sequence length of 1 turns an attention einsum into an elementwise
+    product (torch's ``mul``, not matmul work): the formula's convention holds from 2 up.
+    """
+    assume(config.head_width > 1 and config.sequence_length > 1)
+    with torch.device("meta"):
+        model = GPT(config, recompute=recompute)
+        tokens = torch.randint(0, config.vocabulary, (batch_size, config.sequence_length))
+    return count_flops(lambda: language_model_loss(model(tokens), tokens).backward()).total
+
+
+@STEP_EXAMPLES
+@given(config=transformer_configs(max_layers=3, max_width=48, max_length=24), batch_size=st.integers(1, 3))
+@example(config=TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257), batch_size=12)
+def test_model_flops_equal_flop_counter(config, batch_size):
+    assert _meta_step_flops(config, batch_size) == transformer_flops(config, batch_size).training
+
+
+@STEP_EXAMPLES
+@given(config=transformer_configs(max_layers=3, max_width=48, max_length=24), batch_size=st.integers(1, 3))
+def test_hardware_flops_with_recomputation_equal_flop_counter(config, batch_size):
+    counted = _meta_step_flops(config, batch_size, recompute=True)
+    assert counted == hardware_flops(config, batch_size, recompute=True)
+    with set_checkpoint_early_stop(False):  # every block's forward recomputed, its last matmul too
+        full = _meta_step_flops(config, batch_size, recompute=True)
+    assert full == transformer_flops(config, batch_size).training + transformer_flops(
+        config, batch_size, embeddings=False).forward
+
+
+def test_the_real_step_counts_what_the_formula_says():
+    """On the CPU, for real: time_fn's count of a training step (optimizer included) is the model FLOPs."""
+    step = build_training_step(model_size("tiny", layers=1, seq=16), precision="fp32")
+    result = measure_training_step(step, device="cpu", peak_flops=1e12, warmup=1, repeats=1)
+    assert result.hardware_flops == result.model_flops == transformer_flops(step.size.config, 4).training
+
+
+def test_mfu_and_hfu_arithmetic_on_a_checkpointed_step():
+    step = build_training_step(model_size("tiny", layers=2, seq=32), precision="fp32", recompute=True)
+    peak = 2e11
+    result = measure_training_step(step, device="cpu", peak_flops=peak, warmup=1, repeats=2)
+    config, batch = step.size.config, step.size.batch_size
+    assert result.model_flops == transformer_flops(config, batch).training
+    assert result.hardware_flops == hardware_flops(config, batch, recompute=True) > result.model_flops
+    assert result.mfu == pytest.approx(result.model_flops / result.median_s / peak)
+    assert result.hfu == pytest.approx(result.hardware_flops / result.median_s / peak)
+    assert result.hfu / result.mfu == pytest.approx(result.hardware_flops / result.model_flops)
+    assert result.tokens_per_s == pytest.approx(batch * config.sequence_length / result.median_s)
+    assert result.as_dict()["hfu"] == result.hfu and result.as_dict()["recompute"] is True
+    check_peak_memory(result)  # recomputation: only the upper end of the band applies
+    assert result.memory_ratio < 1  # it saves less than the no-recomputation prediction
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_saved_activations_of_the_einops_model(precision):
+    config = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = GPT(config).to(dtype)
+    tokens = torch.randint(0, 100, (3, 32))
+    with LiveTensorBytes() as live:
+        loss = language_model_loss(model(tokens), tokens)
+        saved = live.current
+    del loss
+    # fp32: exact but for the loss's scalars; bf16: CPU LayerNorm keeps bf16 statistics (formula: fp32).
+    assert saved == pytest.approx(transformer_activation_bytes(config, 3, precision), rel=1e-3 if dtype == torch.float32 else 0.02, abs=64)
+
+
+def test_the_model_is_shape_checked_under_jaxtyping():
+    config = TransformerConfig(layers=1, width=16, heads=2, sequence_length=8, vocabulary=32)
+    model = GPT(config)
+    checked = jaxtyped(typechecker=beartype)(GPT.forward)
+    assert checked(model, torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 32)
+    with pytest.raises(Exception, match="tokens"):
+        checked(model, torch.zeros(2, 8))  # floats are not token ids
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
+def test_every_policy_trains_and_lays_out_memory_as_predicted(precision):
+    step = build_training_step(model_size("tiny", layers=1, seq=32), precision=precision)
+    before = [p.detach().clone() for p in step.model.parameters()]
+    result = measure_training_step(step, device="cpu", peak_flops=1e12, warmup=1, repeats=1)
+    assert any(not torch.equal(a, p) for a, p in zip(before, step.model.parameters()))  # the weights moved
+    assert all(p.grad is None for p in step.model.parameters())  # zero_grad: nothing outlives the step
+    assert {p.dtype for p in step.model.parameters()} == {torch.float32 if precision == "fp32" else torch.bfloat16}
+    assert (step.master is not None) == (precision == "bf16-mixed")
+    check_peak_memory(result)
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+
+def test_a_model_on_another_device_than_stated():
+    step = build_training_step(model_size("tiny", layers=1, seq=8), precision="fp32")
+    with pytest.raises(AccountingError, match=r"^the model's parameters are on cpu but device='cuda:0' was given$"):
+        measure_training_step(step, device="cuda:0", peak_flops=1e12)
+
+
+def test_a_config_that_does_not_fit_memory_is_refused_before_allocating(monkeypatch):
+    from accounting.model_mfu import step as step_module
+
+    monkeypatch.setattr(step_module, "free_memory_bytes", lambda device: 2**30)
+    with pytest.raises(AccountingError, match=r"^gpt2-small: 12 layers, width 768, .* in bf16-mixed needs [0-9.]+ GiB "
+                                              r"at its predicted peak, but cpu has 1.00 GiB free"):
+        build_training_step(model_size("gpt2-small"), precision="bf16-mixed")
+    assert check_fits(model_size("tiny"), "fp32", "cpu", free_bytes=2**30) > 0
+
+
+@pytest.mark.parametrize("call, error, message", [
+    pytest.param(lambda: model_size("medium"), AccountingError,
+                 r"^model size must be one of 'tiny', 'small', 'gpt2-small', got 'medium'", id="unknown-size"),
+    pytest.param(lambda: model_size("tiny", heads=5), AccountingError, r"^heads=5 does not divide width=64",
+                 id="heads-do-not-divide"),
+    pytest.param(lambda: model_size("tiny", batch=0), AccountingError, r"^batch must be a positive integer, got 0",
+                 id="zero-batch"),
+    pytest.param(lambda: build_training_step(model_size("tiny"), precision="fp16-mixed"), AccountingError,
+                 r"^precision of a training step must be one of 'fp32', 'bf16-mixed', 'bf16', got 'fp16-mixed'",
+                 id="fp16-needs-loss-scaling"),
+    pytest.param(lambda: build_training_step("tiny"), AccountingTypeError,
+                 r"^size must be a ModelSize \(see model_size\), got 'tiny'", id="size-by-name"),
+    pytest.param(lambda: GPT(model_size("tiny").config)(torch.zeros(1, 65, dtype=torch.long)), AccountingError,
+                 r"^tokens have 65 positions but the model was built for sequence_length=64", id="too-long"),
+    pytest.param(lambda: measure_training_step(lambda: None), AccountingError,
+                 r"^step must be a TrainingStep", id="not-a-step"),
+])
+def test_bad_input_is_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def _measurement(**changes) -> ModelMeasurement:
+    fields = dict(size=model_size("tiny"), precision="fp32", recompute=False, device="fake", device_kind="cpu",
+                  dtype="float32", median_s=1.0, iqr_s=0.0, repeats=3, model_flops=10**12, hardware_flops=10**12,
+                  peak_flops=2e12, measured_peak_bytes=110, predicted_peak_bytes=100, flop_count_seconds=0.1)
+    return ModelMeasurement(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    pytest.param({"measured_peak_bytes": 140}, r"measured peak 140 bytes is 1.400 x the predicted 100 bytes; "
+                                               r"allowed \[0.95, 1.3\]$", id="above"),
+    pytest.param({"measured_peak_bytes": 90}, r"is 0.900 x the predicted", id="below"),
+    pytest.param({"measured_peak_bytes": 140, "recompute": True}, r"allowed at most 1.3 \(recomputation\)$",
+                 id="above-with-recomputation"),
+])
+def test_peak_memory_outside_the_band_fails(changes, message):
+    with pytest.raises(AccountingError, match=message):
+        check_peak_memory(_measurement(**changes))
+
+
+def test_peak_memory_inside_the_band_passes():
+    check_peak_memory(_measurement(measured_peak_bytes=96))
+    check_peak_memory(_measurement(measured_peak_bytes=20, recompute=True))
+
+
+def test_mfu_or_hfu_above_the_ceiling_fails():
+    check_ceiling(_measurement(median_s=0.5))  # MFU 1.0
+    with pytest.raises(AccountingError, match=r"MFU 1.111 exceeds 1.05"):
+        check_ceiling(_measurement(median_s=0.45))
+    with pytest.raises(AccountingError, match=r"HFU 1.250 exceeds 1.05"):
+        check_ceiling(_measurement(hardware_flops=int(1.25e12), median_s=0.5, recompute=True))
+    assert _measurement(peak_flops=None).mfu is None
+
+
+# ---- CUDA paths, with fakes ------------------------------------------------------------------
+
+
+def test_cuda_peak_memory_is_max_allocated_less_what_was_there(monkeypatch):
+    log = []
+    allocated = {"now": 1000, "max": 1000}
+    monkeypatch.setattr(_peak_memory, "synchronize", lambda device: log.append(f"sync {device}"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: log.append(f"reset {device}"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: allocated["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: allocated["max"])
+    with _peak_memory.PeakMemory("cuda:1") as memory:
+        allocated["max"] = 5096  # the block's high-water mark
+    assert memory.peak == 4096
+    assert log == ["sync cuda:1", "reset cuda:1", "sync cuda:1"]  # synchronized before reading the counters
+
+
+def test_fp32_steps_on_cuda_turn_tf32_off(monkeypatch):
+    """The FP32 peak is the divisor, so a CUDA fp32 step runs plain FP32 (TF32 off) whatever the global flag."""
+    from accounting.model_mfu import step as step_module
+
+    step = build_training_step(model_size("tiny", layers=1, seq=8), precision="fp32")
+    seen = []
+
+    class FakeMode:
+        def __init__(self, *, tf32):
+            seen.append(tf32)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            return None
+
+    monkeypatch.setattr(step_module, "float32_matmul_mode", FakeMode)
+    monkeypatch.setattr(type(step), "device", property(lambda self: torch.device("cuda", 0)))
+    step()
+    assert seen == [False]
+
+
+def test_measure_takes_the_table_peak_of_the_policy_dtype(monkeypatch):
+    from accounting.model_mfu import measure as measure_module
+
+    asked = []
+    monkeypatch.setattr(measure_module, "device_peak_flops", lambda info, dtype: asked.append(dtype) or 1e12)
+    info = DeviceInfo("cpu", "fake CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=1, clock_ghz=1.0)
+    step = build_training_step(model_size("tiny", layers=1, seq=8), precision="bf16-mixed")
+    result = measure_training_step(step, device="cpu", warmup=1, repeats=1, info=info)
+    assert asked == ["bfloat16"] and result.peak_flops == 1e12 and result.device == "fake CPU"

@@ -1,0 +1,102 @@
+"""``accounting report --model SIZE``: the training-step section in the text, JSON and plot; its one-line errors.
+
+The matmul sweep is replaced by the report's own pre-measurement document (``preview``) so
+these tests time only the model steps; the full report runs end to end in test_report_cli.py.
+"""
+
+import json
+
+import pytest
+
+from accounting.__main__ import main
+from accounting.model_flops import transformer_flops
+from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size
+from accounting.report import cli
+from accounting.report.run import preview
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def no_sweep(monkeypatch):
+    """build_report without measuring matmuls: the document as it stands before the sweep."""
+    calls = []
+
+    def fake_build_report(plan, *, progress, started):
+        calls.append(plan)
+        return preview(plan)
+
+    monkeypatch.setattr(cli, "build_report", fake_build_report)
+    return calls
+
+
+def _run(argv, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_model_section_in_text_json_and_plot(no_sweep, capsys, tmp_path):
+    json_path, plot_path = tmp_path / "report.json", tmp_path / "report.png"
+    status, out, err = _run(["report", "--device", "cpu", "--dtypes", "float32", "--quiet", "--model", "tiny",
+                             "--layers", "1", "--seq", "16", "--batch", "2", "--json", str(json_path),
+                             "--plot", str(plot_path)], capsys)
+    assert status == 0, err
+    assert "Model training step (tiny: 1 layers, width 64, 4 heads, 16 tokens x batch 2, vocabulary 256; AdamW):" in out
+    report = json.loads(json_path.read_text())
+    section = report["model"]
+    assert section["size"] == {"name": "tiny", "layers": 1, "width": 64, "heads": 4, "sequence_length": 16,
+                               "vocabulary": 256, "batch_size": 2}
+    size = model_size("tiny", layers=1, seq=16, batch=2)
+    rows = section["rows"]
+    assert [(row["precision"], row["recompute"]) for row in rows] == [
+        *((precision, False) for precision in STEP_POLICIES), ("fp32", True)]
+    for row in rows:
+        assert row["model_flops"] == transformer_flops(size.config, 2).training
+        assert row["hardware_flops"] == hardware_flops(size.config, 2, row["recompute"])
+        assert row["hfu"] == pytest.approx(row["mfu"] * row["hardware_flops"] / row["model_flops"])
+        assert row["tokens_per_s"] == pytest.approx(32 / row["median_s"])
+        low, high = PEAK_MEMORY_BAND
+        assert row["memory_ratio"] <= high and (row["recompute"] or row["memory_ratio"] >= low)
+    assert rows[-1]["hfu"] > rows[-1]["mfu"]
+    assert plot_path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_the_default_report_has_no_model_section(no_sweep, capsys, tmp_path):
+    json_path = tmp_path / "report.json"
+    status, out, err = _run(["report", "--device", "cpu", "--dtypes", "float32", "--quiet",
+                             "--json", str(json_path)], capsys)
+    assert status == 0, err
+    assert "Model training step" not in out
+    assert "model" not in json.loads(json_path.read_text())
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--layers", "2"], r"--layers change the model of --model SIZE; give --model too$", id="no-model"),
+    pytest.param(["--model", "tiny", "--heads", "5"], r"--model: heads=5 does not divide width=64", id="heads"),
+    pytest.param(["--model", "tiny", "--batch", "0"], r"--model: batch must be a positive integer, got 0$",
+                 id="zero-batch"),
+    pytest.param(["--model", "huge"], r"argument --model: invalid choice: 'huge'", id="unknown-size"),
+    pytest.param(["--model", "tiny", "--width", "many"], r"argument --width: invalid int value: 'many'",
+                 id="not-a-number"),
+])
+def test_bad_model_arguments_are_one_line_before_measuring(no_sweep, capsys, argv, message):
+    status, out, err = _run(["report", "--device", "cpu", "--quiet", *argv], capsys)
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("accounting report: error: ")
+    assert pytest.importorskip("re").search(message, err.strip())
+    assert no_sweep == []  # refused before any measuring
+
+
+def test_a_model_that_does_not_fit_is_refused_before_measuring(no_sweep, capsys, monkeypatch):
+    from accounting.model_mfu import step
+
+    monkeypatch.setattr(step, "free_memory_bytes", lambda device: 2**30)
+    status, _out, err = _run(["report", "--device", "cpu", "--quiet", "--model", "gpt2-small"], capsys)
+    assert status == 2
+    assert "gpt2-small: 12 layers, width 768" in err and "but cpu has 1.00 GiB free" in err
+    assert no_sweep == []
