@@ -36,7 +36,7 @@ from accounting.benchconfig import load_benchmarks
 from accounting.device import (
     DeviceInfo,
     L2_FLUSH_FACTOR,
-    MEASURED_CLOCK_SOURCE,
+    MEASURED_CLOCK_SOURCES,
     as_device,
     clock_for,
     cuda_available,
@@ -300,7 +300,7 @@ def accounting_machine_info(device=None) -> dict:
         "cpu_clock_ghz": cpu.clock_ghz,
         "cpu_clock_source": cpu.clock_source,
     }
-    if cpu.clock_source == MEASURED_CLOCK_SOURCE:
+    if cpu.clock_source in MEASURED_CLOCK_SOURCES:
         # A measured clock jitters by a few percent from run to run, and so would a peak
         # derived from it: keep them out of the identity. Each benchmark's extra_info
         # still records the peak its MFU was computed with.

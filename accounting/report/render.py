@@ -10,6 +10,7 @@ bfloat16     1.93
 import re
 
 from accounting._units import readable_bytes
+from accounting.device import MEASURED_CLOCK_SOURCE
 from accounting.report._format import GB, NOT_KNOWN, fraction, tflops
 
 MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
@@ -61,6 +62,8 @@ def _device_lines(report: dict) -> list[str]:
         lines.append("  ISA flags for matmuls: " + (" ".join(shown) or "none of " + " ".join(MATMUL_CPU_FLAGS)))
     if device.get("clock_ghz"):
         lines.append(f"  clock {device['clock_ghz']:g} GHz ({device.get('clock_source') or 'source unknown'})")
+    if device.get("scalar_clock_ghz") and device.get("clock_source") != MEASURED_CLOCK_SOURCE:
+        lines.append(f"  clock under scalar load {device['scalar_clock_ghz']:g} GHz ({MEASURED_CLOCK_SOURCE})")
     machine = report["machine"]
     lines.append(f"  torch {machine['torch']}, Python {machine['python']}, {machine['platform']}")
     return lines
