@@ -26,6 +26,7 @@ What it adds:
 ['accelerator', 'compute_capability']
 """
 
+import contextlib
 import re
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ from accounting.errors import AccountingError
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
 from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, should_flush_l2
+from accounting.validity import window_extra_info
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
@@ -242,7 +244,9 @@ class FlopsBenchmark:
             synchronize(device)  # see the class docstring: the host clock must wait for the device
             return result
 
-        self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
+        with window as sampler:
+            self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         stats = getattr(self.benchmark, "stats", None)
         median = stats.stats.median if stats is not None else None  # None under --benchmark-disable
         tflops = flops / median / TERA if median else None
@@ -257,12 +261,24 @@ class FlopsBenchmark:
             "dtype": name,
             "shape": list(shape) if shape is not None else None,
         })
+        if sampler is not None:
+            self.benchmark.extra_info["telemetry"] = window_extra_info(
+                sampler.summary, work_flops=int(flops) * (rounds + warmup_rounds))
         if median and hasattr(self.config, "stash"):
             mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
             peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
             label = getattr(self.benchmark, "name", "benchmark")
             add_summary_line(self.config, f"{label}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text} [{info.name}, {name}]")
         return result
+
+
+def _telemetry_window(device):
+    """A telemetry sampler around a CUDA benchmark's rounds (``accounting.telemetry``); nothing on the CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext(None)
+    from accounting.telemetry import Sampler
+
+    return Sampler(device)
 
 
 @pytest.fixture(scope="session")
