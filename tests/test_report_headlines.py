@@ -122,6 +122,17 @@ def test_a_budget_too_short_for_any_candidate_withholds_the_figure():
     assert headline.reason == "the budget left no time for a candidate's repetitions"
 
 
+def test_candidates_slower_than_planned_leave_no_lock_in_and_the_figure_is_withheld():
+    device = FakeDevice(tau=1e-3, rate=1e12)
+    planned = [Candidate((4096, 4096, 4096), 2 * 4096**3, 0.5 * 2 * 4096**3 / 1e12),  # the sweep saw them twice as fast
+               Candidate((4096, 4096, 2048), 2 * 4096**2 * 2048, 0.5 * 2 * 4096**2 * 2048 / 1e12)]
+    # Both fit when planned (14 repetitions and two windows each, one after the other), but the two candidate
+    # windows take twice as long as planned, so neither lock-in (9 repetitions) fits what is left of 1.5 s.
+    headline, windows = sustained(device, "bf16", planned, deadline=1.5)
+    assert [window[1] for window in windows] == planned and not headline.published
+    assert headline.reason == "the budget left no time for a lock-in after the candidates' repetitions"
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_burst_is_never_below_sustained(seed):
     device = FakeDevice(seed=seed, tau=1.5)

@@ -258,15 +258,22 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
         return Headline(dtype, "sustained", False, reason="the budget left no time for a candidate's repetitions"), windows
     trials.sort(key=lambda trial: trial.candidate.flops / trial.centre, reverse=True)
     spreads, lock_ins = [], []
-    for trial in trials:
-        if not _fits(device, deadline, LOCK_IN_REPEATS, trial.candidate.seconds, overhead_s) and (spreads or len(trials) > 1):
-            break
+    for position, trial in enumerate(trials):
+        # Planned by what the candidate window measured (its trimmed centre), not by the sweep's figure.
+        per_call = trial.centre if trial.window is not None else trial.candidate.seconds
+        fits = _fits(device, deadline, LOCK_IN_REPEATS, per_call, overhead_s)
+        last_chance = not spreads and position == len(trials) - 1 and LOCK_IN_REPEATS * per_call <= overrun_s
+        if not (fits or last_chance or len(trials) == 1):
+            continue
         lock_in = device.repeat(dtype, trial.candidate.shape, LOCK_IN_REPEATS)
         windows.append((lock_in, trial.candidate))
         spreads.append(spread(lock_in.samples))
         lock_ins.append((lock_in, trial.candidate))
         if spreads[-1] <= LOCK_IN_MAX_SPREAD:
             return _sustained_headline(dtype, lock_in, trial.candidate, spreads, device_name), windows
+    if not spreads:
+        return Headline(dtype, "sustained", False,
+                        reason="the budget left no time for a lock-in after the candidates' repetitions"), windows
     # No candidate held still: the steadiest is published, tagged as such (a noisy machine still gets a figure).
     position = min(range(len(spreads)), key=spreads.__getitem__)
     lock_in, candidate = lock_ins[position]
@@ -388,7 +395,9 @@ def _tagged(headline: Headline, run_max_power, saturated_clock) -> Headline:
 
 def _burst_headline(dtype, pool, run_max_clock, run_max_power, device_name) -> Headline:
     rate, window, candidate, _seconds = _best_repetition(pool)
-    clock = _telemetry_value(window.telemetry, "clock_mhz_mean")
+    # Its window's highest clock, against the run's highest: the same statistic on both sides, so the
+    # noise of a measured clock (a VM's CPU: two readings per window) does not withhold it alone.
+    clock = _window_clock_max(window.telemetry)
     tags = tuple(validity_tags(window.telemetry, run_max_power_w=run_max_power))
     common = dict(flops_per_s=rate, shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples),
                   clock_mhz=clock, power_w=_telemetry_value(window.telemetry, "power_w_mean"), tags=tags,
