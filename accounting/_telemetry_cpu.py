@@ -3,7 +3,9 @@
 - Clock: the mean ``cpufreq/scaling_cur_freq`` of the CPUs in the affinity mask; on
   bare metal without cpufreq, their ``cpu MHz`` in ``/proc/cpuinfo``; in a VM (the
   ``hypervisor`` flag, no cpufreq) that line is only the nominal TSC clock, so the
-  clock is measured under load at the window's edges (:mod:`accounting._cpu_clock`).
+  clock is measured under vector load on every core at the window's edges
+  (:func:`accounting._cpu_clock.measure_vector_clock`; the scalar imul chain where
+  the CPU has no AVX2+FMA).
 - Energy and power: the RAPL package counters ``/sys/class/powercap/intel-rapl:N/energy_uj``
   (AMD exposes its own under the same name), where readable (root-only since Linux
   5.10), with wrap-around at ``max_energy_range_uj`` undone; power is the energy of
@@ -37,8 +39,11 @@ _KHZ_PER_MHZ = 1e3
 _UJ_PER_J = 1e6
 _MILLI = 1e3
 
-MEASURED_CLOCK_SOURCE = "measured under load before and after the window (scalar imul chain)"
+MEASURED_CLOCK_SOURCE = "measured under vector load before and after the window (FMA chains, all cores)"
 """``clock_source`` where a VM shows only a nominal clock and the clock is measured at the window's edges."""
+SCALAR_CLOCK_SOURCE = "measured under scalar load before and after the window (imul chain, one core)"
+"""The same, on a CPU without AVX2+FMA or of unknown FMA latency."""
+_EDGE_REPEATS = 10  # runs per core at each edge (~0.1 s): the window's neighbours, not the peak
 
 
 def _read_text(path: Path) -> str | None:
@@ -157,7 +162,9 @@ class CpuBackend:
                 "a VM shows only the nominal clock and the measurement was not asked for (measure_clock=False)"
             )
             return None
-        return MEASURED_CLOCK_SOURCE
+        if _cpu_clock.vector_clock_supported():
+            return MEASURED_CLOCK_SOURCE
+        return SCALAR_CLOCK_SOURCE
 
     def _clock_mhz(self, *, edge: bool) -> float | None:
         if self.clock_source == "cpufreq scaling_cur_freq":
@@ -168,8 +175,12 @@ class CpuBackend:
             blocks = parse_cpuinfo(_read_text(PROC_CPUINFO) or "")
             mhz = [float(b["cpu MHz"]) for b in blocks if b.get("cpu MHz") and int(b.get("processor", -1)) in self._cpus]
             return sum(mhz) / len(mhz) if mhz else None
-        if self.clock_source == MEASURED_CLOCK_SOURCE and edge:
-            ghz = _cpu_clock.measure_cpu_ghz()
+        if self.clock_source in (MEASURED_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE) and edge:
+            if self.clock_source == MEASURED_CLOCK_SOURCE:
+                vector = _cpu_clock.measure_vector_clock(repeats=_EDGE_REPEATS)
+                ghz = vector.ghz if vector is not None else None
+            else:
+                ghz = _cpu_clock.measure_cpu_ghz()
             if ghz is None:
                 self.unavailable["clock_mhz_mean"] = "a VM shows only the nominal clock and it cannot be measured here"
                 return None

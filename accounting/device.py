@@ -30,13 +30,17 @@ from pathlib import Path
 import torch
 
 from accounting._checks import positive_number_from_text
-from accounting._cpu_clock import measured_cpu_ghz
+from accounting._cpu_clock import measured_cpu_ghz, measured_vector_clock
 from accounting.errors import AccountingError, AccountingTypeError
 
 CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
 """Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
 MEASURED_CLOCK_SOURCE = "imul-chain measurement"
-"""Where the clock came from when :mod:`accounting._cpu_clock` measured it."""
+"""Where the clock came from when :mod:`accounting._cpu_clock` measured it under scalar load."""
+VECTOR_CLOCK_SOURCE = "FMA-chain measurement, all cores under vector load"
+"""Where the clock came from when :mod:`accounting._cpu_clock` measured it under vector FMA load."""
+MEASURED_CLOCK_SOURCES = (VECTOR_CLOCK_SOURCE, MEASURED_CLOCK_SOURCE)
+"""Clock sources that are measurements (they jitter by a few percent from run to run)."""
 TIMED_KINDS = ("cpu", "cuda")
 """Device types that can be timed: a CPU, or a CUDA (or ROCm) GPU."""
 
@@ -88,6 +92,7 @@ class DeviceInfo:
     cores: int | None = None
     clock_ghz: float | None = None
     clock_source: str | None = None
+    scalar_clock_ghz: float | None = None
     vendor: str | None = None
     multiprocessors: int | None = None
     l2_cache_bytes: int | None = None
@@ -215,23 +220,36 @@ def cpu_clock_ghz() -> tuple[float, str]:
     In order of preference:
 
     1. ``$ACCOUNTING_CPU_GHZ`` — a user who knows the sustained all-core clock says so.
-    2. ``cpufreq/cpuinfo_max_freq`` — the maximum (turbo) clock. It is an upper bound
+    2. Measured under vector load (x86-64 with AVX2+FMA or AVX-512, a CPU generation
+       whose FMA latency is known): the mean clock of every physical core while all of
+       them run FMA chains on the widest registers the CPU has
+       (:func:`accounting._cpu_clock.measure_vector_clock`). Cores lower their clock
+       under wide-vector load, so this is the clock a float32 peak holds at; a scalar
+       clock made the peak ~12 % high on an AVX-512 host. (bf16/fp16 peaks on AMX
+       hosts use it too; their tile units may run at yet another clock.)
+    3. ``cpufreq/cpuinfo_max_freq`` — the maximum (turbo) clock. It is an upper bound
        on the sustained all-core clock, so the peak may be high and MFU low, never
        the reverse: MFU above 1 would be worse than a pessimistic MFU.
-    3. Measured (x86-64): the clock one busy core really runs at, from the latency of a
-       chain of dependent multiplies (:mod:`accounting._cpu_clock`). VMs hide cpufreq and
-       report only the nominal clock, while the cores run at turbo (here: 2.7 GHz
-       reported, ~3.5 GHz measured); a peak from the nominal clock made MFU read above 1.
-       Single-core turbo is again an upper bound on the all-core clock.
-    4. ``@ 2.70GHz`` in the model name — the base clock Intel prints there.
-    5. The highest ``cpu MHz`` in ``/proc/cpuinfo`` — the current clock on bare metal;
+    4. Measured under scalar load (x86-64): the clock one busy core runs at, from the
+       latency of a chain of dependent multiplies (:mod:`accounting._cpu_clock`). VMs
+       hide cpufreq and report only the nominal clock, while the cores run at turbo
+       (here: 2.7 GHz reported, ~3.5 GHz measured); a peak from the nominal clock made
+       MFU read above 1. Single-core turbo is again an upper bound on the all-core clock.
+    5. ``@ 2.70GHz`` in the model name — the base clock Intel prints there.
+    6. The highest ``cpu MHz`` in ``/proc/cpuinfo`` — the current clock on bare metal;
        in a VM, the nominal TSC clock the hypervisor reports. Turbo can run above
-       both 4 and 5, so there MFU may read high; set ``$ACCOUNTING_CPU_GHZ`` (or pass
+       both 5 and 6, so there MFU may read high; set ``$ACCOUNTING_CPU_GHZ`` (or pass
        ``ghz=``) if you know better.
+
+    The scalar measurement stays beside the chosen clock in :class:`DeviceInfo`
+    (``scalar_clock_ghz``) and in the report.
     """
     override = os.environ.get(CPU_GHZ_ENV)
     if override:
         return positive_number_from_text(override, f"${CPU_GHZ_ENV}", "GHz"), f"${CPU_GHZ_ENV}"
+    vector = measured_vector_clock()
+    if vector is not None:
+        return round(vector.ghz, 2), VECTOR_CLOCK_SOURCE
     text = _read(_CPUFREQ_MAX)
     if text and text.strip().isdigit():
         return int(text) / _KHZ_PER_GHZ, "cpufreq cpuinfo_max_freq"
@@ -248,6 +266,10 @@ def cpu_clock_ghz() -> tuple[float, str]:
     raise AccountingError(
         f"cannot find this CPU's clock (no cpufreq, no GHz in the model name, no cpu MHz); set ${CPU_GHZ_ENV}"
     )
+
+
+def _rounded(ghz: float | None) -> float | None:
+    return None if ghz is None else round(ghz, 2)
 
 
 def _cpu_memory_bytes() -> int:
@@ -461,6 +483,7 @@ def detect_device(device=None) -> DeviceInfo:
         cores=physical_cores(),
         clock_ghz=ghz,
         clock_source=source,
+        scalar_clock_ghz=_rounded(measured_cpu_ghz()),
         vendor=cpu_vendor(),
     )
 

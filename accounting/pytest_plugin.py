@@ -27,6 +27,7 @@ What it adds:
 ['accelerator', 'compute_capability']
 """
 
+import contextlib
 import re
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from accounting.benchconfig import load_benchmarks
 from accounting.device import (
     DeviceInfo,
     L2_FLUSH_FACTOR,
-    MEASURED_CLOCK_SOURCE,
+    MEASURED_CLOCK_SOURCES,
     as_device,
     clock_for,
     cuda_available,
@@ -54,6 +55,7 @@ from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_pe
 from accounting.memory import format_name
 from accounting.native_dtypes import FP8_MIN_CAPABILITY, native_matmul  # noqa: F401 - the constant was defined here
 from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, flush_bytes, should_flush_l2, time_fn
+from accounting.validity import window_extra_info
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
@@ -353,7 +355,9 @@ class FlopsBenchmark:
             synchronize(device)  # see the class docstring: the host clock must wait for the device
             return result
 
-        self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
+        with window as sampler:
+            self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         stats = getattr(self.benchmark, "stats", None)
         median = stats.stats.median if stats is not None else None  # None under --benchmark-disable
         if median and device.type == "cuda":
@@ -376,6 +380,9 @@ class FlopsBenchmark:
             "dtype": name,
             "shape": list(shape) if shape is not None else None,
         })
+        if sampler is not None:
+            self.benchmark.extra_info["telemetry"] = window_extra_info(
+                sampler.summary, work_flops=int(flops) * (rounds + warmup_rounds))
         if median and hasattr(self.config, "stash"):
             mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
             peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
@@ -447,6 +454,15 @@ def refuse_other_baseline_shape(config, fullname, shape) -> None:
         pytest.fail(reason + " (free memory differs? save a baseline from this machine state)", pytrace=False)
 
 
+def _telemetry_window(device):
+    """A telemetry sampler around a CUDA benchmark's rounds (``accounting.telemetry``); nothing on the CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext(None)
+    from accounting.telemetry import Sampler
+
+    return Sampler(device)
+
+
 @pytest.fixture(scope="session")
 def benchmark_config(pytestconfig):
     """The validated benchmark matrix (``--benchmarks-json`` or the default ``benchmarks.json``)."""
@@ -481,7 +497,7 @@ def accounting_machine_info(device=None) -> dict:
         "cpu_clock_ghz": cpu.clock_ghz,
         "cpu_clock_source": cpu.clock_source,
     }
-    if cpu.clock_source == MEASURED_CLOCK_SOURCE:
+    if cpu.clock_source in MEASURED_CLOCK_SOURCES:
         # A measured clock jitters by a few percent from run to run, and so would a peak
         # derived from it: keep them out of the identity. Each benchmark's extra_info
         # still records the peak its MFU was computed with.

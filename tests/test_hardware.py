@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import device as device_module
-from accounting._cpu_clock import measure_cpu_ghz
+from accounting._cpu_clock import VectorClock, measure_cpu_ghz
 from accounting.device import cpu_flags
 from accounting.timing import time_matmul
 from accounting.device import DeviceInfo, cpu_clock_ghz, detect_device, physical_cores
@@ -233,7 +233,7 @@ flags\t\t: fpu sse2 avx avx2 fma avx512f
 def fake_cpu(tmp_path, monkeypatch):
     """Point the device seam at a fake /proc/cpuinfo (4 logical CPUs, 2 cores with SMT) and no cpufreq."""
     def make(model="Intel(R) Xeon(R) Processor", mhz=(2700.0, 2700.0, 2650.0, 2600.0), cpufreq_khz=None,
-             measured_ghz=None):
+             measured_ghz=None, vector=None):
         text = "\n".join(CPUINFO.format(p=p, model=model, core=p // 2, mhz=mhz[p]) for p in range(4))
         (tmp_path / "cpuinfo").write_text(text)
         device_module._parsed_cpuinfo.cache_clear()  # parsed once per path and process: reread the new text
@@ -245,6 +245,7 @@ def fake_cpu(tmp_path, monkeypatch):
         monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
         monkeypatch.delenv(device_module.CPU_GHZ_ENV, raising=False)
         monkeypatch.setattr(device_module, "measured_cpu_ghz", lambda: measured_ghz)
+        monkeypatch.setattr(device_module, "measured_vector_clock", lambda: vector)
     return make
 
 
@@ -256,6 +257,14 @@ def test_clock_prefers_cpufreq_max(fake_cpu):
 def test_clock_is_measured_where_cpufreq_is_hidden(fake_cpu):
     fake_cpu(model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", measured_ghz=3.456)
     assert cpu_clock_ghz() == (3.46, device_module.MEASURED_CLOCK_SOURCE)
+
+
+def test_clock_under_vector_load_comes_before_cpufreq_and_the_scalar_one_stays_beside_it(fake_cpu):
+    vector = VectorClock(ghz=3.123, per_core_ghz=(3.1, 3.146), isa="AVX-512", latency_cycles=4)
+    fake_cpu(cpufreq_khz=3900000, measured_ghz=3.456, vector=vector)
+    assert cpu_clock_ghz() == (3.12, device_module.VECTOR_CLOCK_SOURCE)
+    info = detect_device("cpu")
+    assert (info.clock_ghz, info.scalar_clock_ghz) == (3.12, 3.46)
 
 
 def test_measured_clock_is_at_least_what_a_single_thread_matmul_implies():

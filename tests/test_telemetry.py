@@ -332,7 +332,9 @@ def test_a_vm_clock_is_measured_outside_the_window(fake_sysfs, monkeypatch):
         clock.t += 0.1  # a measurement takes time; the window must not include it
         return next(measured)
 
-    monkeypatch.setattr(_cpu_clock, "measure_cpu_ghz", measure)
+    monkeypatch.setattr(_cpu_clock, "vector_clock_supported", lambda: True)
+    monkeypatch.setattr(_cpu_clock, "measure_vector_clock",
+                        lambda repeats: _cpu_clock.VectorClock(measure(), (3.0,), "AVX2+FMA", 4))
     backend = _telemetry_cpu.CpuBackend(now=clock)
     first = backend.read(edge=True)
     clock.t += 1.0
@@ -341,6 +343,13 @@ def test_a_vm_clock_is_measured_outside_the_window(fake_sysfs, monkeypatch):
     assert summary.clock_source == _telemetry_cpu.MEASURED_CLOCK_SOURCE
     assert (summary.clock_mhz_min, summary.clock_mhz_max) == (3100.0, 3400.0)
     assert summary.duration_s == pytest.approx(1.0)
+
+
+def test_a_vm_clock_falls_back_to_the_scalar_chain_without_vector_fma(fake_sysfs, monkeypatch):
+    monkeypatch.setattr(_cpu_clock, "vector_clock_supported", lambda: False)
+    monkeypatch.setattr(_cpu_clock, "measure_cpu_ghz", lambda: 2.9)
+    summary = snapshot("cpu")
+    assert (summary.clock_source, summary.clock_mhz_mean) == (_telemetry_cpu.SCALAR_CLOCK_SOURCE, 2900.0)
 
 
 def test_a_vm_clock_not_measured_is_none_with_the_reason_not_the_nominal_one(fake_sysfs):

@@ -11,6 +11,7 @@ this module only chooses how long to spend on each.
 ((128, 128, 128), 4194304, True)
 """
 
+import contextlib
 import math
 import time
 
@@ -19,6 +20,7 @@ import torch
 from accounting._checks import check_positive, check_positive_size, check_size
 from accounting.device import DeviceInfo, free_memory_bytes, release_cached_memory, synchronize
 from accounting.hardware import last_level_cache_bytes
+from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
 from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
@@ -87,13 +89,55 @@ class MatmulTimer:
     call takes), warm-up calls if calls are quick, then at least ``MIN_REPEATS`` timed calls
     and more until ``target_s`` of them have passed. Returns ``None`` when the operands do
     not fit in memory.
+
+    With ``telemetry`` (a device name for :class:`accounting.telemetry.Sampler`, usually
+    the timed device's own), each shape's timed calls run inside a sampler and the
+    measurement carries its readings; :meth:`repeat` times single repetitions for the
+    burst and sustained headlines (:mod:`accounting.report.headlines`).
     """
 
-    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None):
+    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None, telemetry: str | None = None):
         self.info = info
         self.target_s = check_positive(target_s, "target_s")
         self.case_factory = case_factory
         """Makes the timed product (``None``: :func:`accounting.timing.matmul_case`; the fleet's ``--slow-rank`` wraps it)."""
+        self.telemetry = telemetry
+
+    def _sampler(self, *, measure_clock: bool):
+        if self.telemetry is None:
+            return contextlib.nullcontext(None)
+        from accounting.telemetry import Sampler
+
+        return Sampler(self.telemetry, measure_clock=measure_clock)
+
+    @staticmethod
+    def _readings(sampler) -> dict | None:
+        return None if sampler is None else sampler.summary.to_dict()
+
+    def repeat(self, dtype, shape, repeats: int) -> Window:
+        """Time ``repeats`` single calls of ``shape`` (after one untimed call) inside one telemetry window.
+
+        On a CPU whose clock is only nominal (a VM) the window's clock is measured under
+        vector load just before and after it.
+        """
+        m, k, n = shape
+        device = self.info.device
+        case = (self.case_factory or matmul_case)(dtype, m, k, n, device)
+        case.fn()
+        synchronize(device)
+        sampler_context = self._sampler(measure_clock=True)
+        with sampler_context as sampler:
+            timing = time_fn(case.fn, device=device, warmup=0, repeats=repeats, min_time_s=0, max_repeats=repeats,
+                             flops=case.flops, flush_cache=should_flush_l2(device, *case.operands))
+        return Window(samples=timing.samples, telemetry=self._readings(sampler))
+
+    def clock(self) -> float:
+        """The host clock the headline phases plan by."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Idle (the device cools and may boost again)."""
+        time.sleep(seconds)
 
     @staticmethod
     def _warmup(first_call_s: float) -> int:
@@ -113,8 +157,10 @@ class MatmulTimer:
         return untimed * per_call_s + timed
 
     def __call__(self, dtype, m, k, n):
+        sampler = None
         try:
-            timing = self._time(dtype, m, k, n)
+            with self._sampler(measure_clock=False) as sampler:
+                timing = self._time(dtype, m, k, n)
         except RuntimeError as error:  # torch.cuda.OutOfMemoryError is one
             if not _out_of_memory(error):
                 raise
@@ -124,7 +170,8 @@ class MatmulTimer:
             # allocator's cached blocks can really be handed back.
             release_cached_memory(self.info.device)
             return None
-        return MatmulMeasurement(dtype, m, k, n, timing.flops, timing.median, timing.iqr, len(timing.samples))
+        return MatmulMeasurement(dtype, m, k, n, timing.flops, timing.median, timing.iqr, len(timing.samples),
+                                 telemetry=self._readings(sampler))
 
     def _time(self, dtype, m, k, n):
         device = self.info.device

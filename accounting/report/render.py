@@ -10,6 +10,7 @@ bfloat16     1.93
 import re
 
 from accounting._units import readable_bytes
+from accounting.device import MEASURED_CLOCK_SOURCE
 from accounting.report._format import GB, NOT_KNOWN, fraction, tflops
 from accounting.report.model import model_lines
 
@@ -62,6 +63,8 @@ def _device_lines(report: dict) -> list[str]:
         lines.append("  ISA flags for matmuls: " + (" ".join(shown) or "none of " + " ".join(MATMUL_CPU_FLAGS)))
     if device.get("clock_ghz"):
         lines.append(f"  clock {device['clock_ghz']:g} GHz ({device.get('clock_source') or 'source unknown'})")
+    if device.get("scalar_clock_ghz") and device.get("clock_source") != MEASURED_CLOCK_SOURCE:
+        lines.append(f"  clock under scalar load {device['scalar_clock_ghz']:g} GHz ({MEASURED_CLOCK_SOURCE})")
     machine = report["machine"]
     lines.append(f"  torch {machine['torch']}, Python {machine['python']}, {machine['platform']}")
     return lines
@@ -105,6 +108,44 @@ def _summary_lines(report: dict) -> list[str]:
     return [f"Matmul sweep (budget {report['settings']['budget_s']:g} s):", table(header, rows, indent="  ")]
 
 
+def _number(value, digits: int = 0) -> str:
+    return NOT_KNOWN if value is None else f"{value:.{digits}f}"
+
+
+def _headline_lines(report: dict) -> list[str]:
+    """Burst and sustained per dtype, each with its clock, power, energy and tags; then the soak and the commands."""
+    rows, commands = [], []
+    for dtype, section in report["dtypes"].items():
+        for kind in ("burst", "sustained"):
+            figure = (section.get("headlines") or {}).get(kind)
+            if not figure:
+                continue
+            shown = figure["tflops"] if figure["published"] else None
+            notes = list(figure["tags"])
+            if figure.get("reason") and figure["reason"] not in notes:
+                notes.append(figure["reason"])
+            note = "; ".join(notes)
+            rows.append([dtype, kind, tflops(shown * 1e12 if shown is not None else None),
+                         "×".join(str(size) for size in figure["shape"]) if figure.get("shape") else NOT_KNOWN,
+                         _number(figure.get("clock_mhz")), _number(figure.get("power_w")),
+                         _number(figure.get("j_per_tflop"), 1), note])
+            if figure["published"] and figure.get("command") and kind == "sustained":
+                commands.append(f"  {dtype} sustained: {figure['command']}")
+    if not rows:
+        return []
+    header = ["dtype", "headline", "TFLOP/s", "at m×k×n", "clock MHz", "power W", "J/TFLOP", "tags / notes"]
+    lines = ["Burst and sustained (clock and power of each figure's own window):", table(header, rows, indent="  ")]
+    soak = (report.get("telemetry") or {}).get("soak")
+    if soak and soak.get("shape"):
+        settled = soak.get("saturated_clock_mhz")
+        lines.append(f"  thermal soak: {soak['seconds']:.1f} s of {soak['dtype']} {'×'.join(map(str, soak['shape']))}, "
+                     f"ended: {soak['ended']}" + (f", settled at {settled:.0f} MHz" if settled is not None else ""))
+    if commands:
+        lines.append("  reproduce:")
+        lines += [f"  {command}" for command in commands]
+    return lines
+
+
 def _case_lines(dtype: str, section: dict) -> list[str]:
     ridge = section["ridge_flop_per_byte"]
     title = f"{dtype} cases"
@@ -117,7 +158,11 @@ def _case_lines(dtype: str, section: dict) -> list[str]:
     ]
     if not rows:
         return [title + ": none measured"]
-    return [title + ":", table(["m×k×n", "TFLOP/s", "MFU", "FLOP/byte", "bound", "phase"], rows, indent="  ")]
+    lines = [title + ":", table(["m×k×n", "TFLOP/s", "MFU", "FLOP/byte", "bound", "phase"], rows, indent="  ")]
+    tagged = [f"  {shape(row)}: {'; '.join(row['tags'])}" for row in section["measurements"] if row.get("tags")]
+    if tagged:
+        lines += ["  tagged:"] + [f"  {line}" for line in tagged]
+    return lines
 
 
 def _verdict_lines(report: dict) -> list[str]:
@@ -146,6 +191,9 @@ def render_header(report: dict) -> str:
 def render_results(report: dict, *, cases: bool = True) -> str:
     """What was measured: bandwidth, sweep summary, every case (``cases``), notes and verdicts."""
     blocks = [_bandwidth_lines(report), _summary_lines(report)]
+    headline_lines = _headline_lines(report)
+    if headline_lines:
+        blocks.append(headline_lines)
     if cases:
         blocks += [_case_lines(dtype, section) for dtype, section in report["dtypes"].items()]
     if report.get("model"):  # accounting report --model SIZE

@@ -24,6 +24,13 @@ cannot disagree. Its fields (``SCHEMA`` names the version):
 - ``judged_dtypes``: the dtypes the machine verdict is drawn from (the native ones)
 - ``verdict``: ``healthy``, ``below floor`` or ``unknown`` for the machine as a whole, from
   the judged dtypes only
+
+Telemetry (:mod:`accounting.telemetry`) adds: per measurement ``clock_mhz``, ``power_w``
+and validity ``tags`` (:mod:`accounting.validity`); per dtype ``headlines`` (``burst`` and
+``sustained``, each with TFLOP/s, shape, clock, power, energy, ``j_per_tflop``, tags,
+whether published and why not, and a command that reproduces it), ``j_per_tflop`` (from
+the sustained window) and the verdict's ``tags``; at the top ``telemetry`` (the run's
+highest clock and power, and the thermal soak).
 """
 
 import datetime
@@ -39,6 +46,7 @@ from accounting.report._format import TERA
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall
+from accounting.validity import validity_tags
 
 SCHEMA = "accounting-report/1"
 
@@ -72,8 +80,9 @@ def ridge_basis(*, spec_peak: bool, spec_bandwidth: bool) -> str:
     return f"{flops} FLOP/s / {memory} bandwidth"
 
 
-def _measurement_row(done, peak, ridge) -> dict:
+def _measurement_row(done, peak, ridge, run_max_power_w=None) -> dict:
     intensity = arithmetic_intensity(done.m, done.k, done.n, done.dtype)
+    telemetry = getattr(done, "telemetry", None) or {}
     return {
         "m": done.m, "k": done.k, "n": done.n, "size": done.size,
         "flops": done.flops, "seconds": done.seconds, "iqr_s": done.iqr_s, "repeats": done.repeats,
@@ -82,11 +91,14 @@ def _measurement_row(done, peak, ridge) -> dict:
         "arithmetic_intensity": intensity,
         "bound": None if ridge is None else bound(intensity, ridge),
         "phase": done.phase,
+        "clock_mhz": telemetry.get("clock_mhz_mean"),
+        "power_w": telemetry.get("power_w_mean"),
+        "tags": validity_tags(telemetry or None, run_max_power_w=run_max_power_w),
     }
 
 
 def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,
-                  peak_source=None, native=None, mfu_against=None) -> dict:
+                  peak_source=None, native=None, mfu_against=None, headlines=None, run_max_power_w=None) -> dict:
     """Everything the report says about one dtype.
 
     ``bandwidth`` is the measured bytes/s (or ``None``); ``reason`` explains a missing
@@ -94,6 +106,9 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     answer (``None``: taken as native); a dtype that is not native is measured and
     shown with its MFU against ``mfu_against`` (the float32 path's peak, for a CPU
     that emulates it) but gets no floor and a ``not judged`` verdict.
+    ``headlines``: ``{"burst": Headline, "sustained": Headline}``
+    (:mod:`accounting.report.headlines`); ``run_max_power_w`` the run's highest power, for
+    the rows' ``power-suspect`` tag. A verdict judged from a tagged number names the tags.
     """
     summary = summarise(measurements)
     best = summary["best"]
@@ -103,8 +118,8 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     if roof and memory_speed:
         ridge = ridge_point(roof, memory_speed)
         basis = ridge_basis(spec_peak=peak is not None, spec_bandwidth=bool(spec_bandwidth))
-    rows = [_measurement_row(done, peak, ridge) for done in measurements]
-    best_row = None if best is None else _measurement_row(best, peak, ridge)
+    rows = [_measurement_row(done, peak, ridge, run_max_power_w) for done in measurements]
+    best_row = None if best is None else _measurement_row(best, peak, ridge, run_max_power_w)
     median = summary["median_flops_per_second"]
     best_mfu = best_row["mfu"] if best_row else None
     if not rows:
@@ -119,6 +134,12 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
         floor = None  # a floor is written for native hardware: it never applies here
         verdict = not_judged(dtype, best_mfu, label=native.label, reason=native.reason,
                              peak_label=mfu_against or "its peak")
+    verdict = verdict.as_dict()
+    verdict["tags"] = list(best_row["tags"]) if best_row else []
+    if verdict["tags"] and verdict["healthy"] is not None:
+        verdict["message"] += f" — from a tagged number ({'; '.join(verdict['tags'])})"
+    headline_dicts = {kind: figure.to_dict() for kind, figure in (headlines or {}).items()}
+    sustained = headline_dicts.get("sustained") or {}
     return {
         "native": None if native is None else native.native,
         "judged": judged,
@@ -138,7 +159,9 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
         "mfu": best_mfu,
         "median_mfu": None if (median is None or peak is None) else median / peak,
         "measurements": rows,
-        "verdict": verdict.as_dict(),
+        "verdict": verdict,
+        "headlines": headline_dicts,
+        "j_per_tflop": sustained.get("j_per_tflop"),
     }
 
 

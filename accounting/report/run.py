@@ -32,6 +32,7 @@ from accounting.hardware import (
 )
 from accounting.memory import format_name
 from accounting.native_dtypes import NativeMatmul, native_matmul
+from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
 from accounting.report._format import GB, tflops
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
@@ -49,6 +50,9 @@ MAX_SHAPE_TARGET_S = 1.0
 
 FINISH_RESERVE_FRACTION = 0.03
 """Share of the budget kept back for rendering, the JSON and the plot."""
+
+HEADLINE_FRACTION = 0.3
+"""Share of the measuring budget for the burst and sustained headlines (:mod:`accounting.report.headlines`)."""
 
 BUSY_LOAD_FRACTION = 0.5
 """A 1-minute load average above this share of the logical CPUs means other work is running: say so."""
@@ -245,15 +249,37 @@ def _load_average() -> float | None:
         return None
 
 
-def _sections(plan: Plan, sweeps: dict, bandwidth) -> dict:
+def _sections(plan: Plan, sweeps: dict, bandwidth, found=None) -> dict:
     measured = bandwidth.bytes_per_second if bandwidth is not None else None
+    found = found or {}
     return {
         dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype], floor=plan.floors[dtype],
                              bandwidth=measured, spec_bandwidth=plan.spec_bandwidth,
                              peak_source=plan.peak_sources[dtype], native=plan.native.get(dtype),
-                             mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None)
+                             mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None,
+                             headlines=found.get("headlines", {}).get(dtype),
+                             run_max_power_w=found.get("run_max_power_w"))
         for dtype in plan.dtypes
     }
+
+
+def headline_candidates(sweeps: dict) -> dict:
+    """Per dtype, the sweep's distinct shapes as headline candidates, fastest first."""
+    candidates = {}
+    for dtype, measurements in sweeps.items():
+        seen, ranked = set(), []
+        for done in sorted(measurements, key=lambda done: done.flops_per_second, reverse=True):
+            if done.shape not in seen:
+                seen.add(done.shape)
+                ranked.append(headline_phase.Candidate(done.shape, done.flops, done.seconds))
+        candidates[dtype] = ranked
+    return candidates
+
+
+def telemetry_section(found: dict) -> dict:
+    """The run's telemetry facts for the JSON: highest clock and power, and the thermal soak."""
+    return {"run_max_clock_mhz": found.get("run_max_clock_mhz"), "run_max_power_w": found.get("run_max_power_w"),
+            "soak": found["soak"].to_dict() if found.get("soak") is not None else None}
 
 
 def _machine(plan: Plan) -> dict:
@@ -273,13 +299,15 @@ def max_sizes(plan: Plan) -> dict:
 
 
 def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
-                 case_factory=None) -> dict:
-    """Measure bandwidth, then sweep every dtype in what is left of the budget; return the document.
+                 case_factory=None, telemetry: str | None = None) -> dict:
+    """Measure bandwidth, sweep every dtype, then its burst and sustained headlines, within the budget.
 
     ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
     ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`);
     ``bandwidth_bytes`` is the copy size (default: :func:`~accounting.report.measure.bandwidth_bytes`);
     ``case_factory`` makes each timed product (``None``: the usual; see :class:`~accounting.report.measure.MatmulTimer`).
+    ``telemetry`` names the device :class:`accounting.telemetry.Sampler` reads (default:
+    the timed device).
     """
     info = plan.info
     progress.update(clock() - started, "memory bandwidth (device copy)")
@@ -292,6 +320,7 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
     progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s" if bandwidth
                     else "bandwidth not measured")
     sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
+    sweep_budget *= 1 - HEADLINE_FRACTION
     share = sweep_budget / len(plan.dtypes)
     target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
     limits = max_sizes(plan)
@@ -302,11 +331,25 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
 
     timer = (measuring.MatmulTimer(info, target_s=target) if case_factory is None
              else measuring.MatmulTimer(info, target_s=target, case_factory=case_factory))
+    timer.telemetry = telemetry or str(info.device)  # the device the sampler reads beside each shape
     sweep = Sweep(timer, budget_s=sweep_budget, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
                   max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
                   expected_wall_s=timer.expected_wall_s)
     sweeps = sweep.run(plan.dtypes)
+    found = {}
+    if hasattr(timer, "repeat"):  # a timer that times single repetitions (not a sweep-only stand-in)
+        progress.update(clock() - started, "burst and sustained headlines (idle, soak, lock-in)")
+        headline_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
+        found = headline_phase.measure_headlines(
+            timer, headline_candidates(sweeps), budget_s=headline_budget, device_name=str(info.device),
+            sweep_telemetry=[getattr(done, "telemetry", None) for measurements in sweeps.values() for done in measurements])
+    for dtype, figures in found.get("headlines", {}).items():
+        steady = figures["sustained"]
+        shown = tflops(steady.flops_per_s) if steady.published else "withheld"
+        progress.update(clock() - started, f"{dtype} sustained: {shown} TFLOP/s")
     release_cached_memory(info.device)
-    return assemble(settings=plan.settings, machine=_machine(plan),
-                    bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth),
-                    dtypes=_sections(plan, sweeps, bandwidth), elapsed_s=clock() - started, notes=plan.notes)
+    report = assemble(settings=plan.settings, machine=_machine(plan),
+                      bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth),
+                      dtypes=_sections(plan, sweeps, bandwidth, found), elapsed_s=clock() - started, notes=plan.notes)
+    report["telemetry"] = telemetry_section(found)
+    return report

@@ -53,6 +53,8 @@ class MatmulMeasurement:
     wall_s: float = 0.0
     """Wall time the measurement took (warm-up and repeats), used to plan the next ones."""
     phase: str = "ramp"
+    telemetry: dict | None = None
+    """The device's readings during the measurement (``accounting.telemetry.Summary.to_dict()``), where taken."""
 
     @property
     def flops_per_second(self) -> float:

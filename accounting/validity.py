@@ -1,0 +1,105 @@
+"""Validity tags: why a measured number may not say what it seems to (from :mod:`accounting.telemetry` readings).
+
+A figure measured while the device throttled, drew little power, boosted above its
+settled clock or shared itself with other work is still a measurement, but a verdict
+must not call the device slow or healthy from it without saying so. Each tag is a
+string ``"<name>: <detail>"``; the names:
+
+- ``throttled`` — the device reported throttle reasons during the window (named).
+- ``power-suspect`` — mean power below ``POWER_SUSPECT_FRACTION`` × the run's highest power.
+- ``boosting`` — a sustained candidate ran above ``BOOSTING_FACTOR`` × the clock the
+  device settled at after its thermal soak.
+- ``busy`` — another process holds more than ``BUSY_OTHER_PROCESS_BYTES`` on the device,
+  or a sibling GPU is more than 10 % utilised or holds more than 4 GiB.
+
+>>> validity_tags({"throttle_reasons": ["sw_power_cap"], "power_w_mean": 300.0, "busy_siblings": []},
+...               run_max_power_w=700.0)
+['throttled: sw_power_cap', 'power-suspect: 300 W < 0.9 × the highest in the run, 700 W']
+>>> validity_tags({"throttle_reasons": [], "power_w_mean": None})
+[]
+"""
+
+from accounting._units import readable_bytes
+
+THROTTLED = "throttled"
+POWER_SUSPECT = "power-suspect"
+BOOSTING = "boosting"
+BUSY = "busy"
+TAG_NAMES = (THROTTLED, POWER_SUSPECT, BOOSTING, BUSY)
+
+POWER_SUSPECT_FRACTION = 0.9
+"""Below this share of the run's highest power a figure is ``power-suspect`` (not power-saturated)."""
+BOOSTING_FACTOR = 1.04
+"""A sustained candidate's clock above this many times the saturated clock is ``boosting``."""
+BUSY_OTHER_PROCESS_BYTES = 2 * 2**30
+"""Another process holding more than this on the device makes a figure ``busy``."""
+
+
+def _get(summary, name):
+    if summary is None:
+        return None
+    return summary.get(name) if isinstance(summary, dict) else getattr(summary, name, None)
+
+
+def validity_tags(summary, *, run_max_power_w: float | None = None, saturated_clock_mhz: float | None = None) -> list[str]:
+    """The tags a window's telemetry (a :class:`~accounting.telemetry.Summary` or its ``to_dict()``) earns.
+
+    ``run_max_power_w``: the highest power any window of the run drew (for ``power-suspect``);
+    ``saturated_clock_mhz``: the clock after the thermal soak, given only for sustained
+    candidates (for ``boosting``). A reading that is ``None`` earns no tag: unknown is not bad.
+    """
+    tags = []
+    reasons = _get(summary, "throttle_reasons") or ()
+    if reasons:
+        tags.append(f"{THROTTLED}: {', '.join(reasons)}")
+    power = _get(summary, "power_w_mean")
+    if power is not None and run_max_power_w and power < POWER_SUSPECT_FRACTION * run_max_power_w:
+        tags.append(f"{POWER_SUSPECT}: {power:.0f} W < {POWER_SUSPECT_FRACTION} × the highest in the run, {run_max_power_w:.0f} W")
+    clock = _get(summary, "clock_mhz_mean")
+    if clock is not None and saturated_clock_mhz and clock > BOOSTING_FACTOR * saturated_clock_mhz:
+        tags.append(f"{BOOSTING}: {clock:.0f} MHz > {BOOSTING_FACTOR} × the saturated {saturated_clock_mhz:.0f} MHz")
+    others = _get(summary, "other_process_memory_bytes")
+    siblings = list(_get(summary, "busy_siblings") or ())
+    busy = []
+    if others is not None and others > BUSY_OTHER_PROCESS_BYTES:
+        busy.append(f"other processes hold {readable_bytes(others)} on the device")
+    busy.extend(siblings)
+    if busy:
+        tags.append(f"{BUSY}: {'; '.join(busy)}")
+    return tags
+
+
+def tag_names(tags) -> list[str]:
+    """The names of ``tags`` (the part before the colon).
+
+    >>> tag_names(["throttled: hw_slowdown", "busy: GPU 1: 50% utilised, 1.0 GiB used"])
+    ['throttled', 'busy']
+    """
+    return [tag.split(":", 1)[0] for tag in tags]
+
+
+def window_extra_info(summary, *, work_flops: int, run_max_power_w: float | None = None) -> dict:
+    """What a benchmark's ``extra_info`` records about its timed window: clock, power, energy efficiency, tags.
+
+    ``work_flops``: all FLOPs done inside the window. ``tflop_per_j`` is ``None`` (with the
+    reason in ``energy_unavailable``) where the window has no energy reading.
+
+    >>> info = window_extra_info({"energy_j": 40.0, "energy_source": "counter", "throttle_reasons": ["hw_slowdown"],
+    ...                           "clock_mhz_mean": 1410.0, "power_w_mean": 400.0}, work_flops=10**14)
+    >>> info["tflop_per_j"], info["energy_source"], info["tags"]
+    (2.5, 'counter', ['throttled: hw_slowdown'])
+    """
+    energy = _get(summary, "energy_j")
+    unavailable = _get(summary, "unavailable") or {}
+    return {
+        "clock_mhz_mean": _get(summary, "clock_mhz_mean"),
+        "clock_mhz_min": _get(summary, "clock_mhz_min"),
+        "power_w_mean": _get(summary, "power_w_mean"),
+        "temperature_c_max": _get(summary, "temperature_c_max"),
+        "throttle_reasons": list(_get(summary, "throttle_reasons") or ()),
+        "energy_j": energy,
+        "energy_source": _get(summary, "energy_source"),
+        "tflop_per_j": work_flops / 1e12 / energy if energy else None,
+        "energy_unavailable": None if energy else unavailable.get("energy_j", "no telemetry"),
+        "tags": validity_tags(summary, run_max_power_w=run_max_power_w),
+    }

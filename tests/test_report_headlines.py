@@ -1,0 +1,296 @@
+"""Burst and sustained headlines, validity tags and energy: on a fake device, through a fake NVML, and for real."""
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accounting.report import headlines as phase
+from accounting.report import measure as measuring
+from accounting.report import run
+from accounting.report.headlines import Candidate, Window, measure_headlines, soak, sustained
+from accounting.report.render import render
+from accounting.report.results import BandwidthMeasurement, dtype_section
+from accounting.report.sweep import MatmulMeasurement
+from accounting.telemetry import snapshot
+from accounting.timing import Timing
+from accounting.validity import window_extra_info
+from tests.fake_nvml import SW_POWER_CAP, FakeGpu, FakeNvml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeDevice:
+    """A device whose clock settles from ``boost`` to ``settled`` MHz with time constant ``tau`` seconds.
+
+    A call's time scales with FLOPs over ``rate × clock / boost``; ``jitter[shape]`` spreads its repetitions.
+    """
+
+    def __init__(self, *, boost=1980.0, settled=1500.0, tau=3.0, rate=1e12, jitter=None, seed=0, power_w=700.0):
+        self.now = 0.0
+        self.boost, self.settled, self.tau, self.rate = boost, settled, tau, rate
+        self.jitter = jitter or {}
+        self.random = random.Random(seed)
+        self.power_w = power_w
+        self.windows = []
+
+    def clock_mhz(self) -> float:
+        return round(self.settled + (self.boost - self.settled) * math.exp(-self.now / self.tau))
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+    def repeat(self, dtype, shape, repeats):
+        before = self.clock_mhz()
+        samples = []
+        for _ in range(repeats):
+            m, k, n = shape
+            seconds = 2 * m * k * n / (self.rate * self.clock_mhz() / self.boost)
+            seconds *= 1 + self.jitter.get(shape, 0.0) * self.random.uniform(-1, 1)
+            self.now += seconds
+            samples.append(seconds)
+        after = self.clock_mhz()
+        duration = sum(samples)
+        telemetry = {"clock_mhz_mean": (before + after) / 2, "clock_mhz_max": max(before, after),
+                     "power_w_mean": self.power_w, "power_w_max": self.power_w,
+                     "energy_j": self.power_w * duration if duration >= 1 else None, "energy_source": "counter",
+                     "throttle_reasons": [], "unavailable": {} if duration >= 1 else {"energy_j": "short window"}}
+        self.windows.append((shape, telemetry))
+        return Window(tuple(samples), telemetry)
+
+
+def candidate(size, device: FakeDevice):
+    flops = 2 * size**3
+    return Candidate((size, size, size), flops, flops / device.rate)
+
+
+def test_the_soak_ends_within_20_s_once_a_settling_clock_is_flat():
+    device = FakeDevice(tau=2.0)
+    result = soak(device, "bf16", candidate(4096, device), max_s=phase.SOAK_MAX_S)
+    assert result.ended == "flat"
+    assert result.seconds < phase.SOAK_MAX_S
+    assert phase.clock_is_flat(result.clocks) and not phase.clock_is_flat(result.clocks[:-1])
+    assert result.saturated_clock_mhz == pytest.approx(sum(result.clocks[-3:]) / 3)
+    assert result.saturated_clock_mhz == pytest.approx(device.settled, abs=2 * phase.FLAT_MHZ)
+
+
+def test_a_clock_that_never_settles_ends_the_soak_at_its_limit():
+    device = FakeDevice()
+    device.clock_mhz = lambda: 1500 + 20 * (len(device.windows) % 2)  # swings window to window
+    result = soak(device, "bf16", candidate(4096, device), max_s=5.0)
+    assert result.ended == "time limit"
+    assert 5.0 - 2 * phase.SOAK_CHUNK_S <= result.seconds <= 5.0 + phase.SOAK_CHUNK_S  # planned by predicted times
+
+
+def test_the_lock_in_rejects_a_jittery_candidate_for_the_next_one():
+    device = FakeDevice(tau=1e-3)
+    best, steady = candidate(8192, device), candidate(4096, device)
+    device.jitter = {best.shape: 0.10}
+    headline, windows = sustained(device, "bf16", [best, steady], deadline=1e9)
+    assert headline.published and headline.shape == steady.shape
+    assert headline.spreads[0] > phase.LOCK_IN_MAX_SPREAD >= headline.spreads[-1]
+    assert headline.reason is None
+    lock_in = windows[-1][0]
+    assert headline.flops_per_s == pytest.approx(steady.flops / phase.trimmed_centre(lock_in.samples))
+    assert headline.j_per_tflop == pytest.approx(lock_in.telemetry["energy_j"] / (steady.flops * 9 / 1e12))
+    short, _ = sustained(FakeDevice(tau=1e-3), "bf16", [candidate(1024, device)], deadline=1e9)
+    assert short.j_per_tflop is None and short.energy_unavailable == "short window"
+
+
+def test_when_no_candidate_holds_still_the_steadiest_is_published_tagged_unsteady():
+    device = FakeDevice(tau=1e-3)
+    shapes = [candidate(size, device) for size in (4096, 2048, 1024)]
+    device.jitter = {shapes[0].shape: 0.3, shapes[1].shape: 0.1, shapes[2].shape: 0.2}
+    headline, _ = sustained(device, "bf16", shapes, deadline=1e9)
+    assert headline.published and headline.shape == shapes[1].shape
+    assert headline.reason.startswith("unsteady: no candidate held still (lock-in spreads ")
+
+
+def test_a_budget_too_short_for_any_candidate_withholds_the_figure():
+    device = FakeDevice()
+    headline, windows = sustained(device, "bf16", [candidate(8192, device)], deadline=0.01)
+    assert not headline.published and windows == []
+    assert headline.reason == "the budget left no time for a candidate's repetitions"
+
+
+def test_candidates_slower_than_planned_leave_no_lock_in_and_the_figure_is_withheld():
+    device = FakeDevice(tau=1e-3, rate=1e12)
+    planned = [Candidate((4096, 4096, 4096), 2 * 4096**3, 0.5 * 2 * 4096**3 / 1e12),  # the sweep saw them twice as fast
+               Candidate((4096, 4096, 2048), 2 * 4096**2 * 2048, 0.5 * 2 * 4096**2 * 2048 / 1e12)]
+    # Both fit when planned (14 repetitions and two windows each, one after the other), but the two candidate
+    # windows take twice as long as planned, so neither lock-in (9 repetitions) fits what is left of 1.5 s.
+    headline, windows = sustained(device, "bf16", planned, deadline=1.5)
+    assert [window[1] for window in windows] == planned and not headline.published
+    assert headline.reason == "the budget left no time for a lock-in after the candidates' repetitions"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_burst_is_never_below_sustained(seed):
+    device = FakeDevice(seed=seed, tau=1.5)
+    shapes = [candidate(size, device) for size in (4096, 3072, 2048)]
+    device.jitter = {shape.shape: 0.01 * (seed % 4) for shape in shapes}
+    found = measure_headlines(device, {"bf16": shapes}, budget_s=30.0)
+    burst, steady = found["headlines"]["bf16"]["burst"], found["headlines"]["bf16"]["sustained"]
+    assert steady.published
+    assert burst.flops_per_s >= steady.flops_per_s
+    assert found["run_max_clock_mhz"] == max(telemetry["clock_mhz_max"] for _, telemetry in device.windows)
+
+
+def test_a_burst_below_097_of_the_highest_clock_is_withheld_and_boosting_is_tagged():
+    device = FakeDevice(tau=1.5)
+    shapes = [candidate(4096, device)]
+    high = {"clock_mhz_max": 2100.0}  # a sweep window saw a higher clock than the burst ran at
+    found = measure_headlines(device, {"bf16": shapes}, budget_s=30.0, sweep_telemetry=[high])
+    burst = found["headlines"]["bf16"]["burst"]
+    assert not burst.published
+    assert burst.reason.startswith("withheld: its clock ") and "0.97 × the run's highest 2100 MHz" in burst.reason
+    # a boosting sustained candidate: its window ran above 1.04 × the settled clock
+    device = FakeDevice(tau=1e9)  # never settles below boost: the soak's "saturated" clock is the boost clock...
+    found = measure_headlines(device, {"bf16": shapes}, budget_s=30.0)
+    assert not any(tag.startswith("boosting") for tag in found["headlines"]["bf16"]["sustained"].tags)
+    headline = phase._tagged(found["headlines"]["bf16"]["sustained"], None, saturated_clock=1800.0)
+    assert [tag for tag in headline.tags if tag.startswith("boosting")] == ["boosting: 1980 MHz > 1.04 × the saturated 1800 MHz"]
+
+
+def test_a_verdict_from_a_tagged_number_names_the_tag():
+    throttled = {"throttle_reasons": ["hw_slowdown"], "clock_mhz_mean": 900.0}
+    done = MatmulMeasurement("bfloat16", 1024, 1024, 1024, 2 * 1024**3, 1e-3, 0.0, 5, telemetry=throttled)
+    section = dtype_section("bfloat16", [done], peak=8e12, floor=0.5, bandwidth=None, spec_bandwidth=None)
+    assert section["verdict"]["status"] == "below floor"
+    assert section["verdict"]["tags"] == ["throttled: hw_slowdown"]
+    assert section["verdict"]["message"].endswith("— from a tagged number (throttled: hw_slowdown)")
+    clean = dtype_section("bfloat16", [MatmulMeasurement("bfloat16", 1024, 1024, 1024, 2 * 1024**3, 1e-3, 0.0, 5)],
+                          peak=4e12, floor=0.5, bandwidth=None, spec_bandwidth=None)
+    assert clean["verdict"]["tags"] == [] and "tagged" not in clean["verdict"]["message"]
+
+
+def test_benchmark_extra_info_from_a_short_window_flags_energy():
+    info = window_extra_info({"energy_j": None, "unavailable": {"energy_j": "window of 40.0 ms is shorter"},
+                              "throttle_reasons": []}, work_flops=10**12)
+    assert info["tflop_per_j"] is None and info["energy_unavailable"] == "window of 40.0 ms is shorter"
+    assert info["tags"] == []
+
+
+# ---- the whole report, timed by a fake, read through a fake NVML ------------------------------------------
+
+
+class ThrottlingNvml(FakeNvml):
+    """Throttles (sw_power_cap, lower clock) from its ``throttle_from``-th window on."""
+
+    def __init__(self, *, throttle_from=None, sibling_utilisation=0):
+        super().__init__([FakeGpu(), FakeGpu(utilisation_pct=sibling_utilisation)])
+        self.throttle_from = throttle_from
+
+    def nvmlInit(self):  # noqa: N802 - pynvml's name
+        super().nvmlInit()
+        if self.throttle_from is not None and self.initialised >= self.throttle_from:
+            self.gpus[0].throttle_mask, self.gpus[0].clock_mhz = SW_POWER_CAP, 1410.0
+
+
+@pytest.fixture
+def fake_timing(monkeypatch):
+    """Matmuls and copies that take no real time: each call 'takes' FLOPs / 0.1 TFLOP/s, larger shapes a bit faster."""
+
+    class Case:
+        def __init__(self, m, k, n):
+            self.flops, self.operands, self.fn = 2 * m * k * n, (), lambda: None
+
+    def fake_time_fn(fn, *, device, warmup, repeats, min_time_s, max_repeats, flops, flush_cache, clock=None):
+        per_call = flops / (1e11 * (1 + math.log2(flops) / 100))
+        return Timing.from_samples([per_call * (1 + 0.001 * (i % 3)) for i in range(repeats)], flops=flops)
+
+    monkeypatch.setattr(measuring, "matmul_case", lambda dtype, m, k, n, device: Case(m, k, n))
+    monkeypatch.setattr(measuring, "time_fn", fake_time_fn)
+    monkeypatch.setattr(run.measuring, "measure_bandwidth", lambda info: BandwidthMeasurement(2**29, 0.01, 0.0, 10))
+    monkeypatch.setattr(measuring.MatmulTimer, "sleep", lambda self, seconds: None)
+
+
+class NoProgress:
+    def update(self, done_s, text):
+        pass
+
+
+def fake_report(monkeypatch, nvml) -> tuple[dict, str]:
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setitem(sys.modules, "amdsmi", None)
+    plan = run.prepare(device="cpu", dtypes=["float32"], budget_s=0.3)
+    import time
+
+    report = run.build_report(plan, progress=NoProgress(), started=time.monotonic(), telemetry="cuda:0")
+    return report, render(report)
+
+
+@pytest.mark.parametrize("attempt", range(10))
+def test_a_gpu_that_throttles_mid_sweep_is_reported_throttled_with_the_reason(monkeypatch, fake_timing, attempt):
+    report, text = fake_report(monkeypatch, ThrottlingNvml(throttle_from=3))
+    section = report["dtypes"]["float32"]
+    assert "throttled: sw_power_cap" in section["headlines"]["sustained"]["tags"]
+    assert "throttled: sw_power_cap" in section["headlines"]["burst"]["tags"]
+    rows = section["measurements"]
+    assert rows[0]["tags"] == [] and rows[0]["clock_mhz"] == 1980.0  # before the throttle
+    assert any("throttled: sw_power_cap" in row["tags"] for row in rows[2:])
+    assert "throttled: sw_power_cap" in text
+    if section["best"]["tags"]:
+        assert "from a tagged number (throttled: sw_power_cap)" in section["verdict"]["message"]
+    json.dumps(report, allow_nan=False)
+
+
+def test_a_clean_gpu_gets_no_tag(monkeypatch, fake_timing):
+    report, text = fake_report(monkeypatch, ThrottlingNvml())
+    section = report["dtypes"]["float32"]
+    assert all(row["tags"] == [] for row in section["measurements"])
+    assert section["headlines"]["burst"]["tags"] == [] and section["headlines"]["burst"]["published"]
+    assert section["headlines"]["sustained"]["published"] and section["headlines"]["sustained"]["clock_mhz"] == 1980.0
+    assert "throttled" not in text and "busy" not in text and "tagged" not in section["verdict"]["message"]
+    assert report["telemetry"]["run_max_clock_mhz"] == 1980.0 and report["telemetry"]["run_max_power_w"] == 650.0
+
+
+@pytest.mark.parametrize("utilisation, busy", [pytest.param(50, True, id="busy-sibling"),
+                                               pytest.param(3, False, id="idle-sibling")])
+def test_a_busy_sibling_tags_the_report_and_an_idle_one_does_not(monkeypatch, fake_timing, utilisation, busy):
+    report, text = fake_report(monkeypatch, ThrottlingNvml(sibling_utilisation=utilisation))
+    tag = f"busy: GPU 1: {utilisation}% utilised, 1.0 GiB used"
+    assert (tag in report["dtypes"]["float32"]["headlines"]["burst"]["tags"]) is busy
+    assert (tag in text) is busy
+
+
+# ---- a real report on this CPU ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_cpu_report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("headlines") / "report.json"
+    command = [sys.executable, "-m", "accounting", "report", "--device", "cpu", "--dtypes", "float32",
+               "--budget", "12", "--quiet", "--json", str(path)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300,
+                            env={**os.environ, "PYTHONWARNINGS": "error"})
+    assert result.returncode == 0, result.stderr
+    return json.loads(path.read_text()), result.stdout
+
+
+def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cpu_report):
+    if snapshot("cpu", measure_clock=False).clock_source is None and not phase_clock_measurable():
+        pytest.skip("this CPU shows no clock and it cannot be measured here")
+    report, text = real_cpu_report
+    figures = report["dtypes"]["float32"]["headlines"]
+    burst, steady = figures["burst"], figures["sustained"]
+    assert steady["published"] and steady["clock_mhz"] > 100 and steady["tflops"] > 0
+    assert burst["clock_mhz"] > 100 and burst["flops_per_s"] >= steady["flops_per_s"]
+    assert len(steady["spreads"]) >= 1 and steady["repeats"] == phase.LOCK_IN_REPEATS
+    assert "Burst and sustained" in text
+    assert re.search(r"^\s+float32\s+sustained\s+[0-9.]+\s", text, re.MULTILINE)
+
+
+def phase_clock_measurable() -> bool:
+    from accounting._cpu_clock import vector_clock_supported
+
+    return vector_clock_supported()
