@@ -116,6 +116,12 @@ _INTEL_FMA_LATENCY = 4
 
 _VECTOR_ITERATIONS = 500_000  # 2–2.5 M cycles per run (about 0.7 ms at 3 GHz)
 _VECTOR_REPEATS = 25
+_VECTOR_BATCHES = 3
+"""The runs come in this many batches, a short gap apart, and each core keeps its fastest run of all:
+one batch can fall wholly inside a burst of work on the host (a busy sibling hyperthread slows a
+vCPU without preempting it, so CPU time cannot see it; here one core of two read 2.7 GHz for a
+whole batch of 25 runs, then 3.1 in the next)."""
+_BATCH_GAP_S = 0.02
 _VECTOR_WARM_UP_RUNS = 10  # ~7 ms of FMAs first: the core settles into its vector-load clock
 _CONSTANTS = (ctypes.c_float * 32)(*([1e-3] * 32))  # the multiplicands: every FMA adds 1e-6 to an accumulator
 
@@ -341,7 +347,7 @@ def measure_vector_clock(*, facts=None, repeats: int = _VECTOR_REPEATS) -> Vecto
     """The all-core clock under vector FMA load, measured now (about 0.2 s); ``None`` where it cannot be.
 
     ``facts`` (flags, vendor, family, model, cpus) defaults to this machine's; the
-    fastest of ``repeats`` runs per core is kept. ``None``
+    fastest of ``_VECTOR_BATCHES`` × ``repeats`` runs per core is kept. ``None``
     without an x86-64 System V platform, without AVX2+FMA or AVX-512, for a CPU whose
     FMA latency is not known, or where executable memory is refused.
     """
@@ -353,6 +359,9 @@ def measure_vector_clock(*, facts=None, repeats: int = _VECTOR_REPEATS) -> Vecto
     try:
         _, loop = _compiled(_assemble(code.latency_prologue, code.latency_body))
         seconds = _fastest_runs(loop, _VECTOR_ITERATIONS, cpus, repeats)
+        for _ in range(_VECTOR_BATCHES - 1):
+            time.sleep(_BATCH_GAP_S)
+            seconds = [min(pair) for pair in zip(seconds, _fastest_runs(loop, _VECTOR_ITERATIONS, cpus, repeats))]
     except (OSError, ValueError, AttributeError):
         return None
     per_core = tuple(_VECTOR_ITERATIONS * latency / best / 1e9 for best in seconds)
