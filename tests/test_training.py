@@ -319,3 +319,17 @@ _CONFIG = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocab
 def test_wrong_types_raise_the_named_error_with_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in ("adam", "adagrad")])
+def test_fused_step_counters_stay_float32_under_a_float64_default(name):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = nn.Sequential(nn.Linear(4, 3))
+        optimizer = OPTIMIZER_CASES[name][0](model.parameters(), lr=1e-3, fused=True)
+        _take_one_step(model, optimizer)
+        assert measure_optimizer_state_bytes(optimizer) == optimizer_state_bytes(model, name, fused=True)
+        assert optimizer_state_bytes(model, name, fused=True) < optimizer_state_bytes(model, name)
+    finally:
+        torch.set_default_dtype(previous)
