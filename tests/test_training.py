@@ -333,3 +333,27 @@ def test_fused_step_counters_stay_float32_under_a_float64_default(name):
         assert optimizer_state_bytes(model, name, fused=True) < optimizer_state_bytes(model, name)
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_a_tensor_listed_twice_is_counted_once():
+    """Tied weights gathered from two modules' parameter lists: one tensor, one state, as in torch."""
+    embedding = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10)
+    head.weight = embedding.weight
+    model = nn.ModuleList([embedding, head])  # torch lists the tied weight once
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model[1](model[0](torch.tensor([1, 2, 3]))).square().sum().backward()
+    optimizer.step()
+    listed = [*embedding.parameters(), *head.parameters()]
+    assert len(listed) == 3 and listed[0] is listed[1]
+    assert optimizer_state_bytes(listed, "adam") == measure_optimizer_state_bytes(optimizer)
+    assert training_memory(listed, "adam") == training_memory(model, "adam")
+
+
+def test_defaults_are_the_documented_ones():
+    """training_memory: Adam in fp32; transformer_training_memory: Adam in bf16-mixed, no dropout."""
+    plain = training_memory(1000)
+    assert (plain.optimizer, plain.precision) == ("adam", "fp32")
+    memory = transformer_training_memory(_CONFIG, 2)
+    assert (memory.optimizer, memory.precision) == ("adam", "bf16-mixed")
+    assert memory == transformer_training_memory(_CONFIG, 2, "adam", "bf16-mixed", dropout=False)
