@@ -351,7 +351,9 @@ def test_a_tensor_listed_twice_is_counted_once():
 
 
 def test_defaults_are_the_documented_ones():
-    """training_memory: Adam in fp32; transformer_training_memory: Adam in bf16-mixed, no dropout."""
+    """training_memory: Adam in fp32; transformer_training_memory and transformer_activation_bytes:
+    bf16-mixed (Adam), no dropout."""
+    assert transformer_activation_bytes(_CONFIG, 2) == transformer_activation_bytes(_CONFIG, 2, "bf16-mixed", False)
     plain = training_memory(1000)
     assert (plain.optimizer, plain.precision) == ("adam", "fp32")
     memory = transformer_training_memory(_CONFIG, 2)
