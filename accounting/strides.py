@@ -18,6 +18,7 @@ None
 """
 
 import math
+from collections.abc import Iterable
 
 from accounting._checks import check_shape, check_size
 from accounting.errors import AccountingError, AccountingTypeError
@@ -91,8 +92,9 @@ def infer_shape(new_shape, numel: int) -> tuple[int, ...]:
     >>> infer_shape((-1, 4), 12)
     (3, 4)
     """
-    if isinstance(new_shape, (str, bytes)):
+    if isinstance(new_shape, (str, bytes)) or not isinstance(new_shape, Iterable):
         raise AccountingTypeError(f"new_shape must be a sequence of integers, got {new_shape!r}")
+    numel = check_size(numel, "numel")
     new_shape = tuple(new_shape)
     holes = [d for d, size in enumerate(new_shape) if isinstance(size, int) and not isinstance(size, bool) and size == -1]
     if len(holes) > 1:

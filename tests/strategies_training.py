@@ -17,12 +17,19 @@ from accounting import TransformerConfig
 # ---- the model -----------------------------------------------------------------------
 
 
+def native_dropout(x, p: float, training: bool):
+    """Dropout as ``F.dropout`` runs it on CUDA (``torch.native_dropout``, which saves a bool mask),
+    on any device; on the CPU ``F.dropout`` multiplies by a noise tensor of ``x``'s dtype instead."""
+    return torch.native_dropout(x, p, training)[0]
+
+
 class Block(nn.Module):
-    def __init__(self, config: TransformerConfig, dropout: float):
+    def __init__(self, config: TransformerConfig, dropout: float, fused_dropout: bool = False):
         super().__init__()
         h, f = config.width, config.ffn_width
         self.heads = config.heads
         self.dropout = dropout
+        self.dropout_function = native_dropout if fused_dropout else F.dropout
         self.attention_norm = nn.LayerNorm(h, bias=config.bias)
         self.qkv = nn.Linear(h, 3 * h, bias=config.bias)
         self.projection = nn.Linear(h, h, bias=config.bias)
@@ -33,7 +40,7 @@ class Block(nn.Module):
         self.register_buffer("future", future, persistent=False)
 
     def _dropout(self, x):
-        return F.dropout(x, self.dropout, self.training) if self.dropout else x
+        return self.dropout_function(x, self.dropout, self.training) if self.dropout else x
 
     def attention(self, x):
         batch, length, width = x.shape
@@ -51,14 +58,15 @@ class Block(nn.Module):
 
 
 class ReferenceGPT(nn.Module):
-    def __init__(self, config: TransformerConfig, dropout: float = 0.0):
+    def __init__(self, config: TransformerConfig, dropout: float = 0.0, fused_dropout: bool = False):
         super().__init__()
         self.dropout = dropout
+        self.dropout_function = native_dropout if fused_dropout else F.dropout
         self.token_embedding = nn.Embedding(config.vocabulary, config.width)
         self.position_embedding = (
             nn.Parameter(torch.randn(config.sequence_length, config.width) * 0.02) if config.learned_positions else None
         )
-        self.blocks = nn.ModuleList(Block(config, dropout) for _ in range(config.layers))
+        self.blocks = nn.ModuleList(Block(config, dropout, fused_dropout) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.width, bias=config.bias)
         self.unembedding = nn.Linear(config.width, config.vocabulary, bias=False)
         if config.tied_embeddings:
@@ -69,7 +77,7 @@ class ReferenceGPT(nn.Module):
         if self.position_embedding is not None:
             x = x + self.position_embedding[: tokens.shape[1]]
         if self.dropout:
-            x = F.dropout(x, self.dropout, self.training)
+            x = self.dropout_function(x, self.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         return self.unembedding(self.final_norm(x))

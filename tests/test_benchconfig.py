@@ -184,3 +184,63 @@ def test_default_path_falls_back_from_cwd_to_source_tree_to_installed_copy(tmp_p
     (tmp_path / "benchmarks.json").unlink()
     monkeypatch.setattr(benchconfig, "__file__", str(tmp_path / "site-packages" / "accounting" / "benchconfig.py"))
     assert default_benchmarks_path() == benchconfig.INSTALLED_BENCHMARKS  # a wheel install's data file
+
+
+# ---- the accepted side of each bound, and wrong types ----------------------------------------
+
+
+@pytest.mark.parametrize("path, value, read, expected", [
+    pytest.param(("cpu", "floors", "float32"), 1.0, lambda c: c.floor("cpu", "float32"), 1.0, id="floor-one"),
+    pytest.param(("cpu", "floors", "float32"), 1, lambda c: c.floor("cpu", "float32"), 1.0, id="floor-int-one"),
+    pytest.param(("cpu", "floors", "float32"), 1e-6, lambda c: c.floor("cpu", "float32"), 1e-6, id="floor-tiny"),
+    pytest.param(("cpu", "rounds"), 1, lambda c: c.device("cpu").rounds, 1, id="rounds-one"),
+    pytest.param(("cpu", "shapes", 0), [1, 1, 1], lambda c: c.device("cpu").shapes[0], (1, 1, 1), id="size-one"),
+    pytest.param(("cpu", "quick_shapes"), [[1, 2, 3]], lambda c: c.device("cpu").quick_shapes, ((1, 2, 3),), id="quick-given"),
+    pytest.param(("regression", "threshold_percent"), 99.9, lambda c: c.regression_threshold_percent, 99.9,
+                 id="threshold-just-below-100"),
+    pytest.param(("regression", "threshold_percent"), 0.1, lambda c: c.regression_threshold_percent, 0.1,
+                 id="threshold-just-above-0"),
+    pytest.param(("regression", "metric"), "iqr", lambda c: c.compare_fail, "iqr:10%", id="metric-iqr"),
+    pytest.param(("cuda", "shapes", 0), [7, 16, 32], lambda c: c.device("cuda").shapes[0], (7, 16, 32),
+                 id="fp8-aligned-k-and-n-odd-m"),
+])
+def test_the_accepted_side_of_each_bound(path, value, read, expected):
+    assert read(parse_benchmarks(_broken(path, value))) == expected
+
+
+@pytest.mark.parametrize("path, value, message", [
+    pytest.param(("regression", "threshold_percent"), 100, r"regression.threshold_percent = 100: must be a percentage in \(0, 100\)$",
+                 id="threshold-100"),
+    pytest.param(("regression", "threshold_percent"), True, r"regression.threshold_percent = True: must be a percentage", id="threshold-bool"),
+    pytest.param(("regression", "threshold_percent"), "10", r"regression.threshold_percent = '10': must be a percentage", id="threshold-string"),
+    pytest.param(("cpu", "rounds"), True, r"cpu.rounds = True: must be a positive integer$", id="rounds-bool"),
+    pytest.param(("cpu", "rounds"), 2.0, r"cpu.rounds = 2.0: must be a positive integer$", id="rounds-float"),
+    pytest.param(("cpu", "floors", "float32"), True, r"cpu.floors.float32 = True: an MFU floor must be a number in \(0, 1\]$",
+                 id="floor-bool"),
+    pytest.param(("cpu", "shapes", 0), [512, True, 128], r"cpu.shapes\[0\] = \[512, True, 128\]: sizes must be positive integers, got True$",
+                 id="size-bool"),
+    pytest.param(("cpu", "shapes"), [], r"cpu.shapes must be a non-empty list of \[m, k, n\] shapes, got \[\]$", id="shapes-empty"),
+    pytest.param(("cpu", "shapes", 0), (512, 256, 128), r"cpu.shapes\[0\] must be \[m, k, n\], got \(512, 256, 128\)$", id="shape-tuple"),
+    pytest.param(("cpu", "dtypes"), "float32", r"cpu.dtypes must be a non-empty list of dtype names, got 'float32'$", id="dtypes-string"),
+    pytest.param(("cpu", "dtypes", 0), 32, r"cpu.dtypes\[0\] has unknown dtype 32$", id="dtype-int"),
+    pytest.param(("cpu",), ["float32"], r"cpu must be an object, got \['float32'\]$", id="section-list"),
+    pytest.param(("cpu", "floors"), [0.3], r"cpu.floors must be an object, got \[0.3\]$", id="floors-list"),
+    pytest.param(("cuda", "chip_floors"), ["MI300X"], r"cuda.chip_floors must be an object, got \['MI300X'\]$", id="chip-floors-list"),
+    pytest.param(("regression", "metric"), None, r"regression.metric = None: must be one of", id="metric-none"),
+])
+def test_the_rejected_side_and_wrong_types_are_named(path, value, message):
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
+        parse_benchmarks(_broken(path, value))
+
+
+def test_a_document_that_is_not_an_object_is_named():
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: the top level must be an object, got \[\]$"):
+        parse_benchmarks([])
+
+
+def test_notes_are_kept_out_of_every_check():
+    data = _broken(("cpu", "_why"), "notes anywhere")
+    data["_about"] = "a note at the top level"
+    data["regression"]["_why"] = "a note in the regression section"
+    data["cuda"]["chip_floors"]["_why"] = "a note among the chips"
+    assert parse_benchmarks(data) == parse_benchmarks(GOOD)

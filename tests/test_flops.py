@@ -189,3 +189,28 @@ NAN, INF = float("nan"), float("inf")
 def test_bad_input_is_named_in_the_error(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: einsum_flops(3, (2,)), AccountingTypeError, r"^einsum pattern must be a string, got 3$",
+                     id="einsum-int-pattern"),
+        pytest.param(lambda: einsum_flops(b"i -> i", (2,)), AccountingTypeError,
+                     r"^einsum pattern must be a string, got b'i -> i'$", id="einsum-bytes-pattern"),
+        pytest.param(lambda: einsum_flops("i -> i", "2"), AccountingTypeError,
+                     r"^shape of operand 0 must be a sequence of integers, got '2'$", id="einsum-string-shape"),
+        pytest.param(lambda: einsum_flops("i k, k j -> i j", (2, 3), (3, 4.0)), AccountingTypeError,
+                     r"^shape of operand 1 \(3, 4.0\): entry 1 must be a non-negative integer, got 4.0$",
+                     id="einsum-float-size"),
+        pytest.param(lambda: matmul_flops((2, 3), None), AccountingTypeError,
+                     r"^b_shape must be a sequence of integers, got None$", id="matmul-none-shape"),
+        pytest.param(lambda: linear_flops(4, 2, 3, phase=None), AccountingError,
+                     r"^phase must be one of 'forward', 'backward', 'step', got None$", id="linear-phase-none"),
+        pytest.param(lambda: mfu(1e12, True, 1e12), AccountingTypeError, r"^seconds must be a real number, got True$",
+                     id="mfu-bool-seconds"),
+    ],
+)
+def test_wrong_types_raise_the_named_error_with_the_value(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

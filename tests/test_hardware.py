@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import device as device_module
+from accounting import hardware as hardware_module
 from accounting._cpu_clock import VectorClock, measure_cpu_ghz
 from accounting.device import cpu_flags
 from accounting.timing import time_matmul
@@ -419,3 +420,71 @@ def test_detect_device_rejects_an_index_past_the_last_gpu(monkeypatch):
 def test_detect_device_rejects_a_non_device():
     with pytest.raises(AccountingTypeError, match=r"^device must be a string, torch.device or DeviceInfo, got 3"):
         detect_device(3)
+
+
+# ---- rows and paths no other test reaches -------------------------------------------------------
+
+
+def test_bandwidth_of_an_unknown_device_is_none_with_a_warning():
+    with pytest.warns(PeakUnknownWarning, match=r"^no peak bandwidth for device 'NVIDIA GH200 480GB': it is not in the table$"):
+        assert peak_bandwidth("NVIDIA GH200 480GB") is None
+
+
+# VPDPBUSD (Intel SDM vol. 2, "VPDPBUSD"; Intrinsics Guide _mm512_dpbusd_epi32 / _mm256_dpbusd_avx_epi32):
+# each int32 lane adds four u8×s8 products, so a register of `bits` does bits/8 multiply-adds,
+# 2 ops each; two ports issue one a cycle each, as for FMA (the table's convention).
+@pytest.mark.parametrize("flags, register_bits, path", [
+    pytest.param({"avx2", "fma", "avx512f", "avx512_vnni"}, 512, "AVX512-VNNI", id="avx512-vnni"),
+    pytest.param({"avx2", "fma", "avx_vnni"}, 256, "AVX-VNNI", id="avx-vnni"),
+])
+def test_int8_vnni_rates_follow_the_instruction(flags, register_bits, path):
+    multiply_adds = register_bits // 8
+    assert cpu_flops_per_cycle(torch.int8, flags) == (multiply_adds * 2 * 2, path)
+    assert cpu_flops_per_cycle("int8", flags)[0] > cpu_flops_per_cycle("float32", flags)[0]
+
+
+@pytest.mark.parametrize("flags, vendor, dtype, path", [
+    pytest.param({"avx2", "fma"}, None, torch.int8, "AVX2+FMA (via float32)", id="int8-without-vnni"),
+    pytest.param({"avx2", "fma", "avx512f"}, "amd", "float32", "AVX-512 (Zen 4, 256-bit units)", id="zen4"),
+    pytest.param({"avx2", "fma", "avx512f"}, "amd", "float64", "AVX-512 (Zen 4, 256-bit units) (FP64)", id="zen4-fp64"),
+    pytest.param({"AVX512F", "AVX512_VP2INTERSECT"}, "amd", "float32", "AVX-512", id="upper-case-flags-zen5"),
+    pytest.param({"avx"}, None, "float32", "AVX", id="avx"),
+    pytest.param(set(), None, "bf16", "SSE (via float32)", id="bf16-on-sse"),
+    pytest.param({"amx_tile", "amx_fp16", "avx512_fp16"}, "intel", "fp16", "AMX-FP16", id="amx-fp16"),
+    pytest.param({"amx_int8"}, "intel", torch.int8, "SSE (via float32)", id="amx-int8-needs-tiles"),
+])
+def test_the_path_is_named(flags, vendor, dtype, path):
+    assert cpu_flops_per_cycle(dtype, flags, vendor=vendor)[1] == path
+
+
+@pytest.fixture
+def detected_cpu(monkeypatch):
+    """Fake what accounting.hardware detects (the names as it imported them), recording each call."""
+    calls = []
+
+    def detect(flags, vendor, cores=3, clock=(2.5, "cpufreq cpuinfo_max_freq")):
+        monkeypatch.setattr(hardware_module, "cpu_flags", lambda: calls.append("flags") or frozenset(flags))
+        monkeypatch.setattr(hardware_module, "cpu_vendor", lambda: calls.append("vendor") or vendor)
+        monkeypatch.setattr(hardware_module, "physical_cores", lambda: calls.append("cores") or cores)
+        monkeypatch.setattr(hardware_module, "cpu_clock_ghz", lambda: calls.append("clock") or clock)
+        return calls
+    return detect
+
+
+@pytest.mark.parametrize("vendor, per_cycle", [
+    pytest.param("amd", 32, id="zen4-split-units"),  # shared/reference/accelerators.md: AMD Zen 4 AVX-512, 32
+    pytest.param("intel", 64, id="intel-full-width"),  # AVX-512 (2 FMA units): 64
+])
+def test_cpu_peak_detects_everything_not_given(detected_cpu, vendor, per_cycle):
+    calls = detected_cpu({"avx2", "fma", "avx512f"}, vendor)
+    assert cpu_peak_flops("float32") == pytest.approx(3 * 2.5e9 * per_cycle)
+    assert sorted(calls) == ["clock", "cores", "flags", "vendor"]
+
+
+def test_cpu_peak_detects_only_what_is_not_given(detected_cpu):
+    calls = detected_cpu({"avx2", "fma", "avx512f"}, "amd")
+    assert cpu_peak_flops("float32", vendor="intel") == pytest.approx(3 * 2.5e9 * 64)  # the given vendor wins
+    assert sorted(calls) == ["clock", "cores", "flags"]
+    calls.clear()
+    assert cpu_peak_flops("float32", flags={"avx2", "fma"}, cores=5, ghz=2.0) == pytest.approx(5 * 2.0e9 * 32)
+    assert calls == []  # nothing to detect

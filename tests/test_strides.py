@@ -14,6 +14,7 @@ from accounting import (
     same_storage,
     view_strides,
 )
+from accounting.strides import infer_shape
 from tests.strategies import factorizations, make_strided, shapes, strided_layouts, viewed_tensors
 
 
@@ -147,5 +148,33 @@ def test_impossible_views_are_errors_not_none(shape, strides, new_shape, message
     ],
 )
 def test_bad_layouts_are_named_in_the_error(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: infer_shape(6, 6), AccountingTypeError, r"^new_shape must be a sequence of integers, got 6$",
+                     id="infer-int-shape"),
+        pytest.param(lambda: infer_shape("23", 6), AccountingTypeError, r"^new_shape must be a sequence of integers, got '23'$",
+                     id="infer-string-shape"),
+        pytest.param(lambda: infer_shape((2, 3), 6.0), AccountingTypeError, r"^numel must be a non-negative integer, got 6.0$",
+                     id="infer-float-numel"),
+        pytest.param(lambda: infer_shape((-1, 3), "6"), AccountingTypeError, r"^numel must be a non-negative integer, got '6'$",
+                     id="infer-string-numel"),
+        pytest.param(lambda: infer_shape((2, None), 6), AccountingTypeError,
+                     r"^new_shape \(2, None\): entry 1 must be a non-negative integer, got None$", id="infer-none-size"),
+        pytest.param(lambda: view_strides((2, 3), (3, 1), b"6"), AccountingTypeError,
+                     r"^new_shape must be a sequence of integers, got b'6'$", id="view-bytes-shape"),
+        pytest.param(lambda: view_strides((2, 3), (3, 1.0), (6,)), AccountingTypeError,
+                     r"^strides \(3, 1.0\): entry 1 must be a non-negative integer, got 1.0$", id="view-float-stride"),
+        pytest.param(lambda: element_offset((1.5,), (1,)), AccountingTypeError,
+                     r"^index \(1.5,\): entry 0 must be a non-negative integer, got 1.5$", id="offset-float-index"),
+        pytest.param(lambda: element_offset((1,), (1,), storage_offset=1.0), AccountingTypeError,
+                     r"^storage_offset must be a non-negative integer, got 1.0$", id="offset-float-storage-offset"),
+    ],
+)
+def test_wrong_types_raise_the_named_error_with_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()

@@ -13,12 +13,16 @@ from torch import nn
 from accounting import (
     AccountingError,
     AccountingTypeError,
+    PrecisionPolicy,
     TransformerConfig,
     measure_optimizer_state_bytes,
     optimizer_state_bytes,
     parameter_count,
+    precision_policy,
     storage_bytes,
     training_memory,
+    transformer_activation_bytes,
+    transformer_training_memory,
 )
 from tests.strategies_training import (
     OPTIMIZER_CASES,
@@ -268,3 +272,121 @@ def test_parameters_given_as_a_generator():
 def test_bad_input_raises_clear_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+# ---- precision policies given as objects, names as users type them ----------------------
+
+
+def test_a_policy_object_is_used_as_given():
+    """A policy outside the table (everything in fp16), passed as an object, against a real fp16 step."""
+    fp16 = PrecisionPolicy("fp16", "float16", "float16", None, "float16", "float16")
+    model = nn.Sequential(nn.Linear(12, 20), nn.Linear(20, 6)).to(torch.float16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    _take_one_step(model, optimizer)
+    memory = training_memory(model, "sgd", fp16, momentum=0.9)
+    assert memory.precision == "fp16"
+    assert memory.parameters == storage_bytes(*model.parameters())
+    assert memory.gradients == storage_bytes(*(p.grad for p in model.parameters()))
+    assert memory.master_weights == 0
+    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer)
+
+
+def test_names_are_matched_ignoring_case_and_surrounding_spaces():
+    model = nn.Linear(10, 5)
+    optimizer = torch.optim.AdamW(model.parameters())
+    _take_one_step(nn.Sequential(model), optimizer)
+    assert optimizer_state_bytes(model, " AdamW ") == measure_optimizer_state_bytes(optimizer)
+    memory = training_memory(model, " AdamW ", " BF16-Mixed ")
+    assert (memory.optimizer, memory.precision) == ("adamw", "bf16-mixed")
+
+
+# ---- wrong types: the named error, naming the value ---------------------------------------
+
+_CONFIG = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: transformer_activation_bytes(_CONFIG, 1, "fp32", dropout=1), AccountingTypeError,
+                     r"^dropout must be True or False, got 1$", id="dropout-int"),
+        pytest.param(lambda: transformer_activation_bytes(_CONFIG, 1, "fp32", dropout="no"), AccountingTypeError,
+                     r"^dropout must be True or False, got 'no'$", id="dropout-string"),
+        pytest.param(lambda: transformer_training_memory(_CONFIG, 1, dropout=None), AccountingTypeError,
+                     r"^dropout must be True or False, got None$", id="training-dropout-none"),
+        pytest.param(lambda: transformer_activation_bytes({"layers": 1}, 1), AccountingTypeError,
+                     r"^config must be a TransformerConfig, got dict$", id="config-dict"),
+        pytest.param(lambda: transformer_activation_bytes(_CONFIG, 2.0), AccountingTypeError,
+                     r"^batch_size must be a non-negative integer, got 2.0$", id="batch-float"),
+        pytest.param(lambda: transformer_activation_bytes(_CONFIG, 0), AccountingError,
+                     r"^batch_size must be a positive integer, got 0$", id="batch-zero"),
+        pytest.param(lambda: precision_policy(16), AccountingTypeError,
+                     r"^precision must be a policy name such as 'bf16-mixed', got 16$", id="precision-int"),
+        pytest.param(lambda: training_memory(10, "adam", None), AccountingTypeError,
+                     r"^precision must be a policy name such as 'bf16-mixed', got None$", id="precision-none"),
+        pytest.param(lambda: training_memory(10, optimizer=None), AccountingTypeError,
+                     r"^optimizer must be a name such as 'adam', got None$", id="optimizer-none"),
+        pytest.param(lambda: training_memory(10, "sgd", momentum="0.9"), AccountingTypeError,
+                     r"^sgd setting momentum must be a real number, got '0.9'$", id="momentum-string"),
+        pytest.param(lambda: training_memory(10, "rmsprop", centered=0), AccountingTypeError,
+                     r"^rmsprop setting centered must be True or False, got 0$", id="centered-int"),
+        pytest.param(lambda: training_memory(10, transient=2.5), AccountingTypeError,
+                     r"^transient must be a non-negative integer, got 2.5$", id="transient-float"),
+        pytest.param(lambda: training_memory(10, activations=-1), AccountingError,
+                     r"^activations must be a non-negative integer, got -1$", id="activations-negative"),
+        pytest.param(lambda: training_memory(True), AccountingTypeError,
+                     r"^parameters must be a count, a TransformerConfig, an nn.Module or tensors, got True$",
+                     id="count-bool"),
+        pytest.param(lambda: training_memory("1e9"), AccountingTypeError,
+                     r"^parameters must be a count, a TransformerConfig, an nn.Module or tensors, got '1e9'$",
+                     id="count-string"),
+        pytest.param(lambda: parameter_count([torch.zeros(2), 3]), AccountingTypeError,
+                     r"^model: item 1 must be a torch.Tensor, got int: 3$", id="count-item"),
+        pytest.param(lambda: optimizer_state_bytes(nn.Linear(2, 2), "adam", lr=0.1), AccountingError,
+                     r"^adam has no setting 'lr' that affects memory \(accepted: amsgrad, fused\)$",
+                     id="setting-without-memory"),
+    ],
+)
+def test_wrong_types_raise_the_named_error_with_the_value(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in ("adam", "adagrad")])
+def test_fused_step_counters_stay_float32_under_a_float64_default(name):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = nn.Sequential(nn.Linear(4, 3))
+        optimizer = OPTIMIZER_CASES[name][0](model.parameters(), lr=1e-3, fused=True)
+        _take_one_step(model, optimizer)
+        assert measure_optimizer_state_bytes(optimizer) == optimizer_state_bytes(model, name, fused=True)
+        assert optimizer_state_bytes(model, name, fused=True) < optimizer_state_bytes(model, name)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_a_tensor_listed_twice_is_counted_once():
+    """Tied weights gathered from two modules' parameter lists: one tensor, one state, as in torch."""
+    embedding = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10)
+    head.weight = embedding.weight
+    model = nn.ModuleList([embedding, head])  # torch lists the tied weight once
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model[1](model[0](torch.tensor([1, 2, 3]))).square().sum().backward()
+    optimizer.step()
+    listed = [*embedding.parameters(), *head.parameters()]
+    assert len(listed) == 3 and listed[0] is listed[1]
+    assert optimizer_state_bytes(listed, "adam") == measure_optimizer_state_bytes(optimizer)
+    assert training_memory(listed, "adam") == training_memory(model, "adam")
+
+
+def test_defaults_are_the_documented_ones():
+    """training_memory: Adam in fp32; transformer_training_memory and transformer_activation_bytes:
+    bf16-mixed (Adam), no dropout."""
+    assert transformer_activation_bytes(_CONFIG, 2) == transformer_activation_bytes(_CONFIG, 2, "bf16-mixed", False)
+    plain = training_memory(1000)
+    assert (plain.optimizer, plain.precision) == ("adam", "fp32")
+    memory = transformer_training_memory(_CONFIG, 2)
+    assert (memory.optimizer, memory.precision) == ("adam", "bf16-mixed")
+    assert memory == transformer_training_memory(_CONFIG, 2, "adam", "bf16-mixed", dropout=False)

@@ -22,6 +22,7 @@ import gc
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,7 @@ from accounting import (
     LiveTensorBytes,
     TransformerConfig,
     measure_optimizer_state_bytes,
+    same_storage,
     storage_bytes,
     transformer_activation_bytes,
     transformer_training_memory,
@@ -206,3 +208,94 @@ def test_activations_and_peak_on_cuda(precision, dtype, dropout):
     assert activations == pytest.approx(predicted.activations, rel=0.03)
     predicted_above_persistent = predicted.peak - predicted.persistent
     assert 0.97 * predicted_above_persistent <= peak_above_persistent <= PEAK_OVERSHOOT * predicted_above_persistent
+
+
+# ---- dropout on the CPU --------------------------------------------------------------
+
+DROPOUT = 0.1
+
+
+def _forward(model, tokens, targets):
+    """Bytes a forward pass leaves alive for backward (the tracker), and the tensors autograd saved."""
+    saved = []
+
+    def pack(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), LiveTensorBytes() as live:
+        loss = language_model_loss(model(tokens), targets)
+        activations = live.current
+    del loss
+    return activations, saved
+
+
+@ACTIVATION_EXAMPLES
+@given(config=transformer_configs(max_layers=2, max_width=32, max_length=16), batch_size=st.integers(1, 3))
+@example(config=TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100), batch_size=4)
+def test_saved_activations_with_dropout_fp32(config, batch_size):
+    """Dropout as CUDA runs it (``torch.native_dropout``: bool masks), here on the CPU."""
+    torch.manual_seed(0)
+    model = ReferenceGPT(config, dropout=DROPOUT, fused_dropout=True)
+    measured, _ = _forward(model, random_tokens(config, batch_size), random_tokens(config, batch_size))
+    predicted = transformer_activation_bytes(config, batch_size, "fp32", dropout=True)
+    assert measured == pytest.approx(predicted, rel=1e-3, abs=64)
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")])
+def test_cpu_dropout_saves_masks_of_the_activation_dtype(dtype):
+    """The docstring's CPU note: ``F.dropout`` on the CPU saves e-byte masks where the fused kernel
+    saves bool ones, and nothing else it saves differs."""
+    config = TransformerConfig(layers=2, width=32, heads=2, sequence_length=16, vocabulary=64)
+    tokens, targets = random_tokens(config, 2), random_tokens(config, 2)
+    measured = {}
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = ReferenceGPT(config, dropout=DROPOUT, fused_dropout=fused).to(dtype)
+        measured[fused], saved = _forward(model, tokens, targets)
+    causal_masks = list(model.buffers())  # saved by masked_fill, but they existed before the step
+    masks = [
+        tensor for tensor in saved
+        if tensor.dtype == torch.bool and not any(same_storage(tensor, buffer) for buffer in causal_masks)
+    ]
+    mask_elements = storage_bytes(*masks) // torch.bool.itemsize
+    assert mask_elements > 0
+    assert measured[False] - measured[True] == (dtype.itemsize - torch.bool.itemsize) * mask_elements
+
+
+# ---- TrainingMemory.total: a step that keeps its gradients ---------------------------
+
+
+def test_total_is_every_part_alive_in_a_step_that_keeps_its_gradients():
+    """``total`` against real tensors: weights, optimizer state, gradients kept by
+    ``zero_grad(set_to_none=False)``, the activations saved by the forward pass, and the two fp32
+    loss gradients (of the log-probabilities and of the logits) caught by tensor hooks."""
+    config = TransformerConfig(layers=2, width=48, heads=4, sequence_length=24, vocabulary=64)
+    batch_size = 2
+    torch.manual_seed(0)
+    model = ReferenceGPT(config, dropout=DROPOUT, fused_dropout=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tokens, targets = random_tokens(config, batch_size), random_tokens(config, batch_size)
+    for _ in range(2):  # the second step has optimizer state
+        optimizer.zero_grad(set_to_none=False)
+        loss_gradients = []
+        with LiveTensorBytes() as live:
+            logits = model(tokens).float()
+            # F.cross_entropy, as language_model_loss computes it, in its two autograd steps:
+            log_probabilities = F.log_softmax(logits.flatten(0, 1), dim=-1)
+            logits.register_hook(loss_gradients.append)
+            log_probabilities.register_hook(loss_gradients.append)
+            loss = F.nll_loss(log_probabilities, targets.flatten())
+            del logits, log_probabilities
+            activations = live.current
+            loss.backward()
+            del loss
+            optimizer.step()
+
+    persistent = storage_bytes(*model.parameters()) + measure_optimizer_state_bytes(optimizer)
+    persistent -= step_counter_bytes(optimizer)
+    gradients = storage_bytes(*(p.grad for p in model.parameters()))
+    transient = storage_bytes(*loss_gradients)
+    predicted = transformer_training_memory(config, batch_size, "adam", "fp32", dropout=True)
+    assert predicted.total == pytest.approx(persistent + gradients + activations + transient, abs=64)
+    assert predicted.total <= persistent + gradients + live.peak <= PEAK_OVERSHOOT * predicted.total
