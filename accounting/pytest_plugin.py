@@ -29,6 +29,7 @@ What it adds:
 
 import contextlib
 import re
+import warnings
 from dataclasses import dataclass
 
 import pytest
@@ -51,7 +52,7 @@ from accounting.device import (
 from accounting._checks import check_non_negative
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, count_flops as count_fn_flops, counted_total, flops_mismatch
-from accounting.hardware import PEAK_TFLOPS_ENV, TERA, cpu_peak_flops, device_peak_flops, dtype_name
+from accounting.hardware import PEAK_TFLOPS_ENV, TERA, PeakUnknownWarning, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
 from accounting.native_dtypes import FP8_MIN_CAPABILITY, native_matmul  # noqa: F401 - the constant was defined here
 from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, flush_bytes, should_flush_l2, time_fn
@@ -256,6 +257,16 @@ def plan_shape(shape, dtype, free_bytes: int, *, extra_bytes: int = 0):
     if tuple(fitted) != tuple(shape):
         return fitted, f"shrunk from {described} to fit {gib:.1f} GiB free"
     return tuple(shape), ""
+
+
+def peak_or_skip(info: DeviceInfo, dtype, config) -> float:
+    """The device's peak FLOP/s for ``dtype`` (``--peak-tflops`` wins); skips the test, saying how to fix it, when none is known."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PeakUnknownWarning)
+        peak = device_peak_flops(info, dtype, override_tflops=config.getoption("peak_tflops"))
+    if peak is None:
+        pytest.skip(str(caught[-1].message) if caught else f"no {dtype} peak for {info.name}")
+    return peak
 
 
 def fitted_shape(shape, dtype, device):

@@ -8,7 +8,6 @@ peak, MFU, device, dtype and shape in ``extra_info`` and fails when MFU is above
 """
 
 import statistics
-import warnings
 
 import pytest
 import torch
@@ -17,9 +16,9 @@ import torch.utils.benchmark
 from accounting.benchconfig import load_benchmarks
 from accounting.device import release_cached_memory
 from accounting.flops import MFU_CEILING
-from accounting.hardware import PeakUnknownWarning, chip_row, device_peak_flops
+from accounting.hardware import chip_row
 from accounting.pytest_plugin import (add_summary_line, fitted_shape, gpu_device_params, gpu_skip_reason,
-                                      native_skip_reason, shape_mode)
+                                      native_skip_reason, peak_or_skip, shape_mode)
 from accounting.timing import matmul_case, time_matmul
 
 TIMER_AGREEMENT = (0.9, 1.1)
@@ -54,14 +53,6 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("gpu_device", gpu_device_params(metafunc.config))
 
 
-def _peak_or_skip(info, dtype, config):
-    """The device's peak for ``dtype`` (``--peak-tflops`` wins); skip, saying how to fix it, when none is known."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PeakUnknownWarning)
-        peak = device_peak_flops(info, dtype, override_tflops=config.getoption("peak_tflops"))
-    if peak is None:
-        pytest.skip(str(caught[-1].message) if caught else f"no {dtype} peak for {info.name}")
-    return peak
 
 
 def _check_bounds(result, floor, what, config):
@@ -91,7 +82,7 @@ def test_cpu_matmul(cpu_point, flops_benchmark, benchmark_config):
     reason = native_skip_reason(info, dtype)  # the report drops the same dtypes from its defaults
     if reason:
         pytest.skip(reason)
-    peak = _peak_or_skip(info, dtype, flops_benchmark.config)
+    peak = peak_or_skip(info, dtype, flops_benchmark.config)
     case = matmul_case(dtype, *shape, "cpu")
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device="cpu", shape=shape,
                              rounds=benchmark_config.device("cpu").rounds, peak=peak)
@@ -110,7 +101,7 @@ def test_gpu_matmul(gpu_point, gpu_device, flops_benchmark, benchmark_config):
     if reason:
         pytest.skip(reason)
     device = info.device
-    peak = _peak_or_skip(info, dtype, flops_benchmark.config)
+    peak = peak_or_skip(info, dtype, flops_benchmark.config)
     run_shape, note = fitted_shape(shape, dtype, device)
     case = matmul_case(dtype, *run_shape, device)
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device=device, shape=run_shape,

@@ -14,7 +14,6 @@ leaves ``PEAK_MEMORY_BAND`` around ``transformer_training_memory``'s prediction,
 A plain ``pytest`` runs the quick size only.
 """
 
-import warnings
 
 import pytest
 
@@ -22,7 +21,7 @@ from accounting.benchconfig import load_benchmarks
 from accounting.device import cpu_flags, cpu_vendor, release_cached_memory
 from accounting.errors import AccountingError
 from accounting.flop_count import count_flops
-from accounting.hardware import PeakUnknownWarning, cpu_flops_per_cycle, device_peak_flops
+from accounting.hardware import cpu_flops_per_cycle
 from accounting.model_flops import transformer_flops
 from accounting.model_mfu import (
     PEAK_DTYPES,
@@ -34,7 +33,7 @@ from accounting.model_mfu import (
     model_size,
     step_measurement,
 )
-from accounting.pytest_plugin import add_summary_line, gpu_skip_reason, shape_mode
+from accounting.pytest_plugin import add_summary_line, gpu_skip_reason, peak_or_skip, shape_mode
 
 WARMUP_ROUNDS = 1
 """Untimed rounds after the counted step (which already created the optimizer state)."""
@@ -63,13 +62,6 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize(fixture, _model_points(metafunc.config, kind))
 
 
-def _peak_or_skip(info, dtype, config):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PeakUnknownWarning)
-        peak = device_peak_flops(info, dtype, override_tflops=config.getoption("peak_tflops"))
-    if peak is None:
-        pytest.skip(str(caught[-1].message) if caught else f"no {dtype} peak for {info.name}")
-    return peak
 
 
 def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info, note=""):
@@ -81,7 +73,7 @@ def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info
     except AccountingError as error:
         pytest.skip(str(error))
     dtype = PEAK_DTYPES[precision]
-    peak = _peak_or_skip(info, dtype, flops_benchmark.config)
+    peak = peak_or_skip(info, dtype, flops_benchmark.config)
     step = build_training_step(size, precision=precision, device=device, recompute=recompute)
     count = count_flops(step)  # the first step, untimed: the FLOPs the hardware executes
     model_flops = transformer_flops(size.config, size.batch_size).training

@@ -22,9 +22,16 @@ from accounting.fleet.plot import write_plot
 from accounting.fleet.render import render
 from accounting.fleet.run import FleetOptions, Hooks, run_fleet
 from accounting.memory import format_name
-from accounting.report.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNHEALTHY, check_writable, dtype_list, positive_seconds
+from accounting.report.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    check_writable,
+    dtype_list,
+    positive_seconds,
+    write_outputs,
+)
 from accounting.report.plot import require_matplotlib
-from accounting.report.results import write_json
 
 DEFAULT_BUDGET_S = 60.0
 """Default ``--budget`` per rank: its own device, then its share of the collectives."""
@@ -138,15 +145,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     if document is None:
         return EXIT_OK
     print(render(document), file=stdout, flush=True)
-    try:
-        if args.json_path is not None:
-            write_json(document, args.json_path)
-            print(f"JSON written to {args.json_path}", file=stdout)
-        if args.plot_path is not None:
-            write_plot(document, args.plot_path)
-            print(f"Plot written to {args.plot_path}", file=stdout)
-    except (OSError, AccountingError) as error:
-        print(f"{parser.prog}: error: {error}", file=stderr)
+    if not write_outputs(document, args, write_plot=write_plot, prog=parser.prog, stdout=stdout, stderr=stderr):
         return EXIT_BAD_INPUT
     if document["hung_ranks"] or (args.strict and document["verdict"] != "healthy"):
         return EXIT_UNHEALTHY

@@ -131,6 +131,26 @@ def check_writable(path: str, option: str) -> str:
     return path
 
 
+def write_outputs(document: dict, args: argparse.Namespace, *, write_plot, prog: str, stdout, stderr) -> bool:
+    """Write ``document`` to ``args.json_path`` (JSON) and, with ``write_plot``, to ``args.plot_path`` (PNG).
+
+    Each file written is named on ``stdout``; a file that cannot be written ends with one
+    line on ``stderr`` and ``False`` (the caller exits with :data:`EXIT_BAD_INPUT`). The
+    report and the fleet both write their outputs through here.
+    """
+    try:
+        if args.json_path is not None:
+            write_json(document, args.json_path)
+            print(f"JSON written to {args.json_path}", file=stdout)
+        if args.plot_path is not None:
+            write_plot(document, args.plot_path)
+            print(f"Plot written to {args.plot_path}", file=stdout)
+    except (OSError, AccountingError) as error:
+        print(f"{prog}: error: {error}", file=stderr)
+        return False
+    return True
+
+
 def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None) -> int:
     """Run a parsed ``report`` command; bad input ends it with ``parser``'s one-line error.
 
@@ -177,15 +197,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             print(f"{parser.prog}: interrupted", file=stderr)
             return EXIT_INTERRUPTED
     print(render_results(report), file=stdout, flush=True)
-    try:
-        if args.json_path is not None:
-            write_json(report, args.json_path)
-            print(f"JSON written to {args.json_path}", file=stdout)
-        if args.plot_path is not None:
-            write_plot(report, args.plot_path)
-            print(f"Plot written to {args.plot_path}", file=stdout)
-    except (OSError, AccountingError) as error:
-        print(f"{parser.prog}: error: {error}", file=stderr)
+    if not write_outputs(report, args, write_plot=write_plot, prog=parser.prog, stdout=stdout, stderr=stderr):
         return EXIT_BAD_INPUT
     if args.strict and report["verdict"] != "healthy":
         return EXIT_UNHEALTHY
