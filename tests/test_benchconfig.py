@@ -1,6 +1,5 @@
 """benchmarks.json: the shipped file loads; every kind of bad entry is named in the error."""
 
-import copy
 import json
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from accounting.benchconfig import BENCHMARKS_ENV, default_benchmarks_path, load
 from accounting.errors import AccountingError
 from accounting.device import DeviceInfo
 from accounting.hardware import chip_row, find_chip
+from tests.cli_runs import edited
 
 SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
 
@@ -76,17 +76,6 @@ def test_chip_floors_follow_the_rocm_arch_through_chip_row():
     assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=radeon.name) == 0.6  # the name alone cannot tell
 
 
-def _broken(path, value):
-    """GOOD with the entry at ``path`` (a tuple of keys/indices) set to ``value`` (or deleted if ``...``)."""
-    data = copy.deepcopy(GOOD)
-    target = data
-    for key in path[:-1]:
-        target = target[key]
-    if value is ...:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return data
 
 
 @pytest.mark.parametrize("path, value, message", [
@@ -130,12 +119,12 @@ def _broken(path, value):
 ])
 def test_a_bad_entry_is_named(path, value, message):
     with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
-        parse_benchmarks(_broken(path, value))
+        parse_benchmarks(edited(GOOD, path, value))
 
 
 def test_fp8_alignment_binds_only_k_and_n_and_only_with_a_float8_dtype():
-    assert parse_benchmarks(_broken(("cuda", "shapes", 0), [8200, 8192, 8192])).device("cuda").shapes[0][0] == 8200
-    without_fp8 = _broken(("cuda", "dtypes"), ["tf32", "bfloat16"])
+    assert parse_benchmarks(edited(GOOD, ("cuda", "shapes", 0), [8200, 8192, 8192])).device("cuda").shapes[0][0] == 8200
+    without_fp8 = edited(GOOD, ("cuda", "dtypes"), ["tf32", "bfloat16"])
     del without_fp8["cuda"]["floors"]["fp8"]
     without_fp8["cuda"]["shapes"] = [[8192, 8200, 8200]]
     assert parse_benchmarks(without_fp8).device("cuda").shapes == ((8192, 8200, 8200),)
@@ -159,7 +148,7 @@ def test_load_reports_bad_json_and_missing_files_with_the_path(tmp_path):
         load_benchmarks(bad)
     with pytest.raises(AccountingError, match=r"^cannot read benchmarks file '.*nope.json': No such file"):
         load_benchmarks(tmp_path / "nope.json")
-    bad.write_text(json.dumps(_broken(("cpu", "floors", "bf16"), 3)))
+    bad.write_text(json.dumps(edited(GOOD, ("cpu", "floors", "bf16"), 3)))
     with pytest.raises(AccountingError, match=rf"^{bad}: cpu.floors.bf16 = 3: an MFU floor must be"):
         load_benchmarks(bad)
 
@@ -205,7 +194,7 @@ def test_default_path_falls_back_from_cwd_to_source_tree_to_installed_copy(tmp_p
                  id="fp8-aligned-k-and-n-odd-m"),
 ])
 def test_the_accepted_side_of_each_bound(path, value, read, expected):
-    assert read(parse_benchmarks(_broken(path, value))) == expected
+    assert read(parse_benchmarks(edited(GOOD, path, value))) == expected
 
 
 @pytest.mark.parametrize("path, value, message", [
@@ -230,7 +219,7 @@ def test_the_accepted_side_of_each_bound(path, value, read, expected):
 ])
 def test_the_rejected_side_and_wrong_types_are_named(path, value, message):
     with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
-        parse_benchmarks(_broken(path, value))
+        parse_benchmarks(edited(GOOD, path, value))
 
 
 def test_a_document_that_is_not_an_object_is_named():
@@ -239,7 +228,7 @@ def test_a_document_that_is_not_an_object_is_named():
 
 
 def test_notes_are_kept_out_of_every_check():
-    data = _broken(("cpu", "_why"), "notes anywhere")
+    data = edited(GOOD, ("cpu", "_why"), "notes anywhere")
     data["_about"] = "a note at the top level"
     data["regression"]["_why"] = "a note in the regression section"
     data["cuda"]["chip_floors"]["_why"] = "a note among the chips"

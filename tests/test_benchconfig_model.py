@@ -1,6 +1,5 @@
 """benchmarks.json's model section: the shipped one loads; every bad entry is named."""
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from accounting.benchconfig import load_benchmarks, parse_benchmarks
 from accounting.errors import AccountingError
 from accounting.model_mfu import MODEL_SIZES, STEP_POLICIES
+from tests.cli_runs import edited
 
 SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
 
@@ -45,16 +45,6 @@ def test_the_model_section_is_optional():
         config.model("cpu")
 
 
-def _broken(path, value):
-    document = copy.deepcopy(GOOD)
-    target = document
-    for key in path[:-1]:
-        target = target[key]
-    if value is ...:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return document
 
 
 @pytest.mark.parametrize("path, value, message", [
@@ -77,7 +67,7 @@ def _broken(path, value):
 ])
 def test_a_bad_model_entry_is_named(path, value, message):
     with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
-        parse_benchmarks(_broken(path, value))
+        parse_benchmarks(edited(GOOD, path, value))
 
 
 def test_a_missing_floor_for_a_precision_is_named():

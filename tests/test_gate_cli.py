@@ -7,23 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from accounting.__main__ import main
 from accounting.gate import cli
 from accounting.gate.measure import Measured, Runner
 from accounting.gate.storage import GUARD_KEY, load_run, machine_id
 from tests.gate_runs import COPY, MATMUL, OTHER_CPU, QUIET, document, write
+from tests.cli_runs import run_main
 
 BASE = [0.0150, 0.0152, 0.0148, 0.0151, 0.0149, 0.0150, 0.0153, 0.0147, 0.0150, 0.0151]
 
 
-def run_main(argv, capsys):
-    """``main(argv)`` as the console script runs it: the exit status, stdout and stderr."""
-    try:
-        status = main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 @pytest.fixture

@@ -9,23 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from accounting.__main__ import main
 from accounting.flops import MFU_CEILING
 from accounting.report import cli
+from tests.cli_runs import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BUDGET = "2"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def run_main(argv, capsys):
-    """``main(argv)`` as the console script runs it: the exit status, stdout and stderr."""
-    try:
-        status = main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from accounting.__main__ import main
 from accounting.model_flops import transformer_flops
 from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size
 from accounting.report import cli
 from accounting.report.run import preview
+from tests.cli_runs import run_main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -30,18 +30,11 @@ def no_sweep(monkeypatch):
     return calls
 
 
-def _run(argv, capsys):
-    try:
-        status = main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def test_model_section_in_text_json_and_plot(no_sweep, capsys, tmp_path):
     json_path, plot_path = tmp_path / "report.json", tmp_path / "report.png"
-    status, out, err = _run(["report", "--device", "cpu", "--dtypes", "float32", "--quiet", "--model", "tiny",
+    status, out, err = run_main(["report", "--device", "cpu", "--dtypes", "float32", "--quiet", "--model", "tiny",
                              "--layers", "1", "--seq", "16", "--batch", "2", "--json", str(json_path),
                              "--plot", str(plot_path)], capsys)
     assert status == 0, err
@@ -67,7 +60,7 @@ def test_model_section_in_text_json_and_plot(no_sweep, capsys, tmp_path):
 
 def test_the_default_report_has_no_model_section(no_sweep, capsys, tmp_path):
     json_path = tmp_path / "report.json"
-    status, out, err = _run(["report", "--device", "cpu", "--dtypes", "float32", "--quiet",
+    status, out, err = run_main(["report", "--device", "cpu", "--dtypes", "float32", "--quiet",
                              "--json", str(json_path)], capsys)
     assert status == 0, err
     assert "Model training step" not in out
@@ -84,7 +77,7 @@ def test_the_default_report_has_no_model_section(no_sweep, capsys, tmp_path):
                  id="not-a-number"),
 ])
 def test_bad_model_arguments_are_one_line_before_measuring(no_sweep, capsys, argv, message):
-    status, out, err = _run(["report", "--device", "cpu", "--quiet", *argv], capsys)
+    status, out, err = run_main(["report", "--device", "cpu", "--quiet", *argv], capsys)
     assert status == 2
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith("accounting report: error: ")
@@ -96,7 +89,7 @@ def test_a_model_that_does_not_fit_is_refused_before_measuring(no_sweep, capsys,
     from accounting.model_mfu import step
 
     monkeypatch.setattr(step, "free_memory_bytes", lambda device: 2**30)
-    status, _out, err = _run(["report", "--device", "cpu", "--quiet", "--model", "gpt2-small"], capsys)
+    status, _out, err = run_main(["report", "--device", "cpu", "--quiet", "--model", "gpt2-small"], capsys)
     assert status == 2
     assert "gpt2-small: 12 layers, width 768" in err and "but cpu has 1.00 GiB free" in err
     assert no_sweep == []
