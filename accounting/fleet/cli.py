@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--budget", metavar="SECONDS", type=positive_seconds, default=DEFAULT_BUDGET_S,
                         help="time per rank for its own device and the collectives. Default: %(default)r")
     parser.add_argument("--dtypes", metavar="LIST", type=dtype_list, default=None,
-                        help="comma-separated dtypes to sweep. Default: the device kind's dtypes in benchmarks.json")
+                        help="comma-separated dtypes to sweep. Default: the device kind's dtypes in benchmarks.json "
+                             "that the device runs natively")
     parser.add_argument("--json", metavar="PATH", dest="json_path", default=None,
                         help="write every rank's raw figures to PATH as JSON (rank 0)")
     parser.add_argument("--plot", metavar="PATH", dest="plot_path", default=None,

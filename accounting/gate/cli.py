@@ -107,6 +107,11 @@ def _device_argument(parser):
                              "run. Default: cuda:0 when CUDA is available, else cpu")
 
 
+def _pytest_arguments(parser):
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
+                        help="arguments for pytest, after --, e.g. -- -m cpu -k 1024")
+
+
 def _compare_arguments(parser):
     _storage_argument(parser)
     parser.add_argument("--baselines", metavar="K", type=positive_count, default=DEFAULT_BASELINES,
@@ -135,8 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     save.add_argument("--runs", metavar="N", type=positive_count, default=1,
                       help="how many pytest processes to save (seed a new storage with 10). Default: %(default)r")
     _device_argument(save)
-    save.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
-                      help="arguments for pytest, after --, e.g. -- -m cpu -k 1024")
+    _pytest_arguments(save)
     save.set_defaults(run=run, parser=save)
 
     check = actions.add_parser("check", help="run the benchmarks, re-measure suspects, fail on a sure regression",
@@ -148,8 +152,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _device_argument(check)
     check.add_argument("--keep", metavar="DIR", default=None,
                        help="keep the current runs (JSON and pytest logs) in DIR instead of a temporary directory")
-    check.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
-                       help="arguments for pytest, after --, e.g. -- -m cpu -k 1024")
+    _pytest_arguments(check)
     check.set_defaults(run=run, parser=check)
 
     compare = actions.add_parser("compare", help="decide runs made elsewhere (no re-measuring)",

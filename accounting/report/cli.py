@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="device to test: cpu, cuda or cuda:N. Default: cuda:0 when CUDA is available, else cpu")
     parser.add_argument("--dtypes", metavar="LIST", type=dtype_list, default=None,
                         help="comma-separated dtypes (float32,bfloat16,tf32,float16,fp8...). "
-                             "Default: this device kind's dtypes in benchmarks.json")
+                             "Default: those of this device kind's dtypes in benchmarks.json that the device runs natively")
     parser.add_argument("--budget", metavar="SECONDS", type=positive_seconds, default=DEFAULT_BUDGET_S,
                         help="time for the whole report (the matmul sweep takes most of it). Default: %(default)r")
     parser.add_argument("--json", metavar="PATH", dest="json_path", default=None,
