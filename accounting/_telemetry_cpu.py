@@ -12,6 +12,8 @@
   each interval over its length.
 - Temperature: ``hwmon`` sensors of the CPU driver (``coretemp``, ``k10temp``, ``zenpower``).
 - Throttling: a rise in ``thermal_throttle/*_throttle_count`` (Intel) during the window.
+- Host CPU time: the whole machine's busy and stolen CPU seconds from ``/proc/stat``
+  (:func:`read_host_cpu_times`), so a caller can tell its own work from everyone else's.
 
 Paths are module constants so tests can point them at a fake tree.
 
@@ -20,7 +22,9 @@ Paths are module constants so tests can point them at a fake tree.
 True
 """
 
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from accounting import _cpu_clock
@@ -28,6 +32,7 @@ from accounting.device import parse_cpuinfo
 from accounting.telemetry import CPU_INTERVAL_S, Reading
 
 SYS_CPU = Path("/sys/devices/system/cpu")
+PROC_STAT = Path("/proc/stat")
 PROC_CPUINFO = Path("/proc/cpuinfo")
 POWERCAP = Path("/sys/class/powercap")
 HWMON = Path("/sys/class/hwmon")
@@ -61,9 +66,50 @@ def _read_number(path: Path) -> float | None:
         return None
 
 
-def _allowed_cpus() -> list[int]:
-    import os
+@dataclass(frozen=True)
+class HostCpuTimes:
+    """CPU seconds the whole machine has spent since boot, summed over its logical CPUs.
 
+    ``busy_s``: running anything (user, nice, system, irq, softirq; guests' time is part of
+    user). ``steal_s``: time the hypervisor ran another guest while one of our vCPUs wanted
+    to run — a neighbour's load that no process here shows.
+    """
+
+    busy_s: float
+    steal_s: float
+    cpus: int
+
+
+# /proc/stat "cpu" line fields (proc(5)): user nice system idle iowait irq softirq steal guest guest_nice
+_BUSY_FIELDS = (0, 1, 2, 5, 6)
+_STEAL_FIELD = 7
+
+
+def read_host_cpu_times(path: Path | None = None) -> HostCpuTimes | None:
+    """The machine's busy and stolen CPU seconds (``None`` where ``/proc/stat`` is not there or not understood).
+
+    >>> times = read_host_cpu_times()
+    >>> times is None or (times.busy_s > 0 and times.steal_s >= 0 and times.cpus >= 1)
+    True
+    """
+    text = _read_text(path or PROC_STAT)
+    if text is None:
+        return None
+    lines = text.splitlines()
+    total = next((line.split()[1:] for line in lines if line.startswith("cpu ")), None)
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    try:
+        ticks = [int(value) for value in total or ()]
+    except ValueError:
+        return None
+    if len(ticks) <= _STEAL_FIELD or cpus < 1:
+        return None
+    per_second = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # USER_HZ
+    return HostCpuTimes(sum(ticks[index] for index in _BUSY_FIELDS) / per_second, ticks[_STEAL_FIELD] / per_second,
+                        cpus)
+
+
+def _allowed_cpus() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))

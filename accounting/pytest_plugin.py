@@ -66,7 +66,9 @@ MARKERS = {
 }
 MACHINE_INFO_KEY = "accounting"
 IDENTITY_FIELDS_GPU = ("accelerator", "compute_capability", "sm_count", "gpu_memory_bytes")
-IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores")
+IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores", "cpu_threads")
+"""``cpu_threads``: torch's intra-op threads (``OMP_NUM_THREADS``); a matmul on 1 thread and on 2 are
+different measurements of the same CPU, never compared."""
 _VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly")
 SHAPE_MODES = ("auto", "quick", "full")
 _SUMMARY = pytest.StashKey[list]()
@@ -505,6 +507,7 @@ def accounting_machine_info(device=None) -> dict:
         "tf32": tf32_flags(),  # read without raising, whichever TF32 API was used
         "cpu_model": cpu.name,
         "cpu_cores": cpu.cores,
+        "cpu_threads": torch.get_num_threads(),
         "cpu_clock_ghz": cpu.clock_ghz,
         "cpu_clock_source": cpu.clock_source,
     }
@@ -596,7 +599,8 @@ def _describe(info: dict, gpu: bool) -> str:
         return f"{info['accelerator']} (compute capability {info.get('compute_capability')}, {info.get('sm_count')} SMs)"
     if gpu:
         return "a machine without an accelerator"
-    return f"CPU {info.get('cpu_model')} ({info.get('cpu_cores')} cores)"
+    threads = f", {info['cpu_threads']} threads" if info.get("cpu_threads") is not None else ""
+    return f"CPU {info.get('cpu_model')} ({info.get('cpu_cores')} cores{threads})"
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -373,6 +373,22 @@ def snapshot(device="cpu", *, measure_clock: bool = True) -> Summary:
     return summarise(name, backend, [reading])
 
 
+def host_cpu_times():
+    """The whole machine's busy and stolen CPU seconds now (:class:`accounting._telemetry_cpu.HostCpuTimes`).
+
+    ``None`` where the system does not say (no ``/proc/stat``). Two readings around a
+    window, less the CPU time of one's own processes, give the CPU time everyone else
+    took during it — what the regression gate's load guard checks.
+
+    >>> times = host_cpu_times()
+    >>> times is None or times.cpus >= 1
+    True
+    """
+    from accounting._telemetry_cpu import read_host_cpu_times
+
+    return read_host_cpu_times()
+
+
 def sample_cost_s(device="cpu", *, reads: int = 50) -> float:
     """Mean seconds one background reading of ``device`` takes (its overhead is this over the interval).
 

@@ -319,8 +319,19 @@ def test_an_installed_project_gets_flops_in_its_json_and_a_doctored_baseline_is_
     refused = _pytest(tmp_path, "--benchmark-compare=0002")
     assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
     here = accounting_machine_info("cpu")
-    assert (f"ERROR: --benchmark-compare: the baseline was recorded on CPU Xeon (26 cores) but this run is on CPU "
-            f"{here['cpu_model']} ({here['cpu_cores']} cores)") in refused.stderr
+    threads = doctored["machine_info"]["accounting"]["cpu_threads"]
+    assert threads == here["cpu_threads"] == torch.get_num_threads()
+    assert (f"ERROR: --benchmark-compare: the baseline was recorded on CPU Xeon (26 cores, {threads} threads) but this "
+            f"run is on CPU {here['cpu_model']} ({here['cpu_cores']} cores, {threads} threads)") in refused.stderr
+
+
+def test_a_baseline_with_another_thread_count_is_refused_like_other_hardware():
+    """OMP_NUM_THREADS=1 and the default time different things on the same CPU: never compared."""
+    here = accounting_machine_info("cpu")
+    assert here["cpu_threads"] == torch.get_num_threads()
+    other = {**here, "cpu_threads": here["cpu_threads"] + 1}
+    assert machine_mismatch(here, other) == ["cpu_threads"]
+    assert machine_mismatch(here, dict(here)) == []
 
 
 def test_flops_benchmark_mfu_on_cuda_comes_from_device_events_not_the_host_clock(monkeypatch):

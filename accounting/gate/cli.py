@@ -62,7 +62,8 @@ EPILOG = (
     "exit status: 0 no sure regression (inconclusive benchmarks are listed, not failed), 1 a sure "
     "regression, 2 bad input, 130 interrupted. The Markdown table is appended to $GITHUB_STEP_SUMMARY "
     f"when it is set. Environment: {BENCHMARKS_ENV} (another benchmarks.json). "
-    "Example: accounting gate save --runs 10 -- -m cpu -k 1024; accounting gate check -- -m cpu -k 1024"
+    "Example: accounting gate save --runs 10 --threads 1 -- -m cpu -k 1024; "
+    "accounting gate check --threads 1 -- -m cpu -k 1024"
 )
 
 
@@ -107,6 +108,14 @@ def _device_argument(parser):
                              "run. Default: cuda:0 when CUDA is available, else cpu")
 
 
+def _threads_argument(parser):
+    parser.add_argument("--threads", metavar="N", type=positive_count, default=None,
+                        help="CPU threads of the benchmarks (OMP_NUM_THREADS and MKL_NUM_THREADS for each pytest "
+                             "process). On a VM with few vCPUs, --threads 1 cuts the noise between processes "
+                             "several-fold (README, 'Regression gate'). Runs saved with another count are not "
+                             "compared. Default: torch's own, one per core")
+
+
 def _pytest_arguments(parser):
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
                         help="arguments for pytest, after --, e.g. -- -m cpu -k 1024")
@@ -140,6 +149,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     save.add_argument("--runs", metavar="N", type=positive_count, default=1,
                       help="how many pytest processes to save (seed a new storage with 10). Default: %(default)r")
     _device_argument(save)
+    _threads_argument(save)
     _pytest_arguments(save)
     save.set_defaults(run=run, parser=save)
 
@@ -150,6 +160,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                        help="fresh pytest processes the inconclusive benchmarks may get, one at a time, before the "
                             "verdict. Default: %(default)r")
     _device_argument(check)
+    _threads_argument(check)
     check.add_argument("--keep", metavar="DIR", default=None,
                        help="keep the current runs (JSON and pytest logs) in DIR instead of a temporary directory")
     _pytest_arguments(check)
@@ -297,7 +308,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
         else:
             workdir = tempfile.mkdtemp(prefix="accounting-gate-")
         options = {"reader": reader} if reader is not None else {}
-        runner = Runner(pytest_args, device=_device(args), workdir=workdir, **options)
+        runner = Runner(pytest_args, device=_device(args), workdir=workdir, threads=args.threads, **options)
         if args.gate_command == "save":
             return _save(args, runner, stderr)
         return _check(args, config, runner, stdout, stderr, started)

@@ -24,6 +24,7 @@ a 1.10× slowdown reported as it is, one gated run ≤ 2 minutes.
 """
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -37,8 +38,10 @@ from pathlib import Path
 from accounting.benchconfig import load_benchmarks
 from accounting.errors import AccountingError
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
+from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner
 from accounting.gate.stats import Decision
+from accounting.gate.storage import load_run
 from accounting.report.cli import OneLineParser
 from accounting.report.render import table
 
@@ -203,9 +206,43 @@ def _load_text() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} logical CPUs"
 
 
+def _threads_pinned(threads: int | None):
+    """A context in which this process's torch uses ``threads`` intra-op threads (``None``: unchanged)."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def pinned():
+        before = torch.get_num_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return pinned()
+
+
+def spread_text(medians) -> str:
+    """The between-process spread of run medians (seconds): range and standard deviation of their logs.
+
+    >>> spread_text([0.012, 0.013, 0.015])
+    'run medians 12.0–15.0 ms, sd of log medians 0.11 (3 runs)'
+    """
+    logs = [math.log(value) for value in medians]
+    deviation = statistics.stdev(logs) if len(logs) > 1 else float("nan")
+    return (f"run medians {min(medians) * 1e3:.1f}–{max(medians) * 1e3:.1f} ms, sd of log medians {deviation:.2g} "
+            f"({len(medians)} runs)")
+
+
 def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT_MAX_EXTRA_RUNS,
-            load_guard: bool = True, workdir: str, stream=sys.stderr):
-    """Save ``baselines`` runs, then gate ``runs`` reruns unchanged and at each factor; the scenarios."""
+            load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr):
+    """Save ``baselines`` runs, then gate ``runs`` reruns unchanged and at each factor; the scenarios.
+
+    ``threads``: the benchmarks' CPU threads (the gate's ``--threads``), also used to calibrate.
+    """
     folder = Path(workdir)
     rounds = load_benchmarks().device("cpu").rounds
     module = BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds)).replace(
@@ -219,13 +256,21 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
         print(f"error_rates: {text}", file=stream, flush=True)
 
     say(f"saving {baselines} baseline runs ({_load_text()})")
-    saver = Runner(pytest_args, cwd=str(folder), workdir=str(folder / "baseline"), env={SLOWDOWN_ENV: "1"})
+    saver = Runner(pytest_args, cwd=str(folder), workdir=str(folder / "baseline"), env={SLOWDOWN_ENV: "1"},
+                   threads=threads)
+    medians = []
     for number in range(1, baselines + 1):
         measured = saver.run(f"save-{number}", storage=storage)
-        say(f"baseline {number}/{baselines}: {measured.summary}")
+        saved = load_run(measured.path)
+        medians += [bench.median for bench in saved.benchmarks.values()]
+        disturbed = recorded_disturbances(saved.guard)
+        say(f"baseline {number}/{baselines}: {measured.summary}" + (f"; disturbed: {'; '.join(disturbed)}"
+                                                                     if disturbed else ""))
+    say(f"baseline {spread_text(medians)}")
     rows = {}
     for factor in factors:
-        rows[factor] = calibrate_rows(factor)
+        with _threads_pinned(threads):
+            rows[factor] = calibrate_rows(factor)
         say(f"calibrated {factor:g}×: {rows[factor]} extra rows (the FLOP share would be "
             f"{round((factor - 1) * SHAPE[0])})")
     scenarios = []
@@ -236,7 +281,7 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
             env[SLOWDOWN_ENV + "_ROWS"] = str(rows[factor])
         for rerun in range(1, runs + 1):
             runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"x{factor:g}-{rerun}"),
-                            env=env)
+                            env=env, threads=threads)
             started = time.monotonic()
             result, _baseline, current, extra = gate_check(runner, config, storage=storage, baselines=baselines,
                                                            max_extra_runs=max_extra_runs, load_guard=load_guard)
@@ -262,6 +307,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-extra-runs", type=lambda text: 0 if text == "0" else _count(text),
                         default=DEFAULT_MAX_EXTRA_RUNS, metavar="R",
                         help="the gate's re-measurement cap. Default: %(default)r")
+    parser.add_argument("--threads", type=_count, default=None, metavar="N",
+                        help="CPU threads of the benchmarks, as the gate's --threads. Default: torch's own")
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep every run in DIR")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
                         help="gate as `accounting gate check --no-load-guard` does (on a machine that is never quiet)")
@@ -272,15 +319,15 @@ def main(argv=None) -> int:
     started = time.monotonic()
     try:
         scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
-                            load_guard=args.load_guard, workdir=workdir)
+                            load_guard=args.load_guard, threads=args.threads, workdir=workdir)
     except AccountingError as error:
         parser.error(str(error))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"Gate error rates: {args.baselines} baseline runs, {args.runs} gated reruns per scenario, "
-          f"at most {args.max_extra_runs} extra runs each; float32 1024³ matmul on the CPU; load guard "
-          f"{'on' if args.load_guard else 'OFF'}")
+          f"at most {args.max_extra_runs} extra runs each; float32 1024³ matmul on the CPU, "
+          f"{args.threads or 'default'} thread(s); load guard {'on' if args.load_guard else 'OFF'}")
     print(table(SUMMARY_HEADER, summary_rows(scenarios, args.runs)))
     print(f"Load: {load_before} at the start, {_load_text()} at the end; {time.monotonic() - started:.0f} s in all.")
     return 0

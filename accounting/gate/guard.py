@@ -9,8 +9,13 @@ is *disturbed*, and its timings are not used, when
 - the device reported a throttle reason before or after it;
 - other GPUs were busy or other processes held more than :data:`OTHER_MEMORY_LIMIT_BYTES`
   on the device (they share its power and memory bandwidth);
-- the load average not explained by the gate's own earlier runs exceeded
-  :data:`FOREIGN_LOAD_PER_CPU` per logical CPU, before or after;
+- other processes used more than :data:`FOREIGN_CPU_LIMIT` CPUs on average during the run,
+  or the hypervisor stole more than :data:`STEAL_LIMIT` of a CPU from it
+  (:func:`foreign_cpu`: the machine's busy CPU time from ``/proc/stat`` less the gate's own,
+  measured around the run — exact, not a damped average);
+- where that CPU time cannot be read (no ``/proc/stat``), the load average not explained
+  by the gate's own earlier runs exceeded :data:`FOREIGN_LOAD_PER_CPU` per logical CPU,
+  before or after;
 - the clock moved by more than :data:`CLOCK_TOLERANCE` between before and after.
 
 A benchmark whose every current run was disturbed is *inconclusive*, with the reason named;
@@ -18,9 +23,12 @@ a disturbed baseline run is passed over for an older quiet one. A reading the ba
 cannot give is ``None`` and decides nothing (the report says which were missing).
 
 The load average is the kernel's exponentially damped count of runnable threads
-(``L ← L·e^(−5/60) + n·(1 − e^(−5/60))`` every 5 s), so the gate's own previous run is
-still in it seconds later. :func:`own_load` estimates that share from the run's CPU time
-(average runnable threads = CPU seconds / wall seconds) and subtracts it.
+(``L ← L·e^(−5/60) + n·(1 − e^(−5/60))`` every 5 s), so the gate's own previous runs —
+and those of an earlier ``gate`` command or CI step — are still in it a minute later:
+measured on our 2-core machine, back-to-back gated runs kept it near 1.1 with nothing
+else running, and the load rule set aside most runs of a quiet machine. That is why the
+CPU-time rule replaced it where ``/proc/stat`` exists; :func:`own_load` still estimates the
+gate's own share (average runnable threads = CPU seconds / wall seconds) for the fallback.
 
 >>> quiet = {"load_average_1m": 0.3, "logical_cpus": 2, "clock_mhz_mean": 3000.0, "throttle_reasons": []}
 >>> disturbances(quiet, dict(quiet, clock_mhz_mean=2500.0))
@@ -36,6 +44,12 @@ from dataclasses import dataclass
 FOREIGN_LOAD_PER_CPU = 0.5
 """Load average from other work, per logical CPU, above which a run is disturbed: on our 2
 cores, one other busy thread (load 1) already moves a 2-thread matmul's median by tens of %."""
+FOREIGN_CPU_LIMIT = 0.1
+"""CPUs' worth of other processes' work, averaged over a run, above which it is disturbed. An idle
+VM shows about 0.005 (kernel threads, interrupts); one neighbour busy for a tenth of the run — a
+`git status`, a compiler, a cron job — already reaches the limit."""
+STEAL_LIMIT = 0.05
+"""CPUs' worth of time the hypervisor gave other guests during a run, averaged, above which it is disturbed."""
 CLOCK_TOLERANCE = 0.05
 """Relative clock change during a run (or against the baseline runs' clock) that disturbs it."""
 OTHER_MEMORY_LIMIT_BYTES = 4 * 2**30
@@ -76,14 +90,42 @@ def _number(reading: dict | None, name: str):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
+def foreign_cpu(host_cpu: dict | None) -> tuple[float, float] | None:
+    """Other processes' CPUs and stolen CPUs, averaged over a run, from its ``host_cpu`` record
+    (:func:`accounting.gate.measure.host_cpu_record`); ``None`` where it has none.
+
+    >>> foreign_cpu({"busy_s": 21.0, "steal_s": 0.5, "own_s": 19.5, "wall_s": 10.0, "cpus": 2})
+    (0.15, 0.05)
+    """
+    if not isinstance(host_cpu, dict):
+        return None
+    values = [_number(host_cpu, name) for name in ("busy_s", "steal_s", "own_s", "wall_s")]
+    if any(value is None for value in values) or values[3] <= 0:
+        return None
+    busy, steal, own, wall = values
+    return max(0.0, busy - own) / wall, max(0.0, steal) / wall
+
+
 def disturbances(before: dict | None, after: dict | None, *, own_before: float = 0.0,
-                 own_after: float = 0.0) -> list[str]:
+                 own_after: float = 0.0, host_cpu: dict | None = None) -> list[str]:
     """Why a run between the ``before`` and ``after`` readings (``Summary.to_dict()``) cannot be trusted.
 
-    ``own_before``/``own_after``: the gate's own share of the load average at each reading
-    (:func:`own_load`; after the run it includes the run itself). Empty: a quiet run.
+    ``host_cpu``: the machine's CPU time during the run (:func:`foreign_cpu`); without it,
+    ``own_before``/``own_after``, the gate's own share of the load average at each reading
+    (:func:`own_load`; after the run it includes the run itself), decide the load rule.
+    Empty: a quiet run.
+
+    >>> disturbances(None, None, host_cpu={"busy_s": 30.0, "steal_s": 0.0, "own_s": 20.0, "wall_s": 10.0})
+    ['other processes used 1 CPUs during the run (limit 0.1)']
     """
     reasons = []
+    foreign = foreign_cpu(host_cpu)
+    if foreign is not None:
+        others, stolen = foreign
+        if others > FOREIGN_CPU_LIMIT:
+            reasons.append(f"other processes used {others:.2g} CPUs during the run (limit {FOREIGN_CPU_LIMIT:g})")
+        if stolen > STEAL_LIMIT:
+            reasons.append(f"the hypervisor ran other guests for {stolen:.2g} CPUs of the run (limit {STEAL_LIMIT:g})")
     for when, reading, own in (("before", before, own_before), ("after", after, own_after)):
         if not reading:
             continue
@@ -98,7 +140,7 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
             reasons.append(f"other processes held {memory / 2**30:.1f} GiB on the device {when} the run")
         load = _number(reading, "load_average_1m")
         cpus = _number(reading, "logical_cpus") or 1
-        if load is not None:
+        if load is not None and foreign is None:
             foreign = load - own
             if foreign > FOREIGN_LOAD_PER_CPU * cpus:
                 reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
@@ -151,4 +193,4 @@ def recorded_disturbances(guard: dict | None) -> list[str]:
     if not guard:
         return []
     return disturbances(guard.get("before"), guard.get("after"), own_before=guard.get("own_before") or 0.0,
-                        own_after=guard.get("own_after") or 0.0)
+                        own_after=guard.get("own_after") or 0.0, host_cpu=guard.get("host_cpu"))

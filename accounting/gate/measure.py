@@ -4,9 +4,16 @@ The gate never times anything itself: it starts ``python -m pytest <your argumen
 --benchmark-save-data --benchmark-json=<file>`` (adding ``--benchmark-storage``/
 ``--benchmark-autosave`` when saving a baseline), reads the device before and after
 (:func:`accounting.gate.guard.read`), and writes those readings into the saved run under
-``"accounting_gate"`` — with the process's duration and the gate's own share of the load
-average (:func:`accounting.gate.guard.own_load`), so the guard can tell its own earlier
-runs from a neighbour's load.
+``"accounting_gate"`` — with the process's duration, the gate's own share of the load
+average (:func:`accounting.gate.guard.own_load`), and the CPU time the whole machine and
+the gate's own processes spent during the run (:func:`host_cpu_record`), so the guard can
+tell the gate's own work from a neighbour's.
+
+``threads`` pins the benchmarks' CPU threads (``OMP_NUM_THREADS``/``MKL_NUM_THREADS``,
+which torch's intra-op pool follows): on a small shared VM a multi-threaded matmul waits
+for its slowest vCPU, and which vCPU is slow changes from one process to the next (see
+:mod:`accounting.gate.stats`). The count is part of the hardware identity the plugin
+records (``cpu_threads``), so runs with other counts are never compared.
 
 Re-measuring suspects runs the same arguments with ``-p accounting.gate._select``, which
 keeps only the listed node ids.
@@ -24,6 +31,7 @@ from accounting.errors import AccountingError
 from accounting.gate import guard
 from accounting.gate._select import ONLY_ENV
 from accounting.gate.storage import GUARD_KEY, run_files
+from accounting.telemetry import host_cpu_times
 
 PYTEST_OK = (0, 1)
 """pytest's exit statuses after which the benchmarks that ran are usable: all passed, some tests failed."""
@@ -41,9 +49,35 @@ class Measured:
     """pytest's last line ("3 passed in 12.1s")."""
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Set to ``threads`` for every pytest process when the runner pins a thread count."""
+
+
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and its finished children: the gate's own work."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime + _children_cpu_s()
+
+
+def host_cpu_record(before, after, own_s: float, wall_s: float) -> dict | None:
+    """The machine's CPU time during a run (two :func:`accounting.telemetry.host_cpu_times` readings).
+
+    ``own_s``: the gate's own CPU seconds in between (its pytest process included).
+    ``None`` where either reading is missing.
+
+    >>> from accounting._telemetry_cpu import HostCpuTimes
+    >>> host_cpu_record(HostCpuTimes(100.0, 5.0, 2), HostCpuTimes(121.0, 5.5, 2), own_s=19.5, wall_s=10.0)
+    {'busy_s': 21.0, 'steal_s': 0.5, 'own_s': 19.5, 'wall_s': 10.0, 'cpus': 2}
+    """
+    if before is None or after is None:
+        return None
+    return {"busy_s": round(after.busy_s - before.busy_s, 3), "steal_s": round(after.steal_s - before.steal_s, 3),
+            "own_s": round(own_s, 3), "wall_s": round(wall_s, 3), "cpus": after.cpus}
 
 
 @dataclass
@@ -59,6 +93,10 @@ class Runner:
     cwd: str | None = None
     workdir: str = "."
     reader: object = guard.read
+    cpu_times: object = host_cpu_times
+    """Reads the machine's CPU time (:func:`accounting.telemetry.host_cpu_times`; tests replace it)."""
+    threads: int | None = None
+    """CPU threads of the benchmarks (``None``: torch's default, one per core)."""
     python: str = sys.executable
     env: dict = field(default_factory=dict)
     """Variables added to the environment of every pytest process."""
@@ -82,6 +120,8 @@ class Runner:
         command = [self.python, "-m", "pytest", *self.pytest_args, "--benchmark-save-data",
                    f"--benchmark-json={output}"]
         env = {**os.environ, **self.env}
+        if self.threads is not None:
+            env.update({variable: str(self.threads) for variable in THREAD_VARIABLES})
         if only is not None:
             listing = workdir / f"{name}.only"
             listing.write_text("\n".join(only) + "\n")
@@ -93,6 +133,7 @@ class Runner:
             before_files = set(run_files(storage))
         before = self._read()
         own_before = guard.own_load(self.own_runs, guard.now())
+        host_before, own_cpu_before = self.cpu_times(), _own_cpu_s()
         started, cpu_started = guard.now(), _children_cpu_s()
         try:
             process = subprocess.run(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -100,6 +141,7 @@ class Runner:
         except OSError as error:
             raise AccountingError(f"cannot start pytest ({command[0]}): {error.strerror or error}") from None
         ended = guard.now()
+        host = host_cpu_record(host_before, self.cpu_times(), _own_cpu_s() - own_cpu_before, ended - started)
         duration = ended - started
         busy = (_children_cpu_s() - cpu_started) / duration if duration > 0 else 0.0
         self.own_runs.append(guard.OwnRun(ended, duration, busy))
@@ -114,7 +156,8 @@ class Runner:
         if process.returncode == 1:
             self.notes.append(f"{name}: some tests failed ({summary}); their benchmarks are not in the run")
         record = {"before": before, "after": after, "own_before": own_before, "own_after": own_after,
-                  "duration_s": duration, "busy_threads": busy, "device": self.device}
+                  "duration_s": duration, "busy_threads": busy, "device": self.device, "host_cpu": host,
+                  "threads": self.threads}
         _add_guard(output, record)
         path = output
         if storage is not None:
