@@ -373,6 +373,9 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     if metric not in METRICS:
         _fail(source, "regression.metric", f"= {metric!r}: must be one of {', '.join(METRICS)}")
     threshold = _percent(regression.get("threshold_percent"), source, "regression.threshold_percent")
+    if threshold != int(threshold):  # per_kind and per_benchmark, read by the gate alone, may be fractional
+        _fail(source, "regression.threshold_percent", f"= {regression['threshold_percent']!r}: must be a whole "
+              "number of percent (pytest-benchmark's --benchmark-compare-fail takes no fractions)")
     per_kind = {}
     for kind, value in _mapping(regression.get("per_kind", {}), source, "regression.per_kind").items():
         if not kind.startswith("_"):

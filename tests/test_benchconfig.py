@@ -34,7 +34,10 @@ GOOD = {
 def test_the_shipped_file_is_valid_and_complete():
     config = load_benchmarks(SHIPPED)
     assert set(config.devices) == {"cpu", "cuda"}
-    assert config.compare_fail == "median:10%"
+    from pytest_benchmark.utils import parse_compare_fail
+
+    check = parse_compare_fail(config.compare_fail)  # what pytest-benchmark would do with it
+    assert (check.field, check.threshold) == (config.regression_metric, config.regression_threshold_percent)
     for kind, matrix in config.devices.items():
         assert matrix.shapes and matrix.quick_shapes
         for dtype in matrix.dtypes:
@@ -185,10 +188,14 @@ def test_default_path_falls_back_from_cwd_to_source_tree_to_installed_copy(tmp_p
     pytest.param(("cpu", "rounds"), 1, lambda c: c.device("cpu").rounds, 1, id="rounds-one"),
     pytest.param(("cpu", "shapes", 0), [1, 1, 1], lambda c: c.device("cpu").shapes[0], (1, 1, 1), id="size-one"),
     pytest.param(("cpu", "quick_shapes"), [[1, 2, 3]], lambda c: c.device("cpu").quick_shapes, ((1, 2, 3),), id="quick-given"),
-    pytest.param(("regression", "threshold_percent"), 99.9, lambda c: c.regression_threshold_percent, 99.9,
-                 id="threshold-just-below-100"),
-    pytest.param(("regression", "threshold_percent"), 0.1, lambda c: c.regression_threshold_percent, 0.1,
-                 id="threshold-just-above-0"),
+    pytest.param(("regression", "threshold_percent"), 99, lambda c: c.regression_threshold_percent, 99,
+                 id="threshold-whole-below-100"),
+    pytest.param(("regression", "threshold_percent"), 1, lambda c: c.regression_threshold_percent, 1,
+                 id="threshold-whole-above-0"),
+    pytest.param(("regression", "per_kind"), {"cpu": 99.9}, lambda c: c.regression_threshold("cpu", "t.py::t"), 99.9,
+                 id="override-just-below-100"),
+    pytest.param(("regression", "per_kind"), {"cpu": 0.1}, lambda c: c.regression_threshold("cpu", "t.py::t"), 0.1,
+                 id="override-just-above-0"),
     pytest.param(("regression", "metric"), "iqr", lambda c: c.compare_fail, "iqr:10%", id="metric-iqr"),
     pytest.param(("cuda", "shapes", 0), [7, 16, 32], lambda c: c.device("cuda").shapes[0], (7, 16, 32),
                  id="fp8-aligned-k-and-n-odd-m"),

@@ -40,13 +40,14 @@ def test_a_sure_regression_exits_1_and_lands_in_the_ci_summary(tmp_path, storage
     summary.write_text("earlier step\n")
     monkeypatch.setenv(cli.SUMMARY_ENV, str(summary))
     files = _current(tmp_path, {MATMUL: [0.0190, 0.0188, 0.0191, 0.0189], COPY: [0.0150, 0.0151, 0.0149, 0.0150]}, 4)
-    status, out, err = run_main(["gate", "compare", "--storage", str(storage), "--markdown",
+    status, out, err = run_main(["gate", "compare", "--storage", str(storage), "--metric", "median", "--markdown",
                                  str(tmp_path / "gate.md"), *files], capsys)
     assert (status, err) == (1, "")
     assert out.startswith("Gate: FAIL: 1 regression, 1 no change\n")
     markdown = (tmp_path / "gate.md").read_text()
     assert summary.read_text() == "earlier step\n" + markdown
     assert "| + | test_cpu_matmul[float32-1024x1024x1024] | 15.00 ms (10 runs) | 18.95 ms (4 runs) |" in markdown
+    assert "baseline, current: each run's median round, median over runs." in markdown
 
 
 def test_no_change_exits_0(tmp_path, storage, monkeypatch, capsys):
@@ -221,3 +222,17 @@ def test_the_guard_reads_the_gpu_when_there_is_one(monkeypatch, given, cuda, exp
 
     monkeypatch.setattr(cli, "cuda_available", lambda: cuda)
     assert cli._device(argparse.Namespace(device=given)) == expected
+
+
+def test_the_metric_comes_from_benchmarks_json_unless_given(tmp_path, storage, capsys):
+    """Rounds that are fast except a neighbour-slowed tail: the configured metric (min) passes them,
+    --metric median is fooled by the tail."""
+    tailed = [0.0150] * 4 + [0.0210] * 6  # the baseline runs: rounds within 1 % of 14.7-15.3 ms
+    folder = tmp_path / "tailed"
+    config = json.loads(Path("benchmarks.json").read_text())
+    files = [write(folder, f"current-{index}.json", document({MATMUL: tailed}, guard=QUIET)) for index in range(4)]
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), *files], capsys)
+    assert config["regression"]["metric"] == "min"
+    assert status == 0 and "each run's fastest round (min)" in out
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), "--metric", "median", *files], capsys)
+    assert status == 1 and "each run's median round" in out

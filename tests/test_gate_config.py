@@ -30,10 +30,29 @@ def test_the_threshold_is_the_most_specific_entry(kind, name, expected):
 
 def test_without_overrides_every_benchmark_gets_the_default():
     plain = copy.deepcopy(DOCUMENT)
-    plain["regression"] = {"metric": "median", "threshold_percent": 7.5}
+    plain["regression"] = {"metric": "median", "threshold_percent": 7}
     config = parse_benchmarks(plain)
-    assert config.regression_threshold("cuda", "tests/test_other.py::test_copy") == 7.5
-    assert config.compare_fail == "median:7.5%"
+    assert config.regression_threshold("cuda", "tests/test_other.py::test_copy") == 7
+    assert config.compare_fail == "median:7%"
+
+
+@pytest.mark.parametrize("percent", [7, 7.0, 12])
+def test_the_compare_fail_expression_is_one_pytest_benchmark_parses(percent):
+    from pytest_benchmark.utils import parse_compare_fail
+
+    plain = copy.deepcopy(DOCUMENT)
+    plain["regression"] = {"metric": "min", "threshold_percent": percent}
+    check = parse_compare_fail(parse_benchmarks(plain).compare_fail)
+    assert (check.field, check.threshold) == ("min", percent)
+
+
+def test_a_fractional_default_threshold_is_refused_but_overrides_may_be_fractional():
+    plain = copy.deepcopy(DOCUMENT)
+    plain["regression"] = {"metric": "median", "threshold_percent": 7.5}
+    with pytest.raises(AccountingError, match=r"regression.threshold_percent = 7.5: must be a whole number of percent"):
+        parse_benchmarks(plain)
+    plain["regression"] = {"metric": "median", "threshold_percent": 7, "per_kind": {"cpu": 7.5}}
+    assert parse_benchmarks(plain).regression_threshold("cpu", "tests/t.py::test_x") == 7.5
 
 
 @pytest.mark.parametrize("key, value, message", [

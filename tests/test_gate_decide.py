@@ -1,12 +1,15 @@
 """The verdict on a matrix: pairing by node id, one-sided benchmarks, the load guard, Holm, thresholds."""
 
+import statistics
+
 import pytest
 
+from accounting.errors import AccountingError
 from accounting.gate.decide import judge
 from accounting.gate.guard import disturbances, own_load, OwnRun
 from accounting.gate.stats import Decision, compare_runs
 from accounting.gate.storage import parse_run
-from tests.gate_runs import COPY, LOADED, MATMUL, QUIET, document
+from tests.gate_runs import COPY, LOADED, MATMUL, QUIET, document, rounds
 
 BASE_MEDIANS = [0.0150, 0.0152, 0.0148, 0.0151, 0.0149, 0.0150, 0.0153, 0.0147]
 
@@ -71,7 +74,7 @@ def test_a_disturbed_current_run_is_left_out_and_named():
     loaded = _runs("loaded", {MATMUL: [0.030]}, guard=LOADED)
     result = judge(base, loaded, threshold_for=_ten)
     verdict = result.verdicts[0]
-    assert verdict.decision is Decision.INCONCLUSIVE and verdict.disturbed_medians == (pytest.approx(0.030),)
+    assert verdict.decision is Decision.INCONCLUSIVE and verdict.disturbed_values == (min(rounds(0.030)),)
     assert verdict.reason == "re-measure: every current run was measured on a disturbed machine"
     assert result.notes[0].startswith("loaded-0.json not used, measured on a disturbed machine: load average 3.5 on 2")
     assert result.suspects == [MATMUL] and not result.regressions
@@ -121,3 +124,35 @@ def test_own_load_follows_the_kernels_damping():
         load = load * decay
     estimate = own_load([OwnRun(ended=130.0, duration_s=30.0, busy_threads=2.0)], now=140.0)
     assert estimate == pytest.approx(load, rel=1e-9)
+
+
+def _tailed(fast: float, slow_share: float, count: int = 10) -> list:
+    """A run whose rounds are ``fast`` except a share slowed 1.4× by a neighbour (interference only adds time)."""
+    slowed = round(count * slow_share)
+    return [fast * (1 + 0.002 * index) for index in range(count - slowed)] + [fast * 1.4] * slowed
+
+
+@pytest.mark.parametrize("metric, truth", [("min", min), ("median", statistics.median), ("mean", statistics.fmean)])
+def test_each_run_is_reduced_to_the_metric_of_its_rounds(metric, truth):
+    data = {MATMUL: [_tailed(0.015 + 0.0001 * index, 0.1 * index) for index in range(6)]}
+    base, current = _runs("base", data), _runs("current", data)
+    result = judge(base, current, threshold_for=_ten, metric=metric)
+    assert result.metric == metric
+    assert result.verdicts[0].baseline_values == tuple(truth(values) for values in data[MATMUL])
+
+
+def test_the_fastest_round_sees_through_a_neighbour_that_slows_half_the_rounds():
+    """Unchanged code; the current runs lost 50-60 % of their rounds to a neighbour: the median calls it a
+    slowdown beyond the threshold, the run minimum does not."""
+    base = _runs("base", {MATMUL: [_tailed(0.015 * (1 + 0.003 * (i % 3)), 0.0) for i in range(10)]})
+    current = _runs("current", {MATMUL: [_tailed(0.015 * (1 + 0.003 * (i % 3)), 0.6) for i in range(4)]})
+    by_median = judge(base, current, threshold_for=_ten, metric="median").verdicts[0]
+    by_min = judge(base, current, threshold_for=_ten, metric="min").verdicts[0]
+    assert by_median.decision is Decision.REGRESSION
+    assert by_min.decision is Decision.NO_CHANGE
+
+
+def test_a_metric_the_gate_cannot_use_is_named():
+    base = _runs("base", {MATMUL: BASE_MEDIANS})
+    with pytest.raises(AccountingError, match="got metric 'iqr'"):
+        judge(base, base, threshold_for=_ten, metric="iqr")

@@ -31,6 +31,7 @@ from accounting.gate.render import render_markdown, render_text
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import (
     DEFAULT_STORAGE,
+    RUN_METRICS,
     choose_baseline,
     hardware_difference,
     load_run,
@@ -133,6 +134,9 @@ def _compare_arguments(parser):
                              "when that is set)")
     parser.add_argument("--plot", metavar="PATH", default=None,
                         help="draw each benchmark's history (saved runs, current runs, decision) to PATH as PNG")
+    parser.add_argument("--metric", choices=sorted(RUN_METRICS), default=None,
+                        help="what each run's rounds are reduced to before runs are compared. Default: "
+                             "benchmarks.json's regression.metric (min: interference only ever adds time)")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
                         help="use runs taken on a loaded or throttled machine as they are (the summary says so); "
                              "for machines that are never quiet, at the price of the gate's error rates")
@@ -205,7 +209,7 @@ def _reject(run):
     return "; ".join(recorded_disturbances(run.guard)) or None
 
 
-def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True):
+def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True, metric=None):
     identity = current[0].machine
     kinds = {bench.kind or "cpu" for run in current for bench in run.benchmarks.values()}
     for run in current[1:]:
@@ -216,7 +220,7 @@ def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True):
                                reject=_reject if load_guard else None, kinds=kinds)
     skipped = [f"baseline run {label} passed over: {why}" for label, why in baseline.skipped]
     result = judge(list(baseline.runs), current, threshold_for=config.regression_threshold, alpha=ALPHA,
-                   notes=[*skipped, *notes], load_guard=load_guard)
+                   notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric)
     return baseline, result
 
 
@@ -239,7 +243,7 @@ def _write_outputs(args, result, baseline, current, stdout):
 
 
 def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: int, load_guard: bool = True,
-               progress=lambda text: None):
+               metric: str | None = None, progress=lambda text: None):
     """One gated run: a pytest process, then up to ``max_extra_runs`` more for the suspects only.
 
     Returns ``(result, baseline, current runs, extra runs taken)``; the caller renders and exits.
@@ -247,7 +251,8 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
     measured = runner.run("current-1")
     progress(f"run 1: {measured.summary} ({measured.duration_s:.1f} s)")
     current = [load_run(measured.path)]
-    baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard)
+    baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
+                                metric=metric)
     extra = 0
     while result.suspects and extra < max_extra_runs:
         extra += 1
@@ -256,7 +261,8 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
         measured = runner.run(f"current-{extra + 1}", only=result.suspects)
         progress(f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
         current.append(load_run(measured.path))
-        baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard)
+        baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
+                                    metric=metric)
     if result.suspects:
         note = f"still inconclusive after {extra} extra run(s) (the cap, --max-extra-runs): {', '.join(result.suspects)}"
         result = dataclasses.replace(result, notes=(*result.notes, note))
@@ -266,7 +272,7 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
 def _check(args, config, runner, stdout, stderr, started) -> int:
     result, baseline, current, extra = gate_check(runner, config, storage=args.storage, baselines=args.baselines,
                                                   max_extra_runs=args.max_extra_runs, load_guard=args.load_guard,
-                                                  progress=lambda text: _progress(stderr, text))
+                                                  metric=args.metric, progress=lambda text: _progress(stderr, text))
     _write_outputs(args, result, baseline, current, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
     return EXIT_REGRESSION if result.regressions else EXIT_OK
@@ -298,7 +304,8 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
         if args.gate_command == "compare":
             config = _prepare(args)
             current = [load_run(path) for path in args.current]
-            baseline, result = _verdict(args.storage, args.baselines, config, current, load_guard=args.load_guard)
+            baseline, result = _verdict(args.storage, args.baselines, config, current, load_guard=args.load_guard,
+                                        metric=args.metric)
             _write_outputs(args, result, baseline, current, stdout)
             return EXIT_REGRESSION if result.regressions else EXIT_OK
         pytest_args = _pytest_args(args)

@@ -24,6 +24,10 @@ import numpy as np
 
 from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
 from accounting.gate.stats import ALPHA, Comparison, Decision, compare_runs, holm, permutation_test
+from accounting.gate.storage import check_run_metric
+
+DEFAULT_METRIC = "min"
+"""Each run's rounds are reduced to their minimum unless ``benchmarks.json`` or ``--metric`` says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -36,23 +40,23 @@ class Verdict:
     """The smallest slowdown that counts, as a fraction (0.10 = 10 %)."""
     decision: Decision | None
     reason: str
-    baseline_medians: tuple = ()
-    """Median of each baseline run's rounds (seconds), oldest run first."""
-    current_medians: tuple = ()
+    baseline_values: tuple = ()
+    """Each baseline run reduced to one number (seconds; the result's ``metric`` of its rounds), oldest first."""
+    current_values: tuple = ()
     """... of each current run the comparison used (disturbed runs left out)."""
-    disturbed_medians: tuple = ()
+    disturbed_values: tuple = ()
     """... of each current run the load guard left out."""
     comparison: Comparison | None = None
 
     @property
-    def baseline_median(self) -> float | None:
-        """The median of the baseline run medians (seconds)."""
-        return statistics.median(self.baseline_medians) if self.baseline_medians else None
+    def baseline_value(self) -> float | None:
+        """The median over the baseline runs of their values (seconds)."""
+        return statistics.median(self.baseline_values) if self.baseline_values else None
 
     @property
-    def current_median(self) -> float | None:
-        """The median of the current run medians used (seconds)."""
-        return statistics.median(self.current_medians) if self.current_medians else None
+    def current_value(self) -> float | None:
+        """The median over the current runs used of their values (seconds)."""
+        return statistics.median(self.current_values) if self.current_values else None
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class GateResult:
     """File names of the baseline runs, oldest first."""
     current_runs: tuple
     alpha: float = ALPHA
+    metric: str = DEFAULT_METRIC
+    """What each run was reduced to: the ``min``, ``median`` or ``mean`` of its rounds."""
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -75,7 +81,7 @@ class GateResult:
     def suspects(self) -> list[str]:
         """Inconclusive benchmarks that fresh current runs could decide (those with a baseline spread)."""
         return [verdict.name for verdict in self.verdicts
-                if verdict.decision is Decision.INCONCLUSIVE and len(verdict.baseline_medians) >= 2]
+                if verdict.decision is Decision.INCONCLUSIVE and len(verdict.baseline_values) >= 2]
 
 
 def _current_disturbances(runs, baseline_runs) -> dict:
@@ -94,14 +100,17 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 
 
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
-          load_guard: bool = True) -> GateResult:
+          load_guard: bool = True, metric: str = DEFAULT_METRIC) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
     (:meth:`accounting.benchconfig.BenchConfig.regression_threshold`); ``notes`` are
     carried into the result (e.g. the baseline runs that were passed over). ``load_guard=False``
-    uses every current run whatever its readings say (and says so in the notes).
+    uses every current run whatever its readings say (and says so in the notes). ``metric``
+    reduces each run's rounds to one number (:meth:`BenchmarkRun.summary`; why the minimum is
+    the default: :mod:`accounting.gate.stats`).
     """
+    check_run_metric(metric)
     notes = list(notes)
     if len(baseline_runs) == 1:
         notes.append("only 1 baseline run: the gate cannot tell noise from change; save more baseline runs")
@@ -123,15 +132,16 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     raw = {}
     for name in comparable:
         base, clean = rows[name][0], rows[name][1]
-        test = permutation_test(np.log([bench.median for bench in base]), np.log([bench.median for bench in clean]))
+        test = permutation_test(np.log([bench.summary(metric) for bench in base]),
+                                np.log([bench.summary(metric) for bench in clean]))
         raw[name] = (test.p_greater, test.p_less)
     slower = dict(zip(comparable, holm([raw[name][0] for name in comparable])))
     faster = dict(zip(comparable, holm([raw[name][1] for name in comparable])))
     verdicts = []
     for name, (base, clean, noisy, kind, threshold) in rows.items():
-        medians = dict(baseline_medians=tuple(bench.median for bench in base),
-                       current_medians=tuple(bench.median for bench in clean),
-                       disturbed_medians=tuple(bench.median for bench in noisy))
+        medians = dict(baseline_values=tuple(bench.summary(metric) for bench in base),
+                       current_values=tuple(bench.summary(metric) for bench in clean),
+                       disturbed_values=tuple(bench.summary(metric) for bench in noisy))
         if not base:
             verdicts.append(Verdict(name, kind, threshold, None, "no baseline: a new benchmark, or one the baseline "
                                                                   "runs did not run", **medians))
@@ -143,10 +153,10 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
                                     "re-measure: every current run was measured on a disturbed machine", **medians))
         else:
             comparison = compare_runs(
-                medians["baseline_medians"], medians["current_medians"], threshold=threshold, alpha=alpha,
+                medians["baseline_values"], medians["current_values"], threshold=threshold, alpha=alpha,
                 family=max(1, len(comparable)),
                 p_adjust=(lambda p_slower, p_faster, name=name: (slower[name], faster[name])) if name in slower else None)
             verdicts.append(Verdict(name, kind, threshold, comparison.decision, comparison.reason, **medians,
                                     comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
-                      tuple(run.label for run in current_runs), alpha)
+                      tuple(run.label for run in current_runs), alpha, metric)

@@ -225,16 +225,16 @@ def _threads_pinned(threads: int | None):
     return pinned()
 
 
-def spread_text(medians) -> str:
-    """The between-process spread of run medians (seconds): range and standard deviation of their logs.
+def spread_text(values, metric: str) -> str:
+    """The between-process spread of run values (seconds): range and standard deviation of their logs.
 
-    >>> spread_text([0.012, 0.013, 0.015])
-    'run medians 12.0–15.0 ms, sd of log medians 0.11 (3 runs)'
+    >>> spread_text([0.012, 0.013, 0.015], "min")
+    'run min 12.0–15.0 ms, sd of their logs 0.11 (3 runs)'
     """
-    logs = [math.log(value) for value in medians]
+    logs = [math.log(value) for value in values]
     deviation = statistics.stdev(logs) if len(logs) > 1 else float("nan")
-    return (f"run medians {min(medians) * 1e3:.1f}–{max(medians) * 1e3:.1f} ms, sd of log medians {deviation:.2g} "
-            f"({len(medians)} runs)")
+    return (f"run {metric} {min(values) * 1e3:.1f}–{max(values) * 1e3:.1f} ms, sd of their logs {deviation:.2g} "
+            f"({len(values)} runs)")
 
 
 def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT_MAX_EXTRA_RUNS,
@@ -258,15 +258,15 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
     say(f"saving {baselines} baseline runs ({_load_text()})")
     saver = Runner(pytest_args, cwd=str(folder), workdir=str(folder / "baseline"), env={SLOWDOWN_ENV: "1"},
                    threads=threads)
-    medians = []
+    values = []
     for number in range(1, baselines + 1):
         measured = saver.run(f"save-{number}", storage=storage)
         saved = load_run(measured.path)
-        medians += [bench.median for bench in saved.benchmarks.values()]
+        values += [bench.summary(config.regression_metric) for bench in saved.benchmarks.values()]
         disturbed = recorded_disturbances(saved.guard)
         say(f"baseline {number}/{baselines}: {measured.summary}" + (f"; disturbed: {'; '.join(disturbed)}"
                                                                      if disturbed else ""))
-    say(f"baseline {spread_text(medians)}")
+    say(f"baseline {spread_text(values, config.regression_metric)}")
     rows = {}
     for factor in factors:
         with _threads_pinned(threads):

@@ -1,9 +1,10 @@
 """``--plot``: each benchmark's history as a PNG — every saved run of this hardware, the current runs, the decision.
 
-One panel per benchmark: a point per run at the median of its rounds, a thick bar over
-its interquartile range and a thin one from its fastest to its slowest round; baseline
-runs in blue, current runs in orange (hollow: left out by the load guard), the baseline
-median dashed and the threshold above it dotted; the title carries the decision and the
+One panel per benchmark: a point per run at the value the gate compares (the run's
+``metric`` round: its fastest by default), a thick bar over its interquartile range and a
+thin one from its fastest to its slowest round; baseline runs in blue, current runs in
+orange (hollow: left out by the load guard), the baseline value dashed and the threshold
+above it dotted; the title carries the decision and the
 ratio. matplotlib runs on the headless ``Agg`` backend, as the report's plot does.
 """
 
@@ -31,12 +32,12 @@ def _quartiles(rounds) -> tuple[float, float]:
     return first, third
 
 
-def _draw_run(axes, position, rounds, colour, hollow):
-    median = statistics.median(rounds) * 1e3
+def _draw_run(axes, position, rounds, value, colour, hollow):
+    value *= 1e3
     low, high = (value * 1e3 for value in _quartiles(rounds))
     axes.vlines(position, min(rounds) * 1e3, max(rounds) * 1e3, color=colour, linewidth=0.8, alpha=0.6)
     axes.vlines(position, low, high, color=colour, linewidth=4, alpha=0.5)
-    axes.plot([position], [median], "o", color=colour, markerfacecolor="white" if hollow else colour, markersize=5)
+    axes.plot([position], [value], "o", color=colour, markerfacecolor="white" if hollow else colour, markersize=5)
 
 
 def write_history_plot(result: GateResult, baseline_runs, current_runs, path: str, *, disturbed=()) -> None:
@@ -45,8 +46,8 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
     ``disturbed``: paths of the current runs the load guard left out (drawn hollow).
     """
     pyplot = _pyplot()
-    verdicts = [verdict for verdict in result.verdicts if verdict.baseline_medians or verdict.current_medians
-                or verdict.disturbed_medians]
+    verdicts = [verdict for verdict in result.verdicts if verdict.baseline_values or verdict.current_values
+                or verdict.disturbed_values]
     names = short_names(result.verdicts)
     count = max(1, len(verdicts))
     rows = math.ceil(count / COLUMNS)
@@ -66,14 +67,15 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
                     continue
                 position += 1
                 shown += 1
-                _draw_run(axes, position, bench.rounds, colour, hollow=run.path in disturbed)
+                _draw_run(axes, position, bench.rounds, bench.summary(result.metric), colour,
+                          hollow=run.path in disturbed)
                 ticks.append(position)
                 # saved runs by their number (0007_...), current ones in the order they ran
                 labels.append(run.label.split("_", 1)[0] if colour == BASELINE_COLOUR else f"current {shown}")
-        if verdict.baseline_median is not None:
-            axes.axhline(verdict.baseline_median * 1e3, color=BASELINE_COLOUR, linestyle="--", linewidth=1,
-                         label="baseline median")
-            axes.axhline(verdict.baseline_median * 1e3 * (1 + verdict.threshold), color="tab:red", linestyle=":",
+        if verdict.baseline_value is not None:
+            axes.axhline(verdict.baseline_value * 1e3, color=BASELINE_COLOUR, linestyle="--", linewidth=1,
+                         label=f"baseline (median of the runs' {result.metric})")
+            axes.axhline(verdict.baseline_value * 1e3 * (1 + verdict.threshold), color="tab:red", linestyle=":",
                          linewidth=1, label=f"+{verdict.threshold * 100:g} % threshold")
         decision = verdict.decision.value if verdict.decision is not None else None
         comparison = verdict.comparison
@@ -85,7 +87,8 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
         axes.grid(True, axis="y", alpha=0.3)
         axes.legend(fontsize="x-small", loc="best")
     figure.suptitle("Runs on this hardware: saved (blue), current (orange; hollow: disturbed)\n"
-                    "dot: median round, thick bar: interquartile range, thin bar: fastest to slowest",
+                    f"dot: the run's {result.metric} round (compared), thick bar: interquartile range, thin bar: "
+                    "fastest to slowest",
                     fontsize="small")
     figure.savefig(path, format="png")
     pyplot.close(figure)

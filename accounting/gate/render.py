@@ -1,7 +1,8 @@
 """The gate's table, for a terminal and as Markdown for a CI summary: pure functions of a :class:`GateResult`.
 
-One row per benchmark with one mark (as asv's compare), the baseline and current medians
-(the median of the run medians, with the number of runs), the ratio current/baseline with
+One row per benchmark with one mark (as asv's compare), the baseline and current values
+(each run reduced to its ``metric`` round — its fastest by default — then the median over
+runs, with the number of runs), the ratio current/baseline with
 its interval, the Holm-adjusted one-sided p-value of "slower", and the decision; every
 reason that asks for action is listed under the table, then the notes.
 
@@ -17,7 +18,7 @@ Gate: pass: 1 no change
 -  ---------  -----------------  ----------------  ---------------------  ----------  ---------
    test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  no change
 <BLANKLINE>
-Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix.
+Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.
 """
 
 from accounting.gate.decide import GateResult, Verdict
@@ -77,12 +78,12 @@ def rows(result: GateResult) -> list[list[str]]:
     cells = []
     for verdict in result.verdicts:
         comparison = verdict.comparison
-        current = len(verdict.current_medians)
+        current = len(verdict.current_values)
         cells.append([
             MARKS[verdict.decision],
             names[verdict.name],
-            f"{seconds(verdict.baseline_median)} ({_runs(len(verdict.baseline_medians))})",
-            f"{seconds(verdict.current_median)} ({_runs(current)})" if current else "—",
+            f"{seconds(verdict.baseline_value)} ({_runs(len(verdict.baseline_values))})",
+            f"{seconds(verdict.current_value)} ({_runs(current)})" if current else "—",
             _ratio(verdict),
             f"{comparison.p_slower:.2g}" if comparison is not None else "—",
             verdict.decision.value if verdict.decision is not None else "not compared",
@@ -105,6 +106,13 @@ def headline(result: GateResult) -> str:
     return f"Gate: {'FAIL' if result.regressions else 'pass'}: {summary}"
 
 
+METRIC_WORDS = {"min": "fastest round (min)", "median": "median round", "mean": "mean round"}
+
+
+def _legend(result: GateResult) -> str:
+    return f"{LEGEND} baseline, current: each run's {METRIC_WORDS[result.metric]}, median over runs."
+
+
 def _reasons(result: GateResult) -> list[str]:
     names = short_names(result.verdicts)
     return [f"{names[verdict.name]}: {verdict.reason}" for verdict in result.verdicts
@@ -115,7 +123,7 @@ def render_text(result: GateResult) -> str:
     """The terminal version: headline, table, reasons, legend, notes."""
     lines = [headline(result), "", table(HEADER, rows(result)), ""]
     lines += _reasons(result)
-    lines.append(f"Legend: {LEGEND}")
+    lines.append(f"Legend: {_legend(result)}")
     lines += [f"Note: {note}" for note in result.notes]
     return "\n".join(lines)
 
@@ -135,7 +143,7 @@ def render_markdown(result: GateResult) -> str:
     |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | decision |
     |---|---|---|---|---|---|---|
     <BLANKLINE>
-    <sub>+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix.</sub>
+    <sub>+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.</sub>
     <BLANKLINE>
     - Note: no saved runs
     """
@@ -147,7 +155,7 @@ def render_markdown(result: GateResult) -> str:
         lines.append("| " + " | ".join(_markdown_cell(cell.strip()) for cell in cells) + " |")
     lines.append("")
     lines += [f"- {_markdown_cell(reason)}" for reason in _reasons(result)]
-    lines.append(f"<sub>{LEGEND}</sub>")
+    lines.append(f"<sub>{_legend(result)}</sub>")
     if result.notes:
         lines.append("")
         lines += [f"- Note: {note}" for note in result.notes]

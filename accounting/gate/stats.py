@@ -6,9 +6,23 @@ unchanged fp32 1024³ matmul's median moves between 12 and 17.5 ms from one proc
 next, while a 1.25× slowdown reads a steady 1.24–1.28× within one. Rounds of one process
 are therefore not independent samples of the noise that matters, and a test on pooled
 rounds (asv's Mann-Whitney on raw samples) would call every process-to-process wobble
-significant. Each run is reduced to one number, the **median of its raw rounds**
-(``stats.data``, saved with ``--benchmark-save-data``), on a log scale: the samples of the
-tests below are log run-medians, so a change is a ratio.
+significant. Each run is reduced to one number of its raw rounds (``stats.data``, saved
+with ``--benchmark-save-data``), on a log scale: the samples of the tests below are log
+run values, so a change is a ratio.
+
+**Which number: the fastest round, by default** (``benchmarks.json``'s ``regression.metric``;
+:meth:`accounting.gate.storage.BenchmarkRun.summary`). Interference is one-sided: a
+neighbour, an interrupt or a descheduled thread only ever *adds* time to a round, so the
+minimum is the round least disturbed, and it moves with the work itself (a slowdown of
+the code slows every round, the fastest included). This is the argument of Chen and
+Revels, "Robust benchmarking in noisy environments" (2016), which Julia's BenchmarkTools
+follows in judging regressions on the minimum. Measured on our 2-core VM while a
+neighbour loaded it off and on: one-thread fp32 1024³ processes had medians 24.8–40.4 ms
+but minimums 24.4–26.4 ms in all but one process. The minimum's weakness is a change that
+slows only some rounds (a periodic stall in the code): choose ``median`` for suites where
+that is the regression to catch. The *threads* matter as much: a multi-threaded matmul on
+a 2-vCPU VM waits for its slower vCPU, whose speed depends on the host's other tenants;
+pin the benchmarks to one thread there (``accounting gate --threads 1``).
 
 Two questions, two tools:
 

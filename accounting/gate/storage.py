@@ -39,6 +39,24 @@ GUARD_KEY = "accounting_gate"
 _RUN_NAME = re.compile(r"^(\d{4})_.*\.json$")
 
 
+RUN_METRICS = {"min": min, "median": statistics.median, "mean": statistics.fmean}
+"""The statistics a run's rounds can be reduced to for the gate (``benchmarks.json``'s ``regression.metric``)."""
+
+
+def check_run_metric(metric: str) -> str:
+    """``metric`` if the gate can reduce a run to it, else an error naming it.
+
+    >>> check_run_metric("iqr")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: the gate reduces a run to its min, median or mean; got metric 'iqr' (benchmarks.json regression.metric, or --metric)
+    """
+    if metric not in RUN_METRICS:
+        raise AccountingError(f"the gate reduces a run to its min, median or mean; got metric {metric!r} "
+                              "(benchmarks.json regression.metric, or --metric)")
+    return metric
+
+
 @dataclass(frozen=True)
 class BenchmarkRun:
     """One benchmark in one saved run: its raw rounds (seconds) and ``extra_info``."""
@@ -50,8 +68,16 @@ class BenchmarkRun:
 
     @property
     def median(self) -> float:
-        """The run's summary for the gate: the median of its raw rounds."""
+        """The median of its raw rounds."""
         return statistics.median(self.rounds)
+
+    def summary(self, metric: str) -> float:
+        """The run reduced to one number for the gate: ``"min"``, ``"median"`` or ``"mean"`` of its rounds.
+
+        >>> BenchmarkRun("t::a", (0.03, 0.01, 0.02)).summary("min")
+        0.01
+        """
+        return RUN_METRICS[check_run_metric(metric)](self.rounds)
 
     @property
     def kind(self) -> str | None:
