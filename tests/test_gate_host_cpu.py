@@ -15,7 +15,7 @@ import pytest
 
 from accounting import _telemetry_cpu
 from accounting.gate import cli
-from accounting.gate.guard import FOREIGN_CPU_LIMIT, STEAL_LIMIT, disturbances, foreign_cpu
+from accounting.gate.guard import FOREIGN_CPU_LIMIT, STEAL_LIMIT, disturbances, foreign_cpu, foreign_cpu_limit
 from accounting.gate.measure import THREAD_VARIABLES, Runner, host_cpu_record
 from accounting.gate.storage import GUARD_KEY, load_run
 from accounting.telemetry import host_cpu_times
@@ -82,6 +82,15 @@ def test_foreign_cpu_time_during_a_ten_second_run(busy, own, steal, expected):
     assert disturbances(QUIET["before"], QUIET["after"], host_cpu=record) == expected
     others, stolen = foreign_cpu(record)
     assert others == pytest.approx(max(0.0, busy - own) / 10) and stolen == pytest.approx(steal / 10)
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 8, 64, 192])
+def test_the_limit_grows_with_the_machine_so_a_big_hosts_daemons_do_not_disturb(cpus):
+    limit = foreign_cpu_limit(cpus)
+    assert limit >= FOREIGN_CPU_LIMIT and limit <= max(FOREIGN_CPU_LIMIT, cpus / 10)
+    just_over = {"busy_s": 10 * (limit * 1.01) + 5.0, "steal_s": 0.0, "own_s": 5.0, "wall_s": 10.0, "cpus": cpus}
+    just_under = dict(just_over, busy_s=10 * (limit * 0.99) + 5.0)
+    assert disturbances(None, None, host_cpu=just_over) and not disturbances(None, None, host_cpu=just_under)
 
 
 def test_with_cpu_time_known_the_damped_load_average_decides_nothing():

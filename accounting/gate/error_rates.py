@@ -161,6 +161,8 @@ class Scenario:
     seconds: list = field(default_factory=list)
     processes: list = field(default_factory=list)
     injected: list = field(default_factory=list)
+    set_aside: int = 0
+    """Current runs the load guard left out (measured on a disturbed machine)."""
 
     def add(self, result, extra: int, seconds: float, current) -> None:
         decision = result.verdicts[0].decision if result.verdicts else None
@@ -169,6 +171,7 @@ class Scenario:
         self.failed += bool(result.regressions)
         self.seconds.append(seconds)
         self.processes.append(1 + extra)
+        self.set_aside += sum(1 for run in current if recorded_disturbances(run.guard))
         self.injected += [bench.extra_info["injected_slowdown"] for run in current for bench in run.benchmarks.values()
                           if "injected_slowdown" in bench.extra_info]
 
@@ -177,9 +180,9 @@ def summary_rows(scenarios, runs: int) -> list[list[str]]:
     """The summary table's cells (see :data:`SUMMARY_HEADER`).
 
     >>> row = Scenario(1.25, failed=19, decisions={"regression": 19, "inconclusive": 1}, seconds=[30.0, 50.0],
-    ...                processes=[3, 5], injected=[1.24, 1.27])
+    ...                processes=[3, 5], injected=[1.24, 1.27], set_aside=1)
     >>> summary_rows([row], 20)[0]
-    ['1.25×', '1.255×', '19/20', '19 regression, 1 inconclusive', '40 s', '50 s', '4']
+    ['1.25×', '1.255×', '19/20', '19 regression, 1 inconclusive', '40 s', '50 s', '4', '1/8']
     """
     cells = []
     order = [decision.value for decision in Decision] + ["not compared"]
@@ -193,12 +196,13 @@ def summary_rows(scenarios, runs: int) -> list[list[str]]:
             f"{statistics.mean(scenario.seconds):.0f} s" if scenario.seconds else "—",
             f"{max(scenario.seconds):.0f} s" if scenario.seconds else "—",
             f"{statistics.mean(scenario.processes):.3g}" if scenario.processes else "—",
+            f"{scenario.set_aside}/{sum(scenario.processes)}",
         ])
     return cells
 
 
 SUMMARY_HEADER = ["injected", "measured in-process", "failed the gate", "decisions", "mean gated run",
-                  "slowest gated run", "pytest processes per gated run"]
+                  "slowest gated run", "pytest processes per gated run", "set aside by the load guard"]
 
 
 def _load_text() -> str:

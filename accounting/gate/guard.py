@@ -9,8 +9,9 @@ is *disturbed*, and its timings are not used, when
 - the device reported a throttle reason before or after it;
 - other GPUs were busy or other processes held more than :data:`OTHER_MEMORY_LIMIT_BYTES`
   on the device (they share its power and memory bandwidth);
-- other processes used more than :data:`FOREIGN_CPU_LIMIT` CPUs on average during the run,
-  or the hypervisor stole more than :data:`STEAL_LIMIT` of a CPU from it
+- other processes used more than :func:`foreign_cpu_limit` CPUs on average during the run
+  (5 % of the machine, at least a tenth of one CPU), or the hypervisor stole more than
+  :data:`STEAL_LIMIT` of a CPU from it
   (:func:`foreign_cpu`: the machine's busy CPU time from ``/proc/stat`` less the gate's own,
   measured around the run — exact, not a damped average);
 - where that CPU time cannot be read (no ``/proc/stat``), the load average not explained
@@ -45,9 +46,12 @@ FOREIGN_LOAD_PER_CPU = 0.5
 """Load average from other work, per logical CPU, above which a run is disturbed: on our 2
 cores, one other busy thread (load 1) already moves a 2-thread matmul's median by tens of %."""
 FOREIGN_CPU_LIMIT = 0.1
-"""CPUs' worth of other processes' work, averaged over a run, above which it is disturbed. An idle
-VM shows about 0.005 (kernel threads, interrupts); one neighbour busy for a tenth of the run — a
-`git status`, a compiler, a cron job — already reaches the limit."""
+"""The fewest CPUs' worth of other processes' work, averaged over a run, that disturbs it. An idle
+2-vCPU VM shows about 0.01 (kernel threads, interrupts); one neighbour busy for a tenth of the run
+— a `git status`, a compiler, a cron job — already reaches it."""
+FOREIGN_CPU_SHARE = 0.05
+"""... and on bigger machines this share of their logical CPUs: a 64-core GPU host runs daemons
+(monitoring, container runtime) that use a CPU or two without touching the benchmarked device."""
 STEAL_LIMIT = 0.05
 """CPUs' worth of time the hypervisor gave other guests during a run, averaged, above which it is disturbed."""
 CLOCK_TOLERANCE = 0.05
@@ -90,6 +94,16 @@ def _number(reading: dict | None, name: str):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
+def foreign_cpu_limit(cpus) -> float:
+    """CPUs other processes may use during a run on a machine of ``cpus`` logical CPUs.
+
+    >>> foreign_cpu_limit(2), foreign_cpu_limit(64), foreign_cpu_limit(None)
+    (0.1, 3.2, 0.1)
+    """
+    count = cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus > 0 else 1
+    return max(FOREIGN_CPU_LIMIT, FOREIGN_CPU_SHARE * count)
+
+
 def foreign_cpu(host_cpu: dict | None) -> tuple[float, float] | None:
     """Other processes' CPUs and stolen CPUs, averaged over a run, from its ``host_cpu`` record
     (:func:`accounting.gate.measure.host_cpu_record`); ``None`` where it has none.
@@ -122,8 +136,9 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
     foreign = foreign_cpu(host_cpu)
     if foreign is not None:
         others, stolen = foreign
-        if others > FOREIGN_CPU_LIMIT:
-            reasons.append(f"other processes used {others:.2g} CPUs during the run (limit {FOREIGN_CPU_LIMIT:g})")
+        limit = foreign_cpu_limit(host_cpu.get("cpus"))
+        if others > limit:
+            reasons.append(f"other processes used {others:.2g} CPUs during the run (limit {limit:.2g})")
         if stolen > STEAL_LIMIT:
             reasons.append(f"the hypervisor ran other guests for {stolen:.2g} CPUs of the run (limit {STEAL_LIMIT:g})")
     for when, reading, own in (("before", before, own_before), ("after", after, own_after)):
