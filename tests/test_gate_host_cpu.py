@@ -172,3 +172,19 @@ def test_threads_option_reaches_the_runner_and_bad_counts_are_one_line(action, t
     assert made == [2]
     status, _, err = run_main(["gate", action, "--threads", "0", "--", "-m", "cpu"], capsys)
     assert status == 2 and "--threads: must be a positive integer, got '0'" in err
+
+
+def test_a_measured_vm_clock_decides_nothing_a_reported_one_does():
+    """The FMA-timed clock of a VM swings with the host's other tenants; cpufreq/NVML clocks are the device's word."""
+    from accounting._telemetry_cpu import MEASURED_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE
+    from accounting.gate.guard import clock_mismatch, run_clock_mhz
+
+    for source, counts in ((MEASURED_CLOCK_SOURCE, False), (SCALAR_CLOCK_SOURCE, False),
+                           ("cpufreq scaling_cur_freq", True), (None, True)):
+        before = dict(QUIET["before"], clock_mhz_mean=2037.0, clock_source=source)
+        after = dict(QUIET["after"], clock_mhz_mean=2911.0, clock_source=source)
+        moved = [reason for reason in disturbances(before, after) if "clock moved" in reason]
+        assert bool(moved) is counts, source
+        clock = run_clock_mhz({"before": before, "after": after})
+        assert (clock == (2037.0 + 2911.0) / 2) is counts and (clock is None) is not counts
+        assert (clock_mismatch(clock, 3200.0) is not None) is counts
