@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
-from accounting.gate.stats import ALPHA, Comparison, Decision, compare_runs, holm, permutation_test
+from accounting.gate.stats import ALPHA, Comparison, Decision, compare_runs, holm, permutation_test, slow_outliers
 from accounting.gate.storage import check_run_metric
 
 DEFAULT_METRIC = "min"
@@ -46,6 +46,8 @@ class Verdict:
     """... of each current run the comparison used (disturbed runs left out)."""
     disturbed_values: tuple = ()
     """... of each current run the load guard left out."""
+    outlier_values: tuple = ()
+    """... of each baseline run set aside as a slow outlier (:func:`accounting.gate.stats.slow_outliers`)."""
     comparison: Comparison | None = None
 
     @property
@@ -127,36 +129,42 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         clean = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path not in disturbed]
         noisy = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path in disturbed]
         kind = next((bench.kind for bench in (*clean, *noisy, *base) if bench.kind), None)
-        rows[name] = (base, clean, noisy, kind, threshold_for(kind, name) / 100)
-    comparable = [name for name, (base, clean, _, _, _) in rows.items() if len(base) >= 2 and clean]
+        threshold = threshold_for(kind, name) / 100
+        values = [bench.summary(metric) for bench in base]
+        outliers = set(slow_outliers(values, threshold=threshold)) if values else set()
+        rows[name] = dict(kind=kind, threshold=threshold,
+                          baseline_values=tuple(value for index, value in enumerate(values) if index not in outliers),
+                          outlier_values=tuple(values[index] for index in sorted(outliers)),
+                          current_values=tuple(bench.summary(metric) for bench in clean),
+                          disturbed_values=tuple(bench.summary(metric) for bench in noisy))
+    comparable = [name for name, row in rows.items() if len(row["baseline_values"]) >= 2 and row["current_values"]]
     raw = {}
     for name in comparable:
-        base, clean = rows[name][0], rows[name][1]
-        test = permutation_test(np.log([bench.summary(metric) for bench in base]),
-                                np.log([bench.summary(metric) for bench in clean]))
+        test = permutation_test(np.log(rows[name]["baseline_values"]), np.log(rows[name]["current_values"]))
         raw[name] = (test.p_greater, test.p_less)
     slower = dict(zip(comparable, holm([raw[name][0] for name in comparable])))
     faster = dict(zip(comparable, holm([raw[name][1] for name in comparable])))
     verdicts = []
-    for name, (base, clean, noisy, kind, threshold) in rows.items():
-        medians = dict(baseline_values=tuple(bench.summary(metric) for bench in base),
-                       current_values=tuple(bench.summary(metric) for bench in clean),
-                       disturbed_values=tuple(bench.summary(metric) for bench in noisy))
-        if not base:
+    for name, row in rows.items():
+        kind, threshold = row.pop("kind"), row.pop("threshold")
+        if not row["baseline_values"] and not row["outlier_values"]:
             verdicts.append(Verdict(name, kind, threshold, None, "no baseline: a new benchmark, or one the baseline "
-                                                                  "runs did not run", **medians))
-        elif not clean and not noisy:
+                                                                  "runs did not run", **row))
+        elif not row["current_values"] and not row["disturbed_values"]:
             verdicts.append(Verdict(name, kind, threshold, None, "not in the current run(s): deselected, skipped or "
-                                                                  "failed", **medians))
-        elif not clean:
+                                                                  "failed", **row))
+        elif not row["current_values"]:
             verdicts.append(Verdict(name, kind, threshold, Decision.INCONCLUSIVE,
-                                    "re-measure: every current run was measured on a disturbed machine", **medians))
+                                    "re-measure: every current run was measured on a disturbed machine", **row))
         else:
             comparison = compare_runs(
-                medians["baseline_values"], medians["current_values"], threshold=threshold, alpha=alpha,
+                row["baseline_values"], row["current_values"], threshold=threshold, alpha=alpha,
                 family=max(1, len(comparable)),
                 p_adjust=(lambda p_slower, p_faster, name=name: (slower[name], faster[name])) if name in slower else None)
-            verdicts.append(Verdict(name, kind, threshold, comparison.decision, comparison.reason, **medians,
-                                    comparison=comparison))
+            reason = comparison.reason
+            if row["outlier_values"]:
+                reason += (f" ({len(row['outlier_values'])} slow outlier baseline run(s) set aside: "
+                           f"{', '.join(f'{value * 1e3:.3g} ms' for value in row['outlier_values'])})")
+            verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
                       tuple(run.label for run in current_runs), alpha, metric)

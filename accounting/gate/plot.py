@@ -3,7 +3,8 @@
 One panel per benchmark: a point per run at the value the gate compares (the run's
 ``metric`` round: its fastest by default), a thick bar over its interquartile range and a
 thin one from its fastest to its slowest round; baseline runs in blue, current runs in
-orange (hollow: left out by the load guard), the baseline value dashed and the threshold
+orange (hollow: left out by the load guard or, for a baseline run, set aside as a slow
+outlier), the baseline value dashed and the threshold
 above it dotted; the title carries the decision and the
 ratio. matplotlib runs on the headless ``Agg`` backend, as the report's plot does.
 """
@@ -67,8 +68,9 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
                     continue
                 position += 1
                 shown += 1
-                _draw_run(axes, position, bench.rounds, bench.summary(result.metric), colour,
-                          hollow=run.path in disturbed)
+                value = bench.summary(result.metric)
+                set_aside = run.path in disturbed or (colour == BASELINE_COLOUR and value in verdict.outlier_values)
+                _draw_run(axes, position, bench.rounds, value, colour, hollow=set_aside)
                 ticks.append(position)
                 # saved runs by their number (0007_...), current ones in the order they ran
                 labels.append(run.label.split("_", 1)[0] if colour == BASELINE_COLOUR else f"current {shown}")
@@ -86,7 +88,8 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
         axes.set_ylabel("ms per round")
         axes.grid(True, axis="y", alpha=0.3)
         axes.legend(fontsize="x-small", loc="best")
-    figure.suptitle("Runs on this hardware: saved (blue), current (orange; hollow: disturbed)\n"
+    figure.suptitle("Runs on this hardware: saved (blue; hollow: a slow outlier set aside), current (orange; "
+                    "hollow: disturbed)\n"
                     f"dot: the run's {result.metric} round (compared), thick bar: interquartile range, thin bar: "
                     "fastest to slowest",
                     fontsize="small")

@@ -322,3 +322,39 @@ def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, f
                                                  f"{smallest:.2g}); it takes {more}", **common)
     return Comparison(Decision.INCONCLUSIVE, f"re-measure: {interval.ratio:.3g}× is neither shown nor excluded "
                                              f"beyond the {percent} threshold (p = {p_slower:.2g})", **common)
+
+
+OUTLIER_SPREADS = 3.0
+"""How many robust standard deviations (1.4826 × MAD of log values) above the history's median a
+baseline run must lie, beyond the threshold itself, to be set aside as a slow outlier."""
+OUTLIER_MIN_RUNS = 5
+"""Fewer baseline runs than this cannot say which of them is the odd one: none is set aside."""
+
+
+def slow_outliers(baseline, *, threshold: float) -> list[int]:
+    """Indices of baseline runs slower than the rest by more than both the threshold and 3 robust spreads.
+
+    Process-level interference is one-sided, like the round-level kind: on our 2-vCPU VM about
+    one process in ten ran a one-thread matmul 1.3–1.5× slower *in every round* (a neighbour on
+    the host for seconds), so its fastest round does not see through it; three such runs in ten
+    baseline runs once pulled the history's mean up so far that a 1.25× slowdown was not
+    significant (3 baseline runs above every current one). A baseline run is set aside (and named)
+    when its log value exceeds the median of the history's logs by more than
+    ``max(log(1 + threshold), OUTLIER_SPREADS × 1.4826 × MAD)`` — slower than the history by a
+    regression's worth *and* far outside its spread. Only slow runs: a fast one is no interference.
+    Current runs are never screened: a slow current run may be the regression itself, and the
+    permutation test already needs several of them to convict.
+
+    >>> slow_outliers([0.0241, 0.0242, 0.0249, 0.0249, 0.0253, 0.0256, 0.0263, 0.0323, 0.0328, 0.0370], threshold=0.1)
+    [7, 8, 9]
+    >>> slow_outliers([0.0241, 0.0242, 0.0370], threshold=0.1)  # too few to tell
+    []
+    """
+    values = _positive(baseline, "baseline run values")
+    if values.size < OUTLIER_MIN_RUNS:
+        return []
+    logs = np.log(values)
+    centre = float(np.median(logs))
+    spread = 1.4826 * float(np.median(np.abs(logs - centre)))
+    limit = max(math.log1p(threshold), OUTLIER_SPREADS * spread)
+    return [index for index, value in enumerate(logs) if value - centre > limit]
