@@ -18,7 +18,7 @@ Gate: pass: 1 no change
 -  ---------  -----------------  ----------------  ---------------------  ----------  ---------
    test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  no change
 <BLANKLINE>
-Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.
+Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.
 """
 
 from accounting.gate.decide import GateResult, Verdict
@@ -29,7 +29,8 @@ MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE
          Decision.INCONCLUSIVE: "?", None: "x"}
 LEGEND = ("+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive "
           "(re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not "
-          "significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix.")
+          "surely (not significant, or its interval reaches below the threshold). p: one-sided permutation "
+          "test over runs, Holm-adjusted across the matrix.")
 HEADER = ["", "benchmark", "baseline", "current", "ratio [90% CI]", "p (slower)", "decision"]
 
 
@@ -143,7 +144,7 @@ def render_markdown(result: GateResult) -> str:
     |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | decision |
     |---|---|---|---|---|---|---|
     <BLANKLINE>
-    <sub>+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not significant. p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.</sub>
+    <sub>+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.</sub>
     <BLANKLINE>
     - Note: no saved runs
     """
