@@ -42,8 +42,10 @@ from accounting.timing import MEMORY_FRACTION, matmul_case
 START_SIZE = {"cpu": 256, "cuda": 512}
 """First ramp size per device kind (smaller GPU products only measure launch overhead)."""
 
-TARGET_SHAPES_PER_DTYPE = 12
-"""Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of its dtype's share of the budget…"""
+TARGET_SHAPES_PER_DTYPE = 24
+"""Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of its dtype's share of the budget
+(the wave-aware sweep takes about this many: a ramp of one size per octave, 9 whole-wave seeds,
+a K sweep and a refine; at 12, four dtypes on a GPU in 60 s had time for the ramp and little else)…"""
 MIN_SHAPE_TARGET_S = 0.02
 MAX_SHAPE_TARGET_S = 1.0
 """…but never less than ``MIN_SHAPE_TARGET_S`` nor more than ``MAX_SHAPE_TARGET_S``."""
