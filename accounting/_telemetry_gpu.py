@@ -12,6 +12,14 @@ per-process memory, and every other GPU's utilisation and memory.
 
 >>> decode_clock_event_reasons(0x4 | 0x20 | 0x1)
 ('sw_power_cap', 'sw_thermal_slowdown')
+
+AMD SMI: GFX clock, socket power, the energy counter and the hotspot temperature; throttle
+reasons from ``amdsmi_get_violation_status`` (MI300 and newer: PVIOL/TVIOL ``active_*`` flags,
+:data:`AMDSMI_VIOLATIONS`) and from ``amdsmi_get_gpu_metrics_info``'s ``indep_throttle_status``
+(the ASIC-independent ``SMU_THROTTLER_*`` bits, :data:`SMU_THROTTLER_BITS`).
+
+>>> decode_indep_throttle_status((1 << 0) | (1 << 36))
+('ppt0', 'temp_hotspot')
 """
 
 import os
@@ -39,6 +47,31 @@ NVML_CLOCK_EVENT_REASONS = {
 NOT_SLOWING = frozenset({"gpu_idle", "display_clock_setting"})
 """Reasons that do not hold a busy GPU's clock down: left out of ``Summary.throttle_reasons``."""
 
+SMU_THROTTLER_BITS = {
+    0: "ppt0", 1: "ppt1", 2: "ppt2", 3: "ppt3", 4: "spl", 5: "fppt", 6: "sppt", 7: "sppt_apu",
+    16: "tdc_gfx", 17: "tdc_soc", 18: "tdc_mem", 19: "tdc_vdd", 20: "tdc_cvip", 21: "edc_cpu", 22: "edc_gfx",
+    23: "apcc",
+    32: "temp_gpu", 33: "temp_core", 34: "temp_mem", 35: "temp_edge", 36: "temp_hotspot", 37: "temp_soc",
+    38: "temp_vr_gfx", 39: "temp_vr_soc", 40: "temp_vr_mem0", 41: "temp_vr_mem1", 42: "temp_liquid0",
+    43: "temp_liquid1", 44: "vrhot0", 45: "vrhot1", 46: "prochot_cpu", 47: "prochot_gfx",
+    56: "ppm", 57: "fit",
+}
+"""Bit positions of ``indep_throttle_status`` in AMD's GPU metrics, named as the Linux amdgpu driver's
+``SMU_THROTTLER_<NAME>_BIT`` (drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h, the header the amdsmi
+README points to for this field): power limits (PPT0–3 package power tracking, SPL/FPPT/SPPT APU
+limits) at 0–7, current limits (TDC/EDC, APCC) at 16–23, temperatures, VRHOT and PROCHOT at 32–47,
+PPM and FIT at 56–57."""
+AMDSMI_VIOLATIONS = {
+    "active_ppt_pwr": "ppt_power",
+    "active_socket_thrm": "socket_thermal",
+    "active_vr_thrm": "vr_thermal",
+    "active_hbm_thrm": "hbm_thermal",
+    "active_prochot_thrm": "prochot_thermal",
+}
+"""``amdsmi_get_violation_status`` flags (ROCm/amdsmi ``py-interface/amdsmi_interface.py``, ROCm 6.3+,
+MI300 and newer) and the reason each names: PVIOL (package power tracking), TVIOL (socket thermal),
+voltage-regulator, HBM and PROCHOT thermal limits, each ``True`` while active (``"N/A"`` when unknown)."""
+
 BUSY_SIBLING_UTILISATION_PCT = 10
 """A sibling GPU more than this busy (NVML utilisation, %) is named in ``busy_siblings``."""
 BUSY_SIBLING_MEMORY_BYTES = 4 * 2**30
@@ -62,6 +95,36 @@ def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
             if name not in NOT_SLOWING:
                 names.append(name)
     return tuple(names)
+
+
+def decode_indep_throttle_status(mask) -> tuple[str, ...] | None:
+    """The names of the bits set in AMD's ``indep_throttle_status`` (unknown bits as ``unknown_bit_N``).
+
+    ``None`` when the value carries no bits: ``"N/A"``, or a bool, as some amdsmi Python
+    bindings return it (``bool(value)``): ``True`` then gives ``("throttled_reason_unknown",)``.
+
+    >>> decode_indep_throttle_status(1 << 5 | 1 << 60), decode_indep_throttle_status(0)
+    (('fppt', 'unknown_bit_60'), ())
+    >>> decode_indep_throttle_status(True), decode_indep_throttle_status("N/A")
+    (('throttled_reason_unknown',), None)
+    """
+    if isinstance(mask, bool):
+        return ("throttled_reason_unknown",) if mask else ()
+    if not isinstance(mask, int) or mask < 0:
+        return None
+    return tuple(SMU_THROTTLER_BITS.get(bit, f"unknown_bit_{bit}") for bit in range(64) if mask >> bit & 1)
+
+
+def decode_violation_status(status: dict) -> tuple[str, ...] | None:
+    """The reasons whose ``active_*`` flag is set in an ``amdsmi_get_violation_status`` answer (``None``: no flag known).
+
+    >>> decode_violation_status({"active_ppt_pwr": True, "active_socket_thrm": False, "active_hbm_thrm": "N/A"})
+    ('ppt_power',)
+    """
+    known = {key: value for key, value in status.items() if key in AMDSMI_VIOLATIONS and isinstance(value, (bool, int))}
+    if not known:
+        return None
+    return tuple(AMDSMI_VIOLATIONS[key] for key in AMDSMI_VIOLATIONS if known.get(key))
 
 
 def _import_quietly(module: str):
@@ -187,7 +250,7 @@ class NvmlBackend:
 
 
 class AmdSmiBackend:
-    """Reads one ROCm device through AMD SMI: clock, power, energy, temperature (throttle reasons not decoded)."""
+    """Reads one ROCm device through AMD SMI: clock, power, energy, temperature and throttle reasons."""
 
     name = "amdsmi"
     energy_source = "counter"
@@ -200,12 +263,46 @@ class AmdSmiBackend:
         self._now = now
         self.handle = amdsmi.amdsmi_get_processor_handles()[index]
         self.unavailable: dict[str, str] = {
-            "throttle_reasons": "AMD SMI throttle status is not decoded here",
             "other_process_memory_bytes": "not read through AMD SMI here",
         }
         self._failed: set[str] = set()
+        self._throttle_errors: dict[str, str] = {}
 
     _ask = NvmlBackend._ask
+
+    def _throttle_source(self, call_name: str):
+        """``amdsmi.<call_name>(handle)``, or ``None`` with the reason kept (and not asked again)."""
+        if call_name in self._throttle_errors:
+            return None
+        call = getattr(self.amdsmi, call_name, None)
+        if call is None:
+            self._throttle_errors[call_name] = f"AMD SMI has no {call_name}"
+            return None
+        try:
+            return call(self.handle)
+        except Exception as error:  # noqa: BLE001 - AmdSmiLibraryException (not supported) and kin
+            self._throttle_errors[call_name] = f"AMD SMI {call_name}: {type(error).__name__}: {error}"
+            return None
+
+    def _throttle_reasons(self) -> tuple[str, ...]:
+        """Reasons from the violation status and the GPU metrics' throttle bits, whichever the device gives."""
+        names, answered = [], False
+        violations = self._throttle_source("amdsmi_get_violation_status")
+        decoded = decode_violation_status(violations) if isinstance(violations, dict) else None
+        if decoded is not None:
+            answered = True
+            names += decoded
+        metrics = self._throttle_source("amdsmi_get_gpu_metrics_info")
+        decoded = decode_indep_throttle_status(metrics.get("indep_throttle_status")) if isinstance(metrics, dict) else None
+        if decoded is not None:
+            answered = True
+            names += [name for name in decoded if name not in names]
+        if answered:
+            self.unavailable.pop("throttle_reasons", None)
+        else:
+            self.unavailable["throttle_reasons"] = "; ".join(self._throttle_errors.values()) or (
+                "AMD SMI gave no throttle status (violation status and indep_throttle_status both N/A)")
+        return tuple(names)
 
     def read(self, *, edge: bool) -> Reading:  # noqa: ARG002 - same signature as the other backends
         smi, handle = self.amdsmi, self.handle
@@ -233,6 +330,7 @@ class AmdSmiBackend:
             power_w=float(watts) if watts is not None else None,
             energy_j=joules,
             temperature_c=float(temperature) if isinstance(temperature, (int, float)) else None,
+            throttle_reasons=self._throttle_reasons(),
         )
 
     def close(self) -> None:

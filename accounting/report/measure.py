@@ -22,7 +22,7 @@ from accounting.device import DeviceInfo, free_memory_bytes, release_cached_memo
 from accounting.hardware import last_level_cache_bytes
 from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
-from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
+from accounting.report.sweep import CPU_TILE, GPU_TILE, SIZE_MULTIPLE, MatmulMeasurement, WaveGrid
 from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
 
 MIN_REPEATS = 3
@@ -69,6 +69,24 @@ def largest_square(dtype, free_bytes: int, *, fraction: float = MEMORY_FRACTION,
     while size > multiple and matmul_bytes(size, size, size, dtype) > budget:
         size -= multiple
     return size
+
+
+def wave_grid(info: DeviceInfo) -> WaveGrid | None:
+    """How the device runs a product's output tiles, for the sweep's whole-wave shapes.
+
+    A GPU runs ``GPU_TILE`` tiles on each of its SMs (CUs on ROCm): the count is the device
+    properties' ``multi_processor_count`` (``info.multiprocessors``); ``None`` when unknown.
+    A CPU runs ``CPU_TILE`` blocks on each of the threads torch uses (``torch.get_num_threads()``).
+
+    >>> grid = wave_grid(DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * 2**30, multiprocessors=132))
+    >>> grid.units, grid.tile_m, grid.tile_n
+    (132, 128, 256)
+    """
+    if info.kind == "cuda":
+        if not info.multiprocessors:
+            return None
+        return WaveGrid(units=info.multiprocessors, tile_m=GPU_TILE[0], tile_n=GPU_TILE[1])
+    return WaveGrid(units=max(1, torch.get_num_threads()), tile_m=CPU_TILE[0], tile_n=CPU_TILE[1])
 
 
 _OUT_OF_MEMORY_TEXTS = ("out of memory", "cublas_status_alloc_failed", "hipblas_status_alloc_failed")

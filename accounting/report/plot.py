@@ -1,4 +1,5 @@
-"""``--plot``: a PNG of achieved TFLOP/s against matrix size, one colour per dtype, its spec peak dashed.
+"""``--plot``: a PNG of achieved TFLOP/s against matrix size, one colour per dtype, its spec peak dashed,
+its published burst (▲) and sustained (◆) headlines marked, with their clocks in a legend of their own.
 
 matplotlib is imported here only, on the headless ``Agg`` backend, so the report runs
 without a display and without matplotlib unless a plot is asked for.
@@ -16,6 +17,8 @@ X_MARGIN = 1.15
 PEAK_DASH = 5
 """Length (points) of one dash of a peak line."""
 DPI = 120
+HEADLINE_MARKERS = {"burst": "^", "sustained": "D"}
+"""Marker of each headline kind (:mod:`accounting.report.headlines`): ▲ burst, ◆ sustained."""
 
 
 def require_matplotlib():
@@ -46,12 +49,47 @@ def _peak_dashes(position: int, count: int):
     return (PEAK_DASH * position, (PEAK_DASH, PEAK_DASH * (count - 1)))
 
 
+def headline_label(dtype: str, figure: dict) -> str:
+    """Legend text of one published headline: kind, TFLOP/s, and the clock and power it ran at where known.
+
+    >>> headline_label("bfloat16", {"kind": "sustained", "tflops": 708.5, "clock_mhz": 1339.0, "power_w": 699.6})
+    'bfloat16 sustained 708 TFLOP/s at 1339 MHz, 700 W'
+    >>> headline_label("float32", {"kind": "burst", "tflops": 0.0561, "clock_mhz": None, "power_w": None})
+    'float32 burst 0.0561 TFLOP/s (clock unknown)'
+    """
+    text = f"{dtype} {figure['kind']} {figure['tflops']:.3g} TFLOP/s"
+    readings = []
+    if figure.get("clock_mhz") is not None:
+        readings.append(f"{figure['clock_mhz']:.0f} MHz")
+    if figure.get("power_w") is not None:
+        readings.append(f"{figure['power_w']:.0f} W")
+    return text + (f" at {', '.join(readings)}" if readings else " (clock unknown)")
+
+
+def _published_headlines(section: dict) -> list[dict]:
+    """The dtype's published headlines that name a shape, burst first."""
+    figures = section.get("headlines") or {}
+    return [figures[kind] for kind in HEADLINE_MARKERS
+            if figures.get(kind) and figures[kind].get("published") and figures[kind].get("tflops") is not None
+            and figures[kind].get("shape")]
+
+
 def write_plot(report: dict, path: str) -> None:
-    """Draw every dtype's measurements from ``report`` (see :mod:`accounting.report.results`) into ``path`` as PNG.
+    """Draw ``report`` (:func:`draw_plot`) into ``path`` as PNG."""
+    pyplot = _pyplot()
+    figure = draw_plot(report)
+    figure.savefig(path, format="png")
+    pyplot.close(figure)
+
+
+def draw_plot(report: dict):
+    """Every dtype's measurements from ``report`` (see :mod:`accounting.report.results`), as a matplotlib figure.
 
     x is the edge of the square product with the same FLOPs, ``(m·k·n)^(1/3)``, on a log₂ scale;
     ramp measurements are joined by a line, refine measurements are hollow markers, the best
-    is a star. Each dtype's spec peak is a dashed line of its colour.
+    is a star. Each dtype's spec peak is a dashed line of its colour; its published burst and
+    sustained headlines are a ▲ and a ◆ of its colour at their shapes, listed with their clocks
+    in a legend inside the plot. The caller closes the figure.
     """
     pyplot = _pyplot()
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
@@ -65,6 +103,7 @@ def write_plot(report: dict, path: str) -> None:
         figure, axes = pyplot.subplots(figsize=FIGURE_SIZE_IN, dpi=DPI, layout="constrained")
     colours = pyplot.rcParams["axes.prop_cycle"].by_key()["color"]
     values, sizes = [], []
+    headline_handles, headline_labels = [], []
     count = len(report["dtypes"])
     for position, (dtype, section) in enumerate(report["dtypes"].items()):
         colour = colours[position % len(colours)]
@@ -92,6 +131,16 @@ def write_plot(report: dict, path: str) -> None:
             axes.axhline(peak / TERA, color=colour, linestyle=_peak_dashes(position, count), linewidth=1.4,
                          label=f"{dtype} spec peak {peak / TERA:.3g} TFLOP/s")
             values.append(peak / TERA)
+        for headline in _published_headlines(section):
+            m, k, n = headline["shape"]
+            size = (m * k * n) ** (1 / 3)
+            (marker,) = axes.plot([size], [headline["tflops"]], HEADLINE_MARKERS[headline["kind"]], color=colour,
+                                  markersize=9, markeredgecolor="black", markeredgewidth=0.8, zorder=6,
+                                  label=f"_{dtype} {headline['kind']}")  # "_": in the headline legend only
+            headline_handles.append(marker)
+            headline_labels.append(headline_label(dtype, headline))
+            values.append(headline["tflops"])
+            sizes.append(size)
         values += [row["tflops"] for row in rows]
         sizes += [row["size"] for row in rows]
 
@@ -116,10 +165,13 @@ def write_plot(report: dict, path: str) -> None:
     device = report["machine"]["device"]
     budget = report["settings"]["budget_s"]
     axes.set_title(f"Matmul throughput on {device['name']} ({device['kind']}), budget {budget:g} s")
-    axes.set_xlabel("matrix size  (m·k·n)^(1/3)   — ○ refine shapes, ★ best")
+    marks = "○ refine shapes, ★ best" + (", ▲ burst, ◆ sustained" if headline_handles else "")
+    axes.set_xlabel(f"matrix size  (m·k·n)^(1/3)   — {marks}")
     axes.set_ylabel("achieved TFLOP/s")
     axes.grid(True, which="major", alpha=0.3)
+    if headline_handles:  # inside the plot, where it hides least; the figure legend below keeps its columns
+        axes.legend(headline_handles, headline_labels, loc="best", fontsize="x-small", title="headlines",
+                    title_fontsize="x-small", framealpha=0.8)
     # Below the plot, so it never hides a curve or a peak line; one column per dtype (curve above its peak).
     figure.legend(loc="outside lower center", ncol=max(count, 1), fontsize="small", frameon=False)
-    figure.savefig(path, format="png")
-    pyplot.close(figure)
+    return figure

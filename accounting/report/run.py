@@ -42,8 +42,10 @@ from accounting.timing import MEMORY_FRACTION, matmul_case
 START_SIZE = {"cpu": 256, "cuda": 512}
 """First ramp size per device kind (smaller GPU products only measure launch overhead)."""
 
-TARGET_SHAPES_PER_DTYPE = 12
-"""Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of its dtype's share of the budget…"""
+TARGET_SHAPES_PER_DTYPE = 24
+"""Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of its dtype's share of the budget
+(the wave-aware sweep takes about this many: a ramp of one size per octave, 9 whole-wave seeds,
+a K sweep and a refine; at 12, four dtypes on a GPU in 60 s had time for the ramp and little else)…"""
 MIN_SHAPE_TARGET_S = 0.02
 MAX_SHAPE_TARGET_S = 1.0
 """…but never less than ``MIN_SHAPE_TARGET_S`` nor more than ``MAX_SHAPE_TARGET_S``."""
@@ -298,6 +300,38 @@ def max_sizes(plan: Plan) -> dict:
     return {dtype: measuring.largest_square(dtype, free, fraction=MEMORY_FRACTION) for dtype in plan.dtypes}
 
 
+def sweep_budget_s(budget_s: float, spent_s: float) -> float:
+    """The matmul sweep's part of a report's ``budget_s`` once ``spent_s`` is gone (the bandwidth copy):
+    what is left after the finishing reserve, less the headlines' share.
+
+    >>> round(sweep_budget_s(60.0, 1.0), 3)
+    40.04
+    """
+    return max(budget_s * (1 - FINISH_RESERVE_FRACTION) - spent_s, 1e-3) * (1 - HEADLINE_FRACTION)
+
+
+def make_sweep(plan: Plan, *, sweep_budget_s: float, clock=time.monotonic, on_measurement=None, case_factory=None,
+               telemetry: str | None = None) -> tuple:
+    """The report's timer and its wave-aware :class:`~accounting.report.sweep.Sweep` over ``sweep_budget_s``.
+
+    Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of a dtype's share (within
+    ``MIN_SHAPE_TARGET_S`` … ``MAX_SHAPE_TARGET_S``); sizes stop where memory does
+    (:func:`max_sizes`); the sweep seeds whole waves of the device (:func:`~accounting.report.measure.wave_grid`).
+    Returns ``(timer, sweep)``: the timer also times the headlines' single repetitions.
+    """
+    info = plan.info
+    share = sweep_budget_s / len(plan.dtypes)
+    target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
+    limits = max_sizes(plan)
+    timer = (measuring.MatmulTimer(info, target_s=target) if case_factory is None
+             else measuring.MatmulTimer(info, target_s=target, case_factory=case_factory))
+    timer.telemetry = telemetry or str(info.device)  # the device the sampler reads beside each shape
+    sweep = Sweep(timer, budget_s=sweep_budget_s, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
+                  max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
+                  expected_wall_s=timer.expected_wall_s, waves=measuring.wave_grid(info))
+    return timer, sweep
+
+
 def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
                  case_factory=None, telemetry: str | None = None) -> dict:
     """Measure bandwidth, sweep every dtype, then its burst and sustained headlines, within the budget.
@@ -319,22 +353,13 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
         plan.notes.append(measuring.bandwidth_skipped_note(info, free_memory_bytes(info.device)))
     progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s" if bandwidth
                     else "bandwidth not measured")
-    sweep_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
-    sweep_budget *= 1 - HEADLINE_FRACTION
-    share = sweep_budget / len(plan.dtypes)
-    target = min(MAX_SHAPE_TARGET_S, max(MIN_SHAPE_TARGET_S, share / TARGET_SHAPES_PER_DTYPE))
-    limits = max_sizes(plan)
 
     def on_measurement(done, _elapsed):
         progress.update(clock() - started,
                         f"{done.dtype} {done.m}×{done.k}×{done.n}: {tflops(done.flops_per_second)} TFLOP/s")
 
-    timer = (measuring.MatmulTimer(info, target_s=target) if case_factory is None
-             else measuring.MatmulTimer(info, target_s=target, case_factory=case_factory))
-    timer.telemetry = telemetry or str(info.device)  # the device the sampler reads beside each shape
-    sweep = Sweep(timer, budget_s=sweep_budget, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
-                  max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
-                  expected_wall_s=timer.expected_wall_s)
+    timer, sweep = make_sweep(plan, sweep_budget_s=sweep_budget_s(plan.budget_s, clock() - started), clock=clock,
+                              on_measurement=on_measurement, case_factory=case_factory, telemetry=telemetry)
     sweeps = sweep.run(plan.dtypes)
     found = {}
     if hasattr(timer, "repeat"):  # a timer that times single repetitions (not a sweep-only stand-in)

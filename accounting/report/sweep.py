@@ -1,6 +1,6 @@
 """Find the most FLOP/s a device's matmuls reach, within a time budget (in the spirit of mamf-finder).
 
-For each dtype the sweep has two phases, both inside that dtype's share of the budget:
+For each dtype the sweep runs, inside that dtype's share of the budget:
 
 1. **Ramp**: square products on a geometric ladder of sizes (multiples of ``SIZE_MULTIPLE``),
    small to large, while the next size's predicted time (``t × (size ratio)³`` from the
@@ -8,6 +8,21 @@ For each dtype the sweep has two phases, both inside that dtype's share of the b
 2. **Refine**: a local search around the best shape so far, moving ``m``, ``k`` and ``n``
    one at a time by a step that halves down to ``SIZE_MULTIPLE // 2``, recentring on each
    new best, until the share is spent or no neighbour is left.
+
+With a :class:`WaveGrid` (the device's parallel units and output tile; the report passes
+one, see :func:`accounting.report.measure.wave_grid`) the search is **wave-aware** instead:
+the ramp takes one size per octave (it only finds the scale), then
+
+2. **Waves**: shapes whose output-tile count fills whole waves of the device's units
+   (``tiles % units == 0``), at edges a quarter-octave apart within an octave of the ramp's
+   best, nearest first (:func:`whole_wave_shape`);
+3. **K sweep**: ``k`` of the best shape so far up and down by ``√2`` while it improves;
+4. **Refine**: around the best few shapes, whole-wave neighbours (a little more or less
+   output) and ``k`` neighbours, by steps that shrink, recentring on each new best.
+
+A product whose tiles leave the last wave part-empty pays for a whole wave: throughput
+falls in a sawtooth with ``ceil(tiles / units)``, and a geometric ladder lands on the teeth
+as often as on the peaks. No shape is timed twice in one dtype's sweep (a memo).
 
 Nothing here touches torch: ``measure(dtype, m, k, n)`` does the timing (see
 :mod:`accounting.report.measure`), so the planning is tested with fakes.
@@ -21,9 +36,10 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from accounting._checks import check_positive, check_positive_size
+from accounting.errors import AccountingTypeError
 
 SIZE_MULTIPLE = 128
 """Ramp sizes are multiples of this (tensor-core and SIMD tile sizes divide it)."""
@@ -36,6 +52,144 @@ FIRST_REFINE_STEP = 256
 
 TIME_SAFETY = 1.2
 """A shape is tried only when ``TIME_SAFETY ×`` its predicted time fits in what is left."""
+
+ALIGN_BYTES = 128
+"""Wave-aware shapes have ``m``, ``n`` and ``k`` multiples of this many bytes of one element
+(``128 // itemsize`` elements): every operand row starts on a 128-byte line, the alignment
+tensor-core tiles and vector loads read best (issue 14's rule)."""
+
+GPU_TILE = (128, 256)
+"""Output tile (rows × columns) one SM computes at a time: the 128×256 block cuBLAS/CUTLASS
+kernels use for large bf16/fp16 products (mamf-finder's wave arithmetic assumes the same)."""
+
+CPU_TILE = (192, 384)
+"""Output block one CPU thread computes at a time. oneDNN's AVX2 float32 GEMM
+(``src/cpu/x64/gemm/gemm_info.cpp``, uxlfoundation/oneDNN) packs ``B`` in panels of
+``bn = 384`` columns and its micro-kernel covers ``um = 16`` or ``24`` rows (2–3 vector
+registers of 8 floats), so 192 rows (a multiple of both) by 384 columns is a block
+whose edges cut no packed panel; MKL's blocking is not published but is of the same order.
+With a few threads nearly every large product fills whole waves, so on a CPU the tile
+matters little: the wave seeds then act as a finer ladder around the ramp's best."""
+
+SEED_STEPS_PER_OCTAVE = 4
+"""Whole-wave seeds are ``2 ** (1 / SEED_STEPS_PER_OCTAVE)`` apart in edge…"""
+SEED_OCTAVES = 1
+"""…within this many octaves either side of the ramp's best size."""
+
+WAVE_RAMP_STEPS_PER_OCTAVE = 1
+"""The wave-aware ramp takes one size per octave: it finds the scale, the seeds fill in."""
+
+K_SWEEP_FACTOR = 2**0.5
+K_SWEEP_STEPS = 3
+"""The K sweep moves ``k`` by ``K_SWEEP_FACTOR`` at a time, at most ``K_SWEEP_STEPS`` times each way."""
+
+REFINE_CENTRES = 3
+"""The wave-aware refine searches around this many of the best shapes, best first."""
+REFINE_FRACTIONS = (1 / 8, 1 / 16, 1 / 32)
+"""…moving the output area or ``k`` by these fractions, coarse to fine."""
+ASPECT_WEIGHT = 0.5
+""":func:`whole_wave_shape` weighs ``|log(m / n)|`` by this against ``|log(area / wanted area)|``."""
+
+
+@dataclass(frozen=True)
+class WaveGrid:
+    """How a device runs a product's output: ``units`` tiles of ``tile_m × tile_n`` at a time (one wave).
+
+    On a GPU ``units`` is the SM (CU) count, ``torch.cuda.get_device_properties(i).multi_processor_count``;
+    on a CPU the threads torch uses, ``torch.get_num_threads()``.
+
+    >>> grid = WaveGrid(units=132)
+    >>> grid.tiles(4096, 4096), grid.waves(4096, 4096), grid.whole_waves(1536, 2816)
+    (512, 3.878787878787879, True)
+    """
+
+    units: int
+    tile_m: int = GPU_TILE[0]
+    tile_n: int = GPU_TILE[1]
+
+    def __post_init__(self):
+        check_positive_size(self.units, "units")
+        check_positive_size(self.tile_m, "tile_m")
+        check_positive_size(self.tile_n, "tile_n")
+
+    def tiles(self, m: int, n: int) -> int:
+        """Output tiles of an ``m × n`` result (a part-filled tile counts whole)."""
+        return -(-m // self.tile_m) * -(-n // self.tile_n)
+
+    def waves(self, m: int, n: int) -> float:
+        """Tiles per unit: the last of ``ceil(waves)`` waves is ``waves % 1`` full."""
+        return self.tiles(m, n) / self.units
+
+    def whole_waves(self, m: int, n: int) -> bool:
+        """Whether every wave is full: whole tiles, and a tile count that is a multiple of ``units``."""
+        return m % self.tile_m == 0 and n % self.tile_n == 0 and self.tiles(m, n) % self.units == 0
+
+
+def element_multiple(itemsize: int) -> int:
+    """Elements in ``ALIGN_BYTES`` of this element size (at least 1).
+
+    >>> element_multiple(4), element_multiple(2), element_multiple(1)
+    (32, 64, 128)
+    """
+    return max(1, ALIGN_BYTES // check_positive_size(itemsize, "itemsize"))
+
+
+def round_to(value: float, multiple: int) -> int:
+    """``value`` rounded to the nearest positive multiple of ``multiple``.
+
+    >>> round_to(1000, 64), round_to(3, 64)
+    (1024, 64)
+    """
+    return max(multiple, round(value / multiple) * multiple)
+
+
+def whole_wave_shape(grid: WaveGrid, edge: float, k: int, itemsize: int, limit: int | None = None) -> tuple[int, int, int] | None:
+    """The ``(m, k, n)`` nearest an ``edge × edge`` output that fills whole waves of ``grid``.
+
+    ``m`` and ``n`` are multiples of the tile and of ``ALIGN_BYTES`` of an element, and
+    their tile count a multiple of ``grid.units``; among such, with ``m`` within
+    ``[edge / 2, 2 · edge]``, the one with the least ``|log(m·n / edge²)| + ASPECT_WEIGHT ·
+    |log(m / n)|`` wins (area nearest ``edge²``, sides nearest equal; the smaller ``m`` on a tie). ``k`` is rounded
+    to ``ALIGN_BYTES`` of an element. With ``limit``, ``m`` and ``n`` are at most ``limit``
+    (``None`` when no whole-wave shape fits).
+
+    >>> whole_wave_shape(WaveGrid(units=132), 2048, 2048, 2)   # 22 × 6 = 132 tiles: one wave
+    (2816, 2048, 1536)
+    >>> whole_wave_shape(WaveGrid(units=2, tile_m=192, tile_n=384), 4096, 4096, 4)
+    (4224, 4096, 4224)
+    """
+    edge = check_positive(edge, "edge")
+    align = element_multiple(itemsize)
+    step_m, step_n = math.lcm(grid.tile_m, align), math.lcm(grid.tile_n, align)
+    per_step_m, per_step_n = step_m // grid.tile_m, step_n // grid.tile_n  # tiles per step
+    wanted_tiles = edge * edge / (grid.tile_m * grid.tile_n)
+    best, best_score = None, None
+    low, high = max(1, math.floor(edge / 2 / step_m)), max(1, math.ceil(2 * edge / step_m))
+    if limit is not None:
+        high = min(high, limit // step_m)
+    for steps in range(low, high + 1):
+        tiles_m = steps * per_step_m
+        # tiles_n must make tiles_m × tiles_n a multiple of units, and be whole steps of n.
+        granule = math.lcm(per_step_n, grid.units // math.gcd(tiles_m, grid.units))
+        # The score is convex in log(n) with its minimum at the wanted area, so the granule
+        # multiples either side of it hold the best n for this m (or the largest within limit).
+        around = wanted_tiles / tiles_m / granule
+        counts = {max(1, math.floor(around)), max(1, math.ceil(around))}
+        if limit is not None:
+            most = limit // grid.tile_n // granule
+            counts = {min(count, most) for count in counts} - {0}
+        for count in counts:
+            m, n = tiles_m * grid.tile_m, count * granule * grid.tile_n
+            score = abs(math.log(m * n / (edge * edge))) + ASPECT_WEIGHT * abs(math.log(m / n))
+            if best_score is None or (score, m) < (best_score, best[0]):
+                best, best_score = (m, n), score
+    if best is None:
+        return None
+    m, n = best
+    k = round_to(k, align)
+    if limit is not None:
+        k = max(align, min(k, limit // align * align))
+    return m, k, n
 
 
 @dataclass(frozen=True)
@@ -138,16 +292,62 @@ def _neighbours(center: tuple[int, int, int], step: int, multiple: int) -> list[
     return shapes
 
 
+def _nearest_first(count: int) -> list[int]:
+    """``0, 1, -1, 2, -2, …, count, -count``: offsets nearest the centre first, the larger side first.
+
+    >>> _nearest_first(2)
+    [0, 1, -1, 2, -2]
+    """
+    return [0] + [offset for step in range(1, count + 1) for offset in (step, -step)]
+
+
+def _wave_neighbours(shape, fraction: float, grid: WaveGrid, itemsize: int, limit: int) -> list[tuple[int, int, int]]:
+    """Whole-wave shapes with ``fraction`` more or less output edge, then ``k`` moved by ``fraction`` (larger first)."""
+    m, k, n = shape
+    align = element_multiple(itemsize)
+    edge = math.sqrt(m * n)
+    shapes = [whole_wave_shape(grid, edge * (1 + sign * fraction), k, itemsize, limit) for sign in (+1, -1)]
+    shapes += [(m, round_to(k * (1 + sign * fraction), align), n) for sign in (+1, -1)]
+    unique = []
+    for candidate in shapes:
+        if candidate is not None and candidate != tuple(shape) and candidate not in unique:
+            unique.append(candidate)
+    return unique
+
+
+@dataclass
+class _DtypeSearch:
+    """One dtype's search: its deadline, the size limit, what was measured and every shape tried (the memo)."""
+
+    dtype: str
+    deadline: float
+    limit: int
+    measured: list = field(default_factory=list)
+    tried: dict = field(default_factory=dict)
+    """``shape -> MatmulMeasurement or _TOO_BIG``: a shape is never measured twice."""
+
+    def best(self) -> MatmulMeasurement:
+        return max(self.measured, key=lambda done: done.flops_per_second)
+
+    def ranked_shapes(self) -> list[MatmulMeasurement]:
+        """Distinct measured shapes, fastest first."""
+        return sorted(self.measured, key=lambda done: done.flops_per_second, reverse=True)
+
+
 class Sweep:
-    """Runs the two-phase search for each dtype, sharing one time budget among them.
+    """Runs the search for each dtype, sharing one time budget among them.
 
     ``on_measurement(measurement, elapsed_s)`` is called after each product (the progress bar);
     ``expected_wall_s`` is the timer's rule for its time per shape (see :func:`predict_seconds`).
+    ``waves`` (a :class:`WaveGrid`) makes the search wave-aware (see the module docstring);
+    ``element_bytes(dtype)`` gives the element size its alignment is counted in (default
+    :func:`accounting.memory.storage_dtype`'s itemsize).
     """
 
     def __init__(self, measure: Measure, *, budget_s: float, start_size: int, max_size: int | Callable[[str], int],
                  clock: Callable[[], float] = time.monotonic, on_measurement=None, multiple: int = SIZE_MULTIPLE,
-                 first_refine_step: int = FIRST_REFINE_STEP, expected_wall_s=None):
+                 first_refine_step: int = FIRST_REFINE_STEP, expected_wall_s=None, waves: WaveGrid | None = None,
+                 element_bytes: Callable[[str], int] | None = None):
         self.measure = measure
         self.expected_wall_s = expected_wall_s
         self.budget_s = check_positive(budget_s, "budget_s")
@@ -157,6 +357,10 @@ class Sweep:
         self.on_measurement = on_measurement or (lambda measurement, elapsed: None)
         self.multiple = multiple
         self.first_refine_step = first_refine_step
+        if waves is not None and not isinstance(waves, WaveGrid):
+            raise AccountingTypeError(f"waves must be a WaveGrid or None, not {type(waves).__name__} {waves!r}")
+        self.waves = waves
+        self.element_bytes = element_bytes or _storage_bytes
         self._started = None
 
     def elapsed(self) -> float:
@@ -173,54 +377,68 @@ class Sweep:
             results[dtype] = self.sweep_dtype(dtype, deadline=self.elapsed() + share)
         return results
 
-    def _try(self, dtype, shape, phase, measured, deadline):
-        """Measure ``shape`` if its predicted time fits before ``deadline``.
+    def _try(self, search: _DtypeSearch, shape, phase):
+        """Measure ``shape`` if it was not tried before and its predicted time fits before the deadline.
 
-        Returns the measurement, ``_TOO_SLOW`` (not tried) or ``_TOO_BIG`` (out of memory).
+        Returns the measurement (a memoised one for a shape tried before), ``_TOO_SLOW``
+        (not tried) or ``_TOO_BIG`` (beyond the size limit, or out of memory).
         """
+        shape = tuple(shape)
+        if shape in search.tried:
+            return search.tried[shape]
+        if max(shape) > search.limit:
+            return _TOO_BIG
+        measured = search.measured
         if measured:
             nearest = min(measured, key=lambda done: abs(math.log(done.m * done.k * done.n / math.prod(shape))))
-            if self.elapsed() + TIME_SAFETY * predict_seconds(nearest, *shape, self.expected_wall_s) > deadline:
+            if self.elapsed() + TIME_SAFETY * predict_seconds(nearest, *shape, self.expected_wall_s) > search.deadline:
                 return _TOO_SLOW
         before = self.clock()
-        result = self.measure(dtype, *shape)
+        result = self.measure(search.dtype, *shape)
         if result is None:
+            search.tried[shape] = _TOO_BIG
+            search.limit = min(search.limit, max(shape) - self.multiple)
             return _TOO_BIG
         result = replace(result, wall_s=self.clock() - before, phase=phase)
+        search.tried[shape] = result
         measured.append(result)
         self.on_measurement(result, self.elapsed())
         return result
 
     def sweep_dtype(self, dtype: str, *, deadline: float) -> list[MatmulMeasurement]:
-        """Ramp then refine for one dtype until ``deadline`` (seconds since :meth:`run` started).
+        """Ramp then refine (or the wave-aware phases) for one dtype until ``deadline`` (seconds since :meth:`run` started).
 
         The first (smallest) shape is always measured, so every dtype gets at least one point.
         """
-        measured: list[MatmulMeasurement] = []
         limit = self.max_size(dtype)
-        for size in size_ladder(min(self.start_size, limit), limit, multiple=self.multiple):
-            outcome = self._try(dtype, (size, size, size), "ramp", measured, deadline)
-            if outcome is _TOO_BIG:
-                limit = size - self.multiple
+        search = _DtypeSearch(dtype, deadline, limit)
+        steps = STEPS_PER_OCTAVE if self.waves is None else WAVE_RAMP_STEPS_PER_OCTAVE
+        for size in size_ladder(min(self.start_size, limit), limit, steps_per_octave=steps, multiple=self.multiple):
+            outcome = self._try(search, (size, size, size), "ramp")
+            if outcome is _TOO_BIG or outcome is _TOO_SLOW:
                 break
-            if outcome is _TOO_SLOW:
-                break
-        if not measured:
-            return measured
-        seen = {done.shape for done in measured}
-        best = max(measured, key=lambda done: done.flops_per_second)
+        if not search.measured:
+            return search.measured
+        if self.waves is None:
+            self._refine(search)
+        else:
+            itemsize = self.element_bytes(dtype)
+            self._seed_waves(search, itemsize)
+            self._sweep_k(search, itemsize)
+            self._refine_waves(search, itemsize)
+        return search.measured
+
+    def _refine(self, search: _DtypeSearch) -> None:
+        """Move one of m, k, n of the best shape by a step that halves, recentring on each new best."""
+        best = search.best()
         step = self.first_refine_step
-        while step >= self.multiple // 2 and self.elapsed() < deadline:
+        while step >= self.multiple // 2 and self.elapsed() < search.deadline:
             improved = False
             for shape in _neighbours(best.shape, step, self.multiple // 2):
-                if shape in seen or max(shape) > limit:
+                if shape in search.tried or max(shape) > search.limit:
                     continue
-                seen.add(shape)
-                outcome = self._try(dtype, shape, "refine", measured, deadline)
-                if outcome is _TOO_BIG:
-                    limit = min(limit, max(shape) - self.multiple)
-                    continue
-                if outcome is _TOO_SLOW:
+                outcome = self._try(search, shape, "refine")
+                if outcome is _TOO_BIG or outcome is _TOO_SLOW:
                     continue
                 if outcome.flops_per_second > best.flops_per_second:
                     best = outcome
@@ -228,7 +446,58 @@ class Sweep:
                     break
             if not improved:
                 step //= 2
-        return measured
+
+    def _seed_waves(self, search: _DtypeSearch, itemsize: int) -> None:
+        """Whole-wave shapes at quarter-octave edges around the ramp's best, nearest first."""
+        edge = search.best().size
+        for offset in _nearest_first(SEED_OCTAVES * SEED_STEPS_PER_OCTAVE):
+            if self.elapsed() >= search.deadline:
+                return
+            wanted = edge * 2 ** (offset / SEED_STEPS_PER_OCTAVE)
+            shape = whole_wave_shape(self.waves, wanted, wanted, itemsize, search.limit)
+            if shape is not None:
+                self._try(search, shape, "waves")
+
+    def _sweep_k(self, search: _DtypeSearch, itemsize: int) -> None:
+        """``k`` of the best shape up by ``K_SWEEP_FACTOR`` while it improves; down the same way if up did not."""
+        align = element_multiple(itemsize)
+        start = search.best()
+        for factor in (K_SWEEP_FACTOR, 1 / K_SWEEP_FACTOR):
+            current = start
+            for _ in range(K_SWEEP_STEPS):
+                k = round_to(current.k * factor, align)
+                outcome = self._try(search, (current.m, k, current.n), "k-sweep")
+                if not isinstance(outcome, MatmulMeasurement) or outcome.flops_per_second <= current.flops_per_second:
+                    break
+                current = outcome
+            if current is not start:
+                return
+
+    def _refine_waves(self, search: _DtypeSearch, itemsize: int) -> None:
+        """Hill-climb from each of the ``REFINE_CENTRES`` best shapes through :func:`_wave_neighbours`."""
+        climbed = set()
+        while self.elapsed() < search.deadline:
+            centres = [done for done in search.ranked_shapes()[:REFINE_CENTRES] if done.shape not in climbed]
+            if not centres:
+                return
+            current = centres[0]
+            climbed.add(current.shape)
+            for fraction in REFINE_FRACTIONS:
+                improved = True
+                while improved and self.elapsed() < search.deadline:
+                    improved = False
+                    for shape in _wave_neighbours(current.shape, fraction, self.waves, itemsize, search.limit):
+                        outcome = self._try(search, shape, "refine")
+                        if isinstance(outcome, MatmulMeasurement) and outcome.flops_per_second > current.flops_per_second:
+                            current, improved = outcome, True
+                            climbed.add(current.shape)
+                            break
+
+
+def _storage_bytes(dtype: str) -> int:
+    from accounting.memory import storage_dtype
+
+    return storage_dtype(dtype).itemsize
 
 
 def summarise(measurements: list[MatmulMeasurement]) -> dict:

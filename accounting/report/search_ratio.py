@@ -1,0 +1,178 @@
+"""How much of a long sweep's best the report's default budget finds: ``python -m accounting.report.search_ratio``.
+
+Runs the report's own matmul sweep (:func:`accounting.report.run.make_sweep`: the same
+timer, wave grid, size limits and share of the budget as ``accounting report --budget S``)
+once with ``--short`` seconds and once with ``--long``, and prints per dtype the best
+FLOP/s of each and their ratio, ``short / long``. The target is ``TARGET_RATIO`` on every
+dtype (issue 14: the default 60 s report finds at least 0.97 of a 240 s sweep).
+
+The ratio holds search and noise together: on a busy machine the long sweep's best is
+the best of more noisy shapes, so a low ratio there says little about the search.
+
+Exit status: 0 when it ran (whatever the ratios), 2 for bad input.
+
+>>> ratio_row(SearchRatio("float32", 9.0e10, 1.0e11, (2048, 2048, 2048), (2048, 4096, 2048)))
+['float32', '0.0900', '2048×2048×2048', '0.1000', '2048×4096×2048', '0.900', 'below 0.97']
+"""
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from accounting._checks import positive_number_from_text
+from accounting.errors import AccountingError
+from accounting.report._format import TERA
+from accounting.report.cli import EXIT_BAD_INPUT, EXIT_OK, OneLineParser, dtype_list
+from accounting.report.sweep import summarise
+
+TARGET_RATIO = 0.97
+"""The short sweep should find at least this share of the long one's best FLOP/s."""
+
+DEFAULT_SHORT_S = 60.0
+DEFAULT_LONG_S = 240.0
+
+
+@dataclass(frozen=True)
+class SearchRatio:
+    """One dtype's best FLOP/s after the short and the long sweep, and the shapes that reached them."""
+
+    dtype: str
+    short_flops_per_s: float | None
+    long_flops_per_s: float | None
+    short_shape: tuple[int, int, int] | None = None
+    long_shape: tuple[int, int, int] | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """``short / long`` (``None`` when either sweep measured nothing)."""
+        if not self.short_flops_per_s or not self.long_flops_per_s:
+            return None
+        return self.short_flops_per_s / self.long_flops_per_s
+
+    @property
+    def meets_target(self) -> bool:
+        return self.ratio is not None and self.ratio >= TARGET_RATIO
+
+
+def _best(measurements):
+    best = summarise(measurements or [])["best"]
+    return (None, None) if best is None else (best.flops_per_second, best.shape)
+
+
+def search_ratios(sweep_with_budget, *, short_s: float, long_s: float) -> list[SearchRatio]:
+    """Run ``sweep_with_budget(budget_s) -> {dtype: [MatmulMeasurement]}`` with ``short_s`` then ``long_s``.
+
+    Raises :class:`AccountingError` unless ``0 < short_s < long_s``.
+    """
+    if not 0 < short_s < long_s:
+        raise AccountingError(f"--short must be below --long and above 0, got --short {short_s:g} --long {long_s:g}")
+    short = sweep_with_budget(short_s)
+    long = sweep_with_budget(long_s)
+    ratios = []
+    for dtype in list(dict.fromkeys([*short, *long])):
+        short_best, short_shape = _best(short.get(dtype))
+        long_best, long_shape = _best(long.get(dtype))
+        ratios.append(SearchRatio(dtype, short_best, long_best, short_shape, long_shape))
+    return ratios
+
+
+def report_sweep(device, dtypes, *, on_budget=None):
+    """``sweep_with_budget(budget_s)``: the sweep ``accounting report --budget budget_s`` runs, on this device.
+
+    The sweep gets the share of ``budget_s`` it gets in the report (:func:`accounting.report.run.sweep_budget_s`,
+    with nothing spent before it). ``on_budget(budget_s, plan)`` is called before each sweep.
+    """
+    from accounting.report import run
+
+    def sweep_with_budget(budget_s):
+        plan = run.prepare(device=device, dtypes=dtypes, budget_s=budget_s)
+        if on_budget is not None:
+            on_budget(budget_s, plan)
+        _timer, sweep = run.make_sweep(plan, sweep_budget_s=run.sweep_budget_s(budget_s, 0.0))
+        return sweep.run(plan.dtypes)
+
+    return sweep_with_budget
+
+
+def _shape_text(shape) -> str:
+    return "—" if shape is None else "×".join(str(dim) for dim in shape)
+
+
+def _tflops_text(flops_per_s) -> str:
+    return "—" if flops_per_s is None else f"{flops_per_s / TERA:.4f}"
+
+
+def ratio_row(ratio: SearchRatio) -> list[str]:
+    """One table row: dtype, short best and shape, long best and shape, ratio, verdict."""
+    verdict = "n/a" if ratio.ratio is None else ("ok" if ratio.meets_target else f"below {TARGET_RATIO:g}")
+    return [ratio.dtype, _tflops_text(ratio.short_flops_per_s), _shape_text(ratio.short_shape),
+            _tflops_text(ratio.long_flops_per_s), _shape_text(ratio.long_shape),
+            "—" if ratio.ratio is None else f"{ratio.ratio:.3f}", verdict]
+
+
+def render(ratios: list[SearchRatio], *, short_s: float, long_s: float) -> str:
+    """The ratios as a plain-text table."""
+    from accounting.report.render import table
+
+    header = ["dtype", f"{short_s:g} s TFLOP/s", "shape", f"{long_s:g} s TFLOP/s", "shape", "ratio",
+              f"target ≥ {TARGET_RATIO:g}"]
+    return table(header, [ratio_row(ratio) for ratio in ratios])
+
+
+def _seconds(option: str):
+    def parse(text: str) -> float:
+        try:
+            return positive_number_from_text(text, option, "seconds")
+        except AccountingError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m accounting.report.search_ratio",
+                           description="Best matmul FLOP/s of the report's sweep with a short and a long budget, "
+                                       "and their ratio per dtype.")
+    parser.add_argument("--short", metavar="SECONDS", type=_seconds("--short"), default=DEFAULT_SHORT_S,
+                        help="the report budget to judge. Default: %(default)r")
+    parser.add_argument("--long", metavar="SECONDS", type=_seconds("--long"), default=DEFAULT_LONG_S,
+                        help="the longer report budget to compare with. Default: %(default)r")
+    parser.add_argument("--device", metavar="DEVICE", default=None, help="cpu, cuda or cuda:N. Default: as the report")
+    parser.add_argument("--dtypes", metavar="LIST", type=dtype_list, default=None,
+                        help="comma-separated dtypes. Default: as the report (the natively run ones)")
+    return parser
+
+
+def _load_text() -> str:
+    try:
+        return "load average " + ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    except (AttributeError, OSError):
+        return "load average unknown"
+
+
+def main(argv=None) -> int:
+    """Run both sweeps and print the table; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.short < args.long:
+        parser.error(f"--short must be below --long, got --short {args.short:g} --long {args.long:g}")
+
+    def on_budget(budget_s, plan):
+        print(f"{budget_s:g} s report sweep of {', '.join(plan.dtypes)} on {plan.info.name} ({_load_text()})",
+              file=sys.stderr, flush=True)
+
+    try:
+        sweep_with_budget = report_sweep(args.device, args.dtypes, on_budget=on_budget)
+        started = time.monotonic()
+        ratios = search_ratios(sweep_with_budget, short_s=args.short, long_s=args.long)
+    except AccountingError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(render(ratios, short_s=args.short, long_s=args.long))
+    print(f"took {time.monotonic() - started:.0f} s; {_load_text()} after")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

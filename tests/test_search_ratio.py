@@ -1,0 +1,106 @@
+"""The short-vs-long sweep ratio: its arithmetic on fake sweeps, its table, and one real tiny run."""
+
+import math
+
+import pytest
+
+from accounting.errors import AccountingError
+from accounting.report import search_ratio
+from accounting.report.search_ratio import TARGET_RATIO, SearchRatio, render, search_ratios
+from accounting.report.sweep import MatmulMeasurement, Sweep, WaveGrid
+from tests.test_report_sweep import FakeDevice
+from tests.test_sweep_waves import sawtooth_rate
+
+
+def fake_report_sweep(rate, waves, budgets_seen):
+    """``sweep_with_budget`` on a fresh fake device per budget, as the real one prepares a fresh plan.
+
+    The sweep plans with the fake's own rule for its time per shape, as the report's does with its timer's.
+    """
+    def sweep_with_budget(budget_s):
+        budgets_seen.append(budget_s)
+        device = FakeDevice(rate, overhead_s=1.0)
+        return Sweep(device.measure, budget_s=budget_s, start_size=512, max_size=16384, clock=device.clock,
+                     waves=waves, expected_wall_s=lambda per_call_s: device.overhead_s + device.repeats * per_call_s,
+                     ).run(["bfloat16", "float32"])
+    return sweep_with_budget
+
+
+def best_by_hand(measurements):
+    return max(done.flops / done.seconds for done in measurements)
+
+
+@pytest.mark.parametrize("waves", [pytest.param(None, id="ladder"), pytest.param(WaveGrid(304), id="waves")])
+def test_ratio_is_the_short_best_over_the_long_best(waves):
+    budgets, runs = [], []
+    sweep = fake_report_sweep(sawtooth_rate(304), waves, budgets)
+
+    def recording(budget_s):
+        runs.append(sweep(budget_s))
+        return runs[-1]
+
+    ratios = search_ratios(recording, short_s=15.0, long_s=120.0)
+    assert budgets == [15.0, 120.0]
+    assert [ratio.dtype for ratio in ratios] == ["bfloat16", "float32"]
+    for ratio in ratios:
+        short, long = best_by_hand(runs[0][ratio.dtype]), best_by_hand(runs[1][ratio.dtype])
+        assert ratio.short_flops_per_s == pytest.approx(short)
+        assert ratio.long_flops_per_s == pytest.approx(long)
+        assert ratio.ratio == pytest.approx(short / long)
+        assert ratio.meets_target == (short / long >= TARGET_RATIO)
+
+
+def test_wave_search_meets_the_target_where_the_ladder_does_not():
+    """On a sawtooth device a 60 s wave-aware sweep finds what a 240 s one does; a 60 s ladder finds less."""
+    found = {}
+    for name, waves in (("ladder", None), ("waves", WaveGrid(304))):
+        found[name] = search_ratios(fake_report_sweep(sawtooth_rate(304), waves, []), short_s=60.0, long_s=240.0)
+    assert all(ratio.meets_target for ratio in found["waves"])
+    assert all(waves.ratio > ladder.ratio for waves, ladder in zip(found["waves"], found["ladder"]))
+
+
+def test_a_dtype_one_sweep_lacks_has_no_ratio():
+    done = MatmulMeasurement("float32", 256, 256, 256, 2 * 256**3, 1e-3, 0.0, 3)
+    sweeps = {5.0: {"float32": [done], "bfloat16": []}, 10.0: {"float32": [done], "bfloat16": [done]}}
+    ratios = search_ratios(sweeps.__getitem__, short_s=5.0, long_s=10.0)
+    assert [(ratio.dtype, ratio.ratio) for ratio in ratios] == [("float32", 1.0), ("bfloat16", None)]
+    text = render(ratios, short_s=5.0, long_s=10.0)
+    assert text.splitlines()[-1].split()[-1] == "n/a"
+    assert text.splitlines()[-2].split()[-2:] == ["1.000", "ok"]
+
+
+@pytest.mark.parametrize("short_s, long_s", [pytest.param(60.0, 60.0, id="equal"), pytest.param(240.0, 60.0, id="swapped"),
+                                             pytest.param(0.0, 60.0, id="zero")])
+def test_budgets_out_of_order_are_refused(short_s, long_s):
+    with pytest.raises(AccountingError, match=rf"^--short must be below --long and above 0, got --short {short_s:g} "):
+        search_ratios(lambda budget_s: pytest.fail("no sweep may run"), short_s=short_s, long_s=long_s)
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--short", "240", "--long", "60"], "--short must be below --long, got --short 240 --long 60", id="swapped"),
+    pytest.param(["--short", "-1"], "argument --short: --short must be a positive number of seconds, got '-1'", id="negative"),
+    pytest.param(["--long", "soon"], "argument --long: --long must be a positive number of seconds, got 'soon'", id="text"),
+])
+def test_bad_arguments_end_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        search_ratio.main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"python -m accounting.report.search_ratio: error: {message}\n"
+
+
+def test_an_unknown_dtype_is_a_one_line_error(capsys):
+    assert search_ratio.main(["--short", "0.2", "--long", "0.4", "--device", "cpu", "--dtypes", "float13"]) == 2
+    assert capsys.readouterr().err.startswith("python -m accounting.report.search_ratio: error: --dtypes: ")
+
+
+def test_a_tiny_real_run_prints_both_budgets_and_a_ratio(capsys):
+    assert search_ratio.main(["--short", "0.3", "--long", "0.6", "--device", "cpu", "--dtypes", "float32"]) == 0
+    out, err = capsys.readouterr()
+    assert "0.3 s report sweep of float32" in err and "0.6 s report sweep of float32" in err
+    row = next(line for line in out.splitlines() if line.startswith("float32"))
+    cells = row.split()
+    short, long, ratio = float(cells[1]), float(cells[3]), float(cells[5])
+    # The table rounds TFLOP/s to 4 decimals and the ratio to 3: allow exactly that much.
+    rounding = (short / long) * (0.5e-4 / short + 0.5e-4 / long) + 0.5e-3
+    assert ratio == pytest.approx(short / long, abs=rounding * 1.01)
+    assert math.isfinite(ratio) and ratio > 0
