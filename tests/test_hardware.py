@@ -552,3 +552,33 @@ def test_last_level_cache_is_the_largest_known_cache(info, expected):
 def test_cache_and_row_lookups_reject_a_name_in_place_of_a_device_info(function):
     with pytest.raises(AccountingTypeError, match=r"^info must be a DeviceInfo \(see detect_device\), got 'NVIDIA L4'$"):
         function("NVIDIA L4")
+
+
+@pytest.mark.parametrize("function, args, kwargs, message", [
+    pytest.param(peak_flops, ("NVIDIA B100", "bf16"), {}, r"it is not in the peak table; .* dense bfloat16 TFLOP/s$",
+                 id="unknown-chip"),
+    pytest.param(peak_flops, ("NVIDIA A100-SXM4-80GB", "fp8"), {},
+                 r"^A100 SXM .* has no published fp8 rate; .* dense fp8 TFLOP/s$", id="no-rate"),
+    pytest.param(peak_flops, ("Tesla T4", "fp16"), {"sparse": True},
+                 r"^T4 has no 2:4-sparse float16 rate; .* dense float16 TFLOP/s$", id="no-sparse-rate"),
+    pytest.param(peak_bandwidth, ("NVIDIA B100",), {},
+                 r"^no peak bandwidth for device 'NVIDIA B100': it is not in the table$", id="bandwidth-unknown-chip"),
+    pytest.param(peak_bandwidth, ("AMD Instinct MI308X",), {}, r": MI308X has no published bandwidth$",
+                 id="bandwidth-unpublished"),
+])
+def test_an_unknown_peak_warns_at_the_callers_line_and_says_which_peak_to_give(function, args, kwargs, message):
+    """The warning points at the line that asked (stacklevel=2), where the user can act on it."""
+    with pytest.warns(PeakUnknownWarning, match=message) as record:
+        assert function(*args, **kwargs) is None
+    assert [warning.filename for warning in record] == [__file__]  # not hardware.py, nor pytest's caller
+
+
+def test_bandwidth_of_a_card_known_only_by_its_rocm_arch():
+    # AMD Instinct MI300X datasheet: 5.3 TB/s HBM3 (reference table).
+    assert peak_bandwidth("AMD Radeon Graphics", arch="gfx942:sramecc+:xnack-") == pytest.approx(5.3e12)
+
+
+def test_an_unknown_rocm_arch_leaves_a_card_without_a_model_number_unknown():
+    # gfx1100 is RDNA 3 (Radeon RX 7900 XTX, ROCm's GPU specifications table), which the peak table has no row for.
+    assert find_chip("AMD Radeon Graphics", arch="gfx1100") is None
+    assert chip_row(DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx1100")) is None
