@@ -488,3 +488,97 @@ def test_cpu_peak_detects_only_what_is_not_given(detected_cpu):
     calls.clear()
     assert cpu_peak_flops("float32", flags={"avx2", "fma"}, cores=5, ghz=2.0) == pytest.approx(5 * 2.0e9 * 32)
     assert calls == []  # nothing to detect
+
+
+# ---- what mutation testing found untested (README, "Development") ------------------------------
+
+# AMD Zen 4 (EPYC 9004, Ryzen 7000): AVX-512 with BF16 and VNNI but no AVX512-FP16 or VP2INTERSECT
+# (AMD "Zen 4" ISA: AMD64 Architecture Programmer's Manual, CPUID Fn0000_0007; /proc/cpuinfo of an EPYC 9654).
+ZEN4 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"})
+
+
+def test_a_zen4_without_a_native_fp16_path_computes_it_at_its_split_float32_rate():
+    """The float32 fallback keeps the vendor: on Zen 4 that is 32 FLOPs/cycle (reference: "AMD Zen 4
+    AVX-512 | 32"), not the full-width 64."""
+    assert cpu_flops_per_cycle("fp16", ZEN4, vendor="amd") == (32, "AVX-512 (Zen 4, 256-bit units) (via float32)")
+    zen4 = DeviceInfo("cpu", "AMD EPYC 9654", None, 2**30, cpu_flags=ZEN4, cores=2, clock_ghz=3.0, vendor="amd")
+    assert device_peak_flops(zen4, "float32") == pytest.approx(2 * 3.0e9 * 32)
+    assert device_peak_flops(zen4, "fp16") == device_peak_flops(zen4, "float32")
+
+
+def test_device_peak_of_a_gpu_passes_sparsity_and_the_rocm_arch_on(monkeypatch):
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    # H100 SXM datasheet: BF16 1979 TFLOP/s with sparsity, 989.4 dense (reference table).
+    assert device_peak_flops(H100_INFO, "bf16", sparse=True) == pytest.approx(1978.8e12)
+    # A gfx942 whose driver prints no model number is the MI300X row: BF16 1307.4 dense (AMD datasheet).
+    radeon = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx942:sramecc+:xnack-")
+    assert device_peak_flops(radeon, "bf16") == pytest.approx(1307.4e12)
+
+
+@pytest.mark.parametrize("override, error, message", [
+    pytest.param(-1, AccountingError, r"^override_tflops must be positive, got -1$", id="negative"),
+    pytest.param("700", AccountingTypeError, r"^override_tflops must be a real number, got '700'$", id="string"),
+])
+def test_a_bad_peak_override_is_named(override, error, message):
+    with pytest.raises(error, match=message):
+        device_peak_flops(H100_INFO, "bf16", override_tflops=override)
+
+
+def test_the_environment_override_may_carry_spaces(monkeypatch):
+    monkeypatch.setenv(PEAK_TFLOPS_ENV, " 312 \n")
+    assert device_peak_flops(CPU_INFO, "float32") == pytest.approx(312e12)
+    monkeypatch.setenv(PEAK_TFLOPS_ENV, "   ")  # blank: no override, the estimate
+    assert device_peak_flops(CPU_INFO, "float32") == pytest.approx(4 * 3.0e9 * 32)
+
+
+# AMD CDNA 3 white paper: 256 MB Infinity Cache behind the 4 MB L2 of each XCD (the L2 torch reports).
+INFINITY_CACHE_BYTES = 256 * 2**20
+
+
+@pytest.mark.parametrize("info, expected", [
+    pytest.param(DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, l2_cache_bytes=4 * 2**20, arch="gfx942"),
+                 INFINITY_CACHE_BYTES, id="mi300x-known-only-by-arch"),
+    pytest.param(DeviceInfo("cuda", "NVIDIA L40", 0, 2**30, l2_cache_bytes=96 * 2**20), 96 * 2**20,
+                 id="unknown-chip-its-reported-l2"),
+    pytest.param(DeviceInfo("cuda", "NVIDIA L40", 0, 2**30), device_module.UNREPORTED_CACHE_BYTES,
+                 id="nothing-reported-the-assumed-size"),
+    pytest.param(CPU_INFO, 0, id="cpu-no-device-cache"),
+])
+def test_last_level_cache_is_the_largest_known_cache(info, expected):
+    assert hardware_module.last_level_cache_bytes(info) == expected
+
+
+@pytest.mark.parametrize("function", [hardware_module.last_level_cache_bytes, chip_row])
+def test_cache_and_row_lookups_reject_a_name_in_place_of_a_device_info(function):
+    with pytest.raises(AccountingTypeError, match=r"^info must be a DeviceInfo \(see detect_device\), got 'NVIDIA L4'$"):
+        function("NVIDIA L4")
+
+
+@pytest.mark.parametrize("function, args, kwargs, message", [
+    pytest.param(peak_flops, ("NVIDIA B100", "bf16"), {}, r"it is not in the peak table; .* dense bfloat16 TFLOP/s$",
+                 id="unknown-chip"),
+    pytest.param(peak_flops, ("NVIDIA A100-SXM4-80GB", "fp8"), {},
+                 r"^A100 SXM .* has no published fp8 rate; .* dense fp8 TFLOP/s$", id="no-rate"),
+    pytest.param(peak_flops, ("Tesla T4", "fp16"), {"sparse": True},
+                 r"^T4 has no 2:4-sparse float16 rate; .* dense float16 TFLOP/s$", id="no-sparse-rate"),
+    pytest.param(peak_bandwidth, ("NVIDIA B100",), {},
+                 r"^no peak bandwidth for device 'NVIDIA B100': it is not in the table$", id="bandwidth-unknown-chip"),
+    pytest.param(peak_bandwidth, ("AMD Instinct MI308X",), {}, r": MI308X has no published bandwidth$",
+                 id="bandwidth-unpublished"),
+])
+def test_an_unknown_peak_warns_at_the_callers_line_and_says_which_peak_to_give(function, args, kwargs, message):
+    """The warning points at the line that asked (stacklevel=2), where the user can act on it."""
+    with pytest.warns(PeakUnknownWarning, match=message) as record:
+        assert function(*args, **kwargs) is None
+    assert [warning.filename for warning in record] == [__file__]  # not hardware.py, nor pytest's caller
+
+
+def test_bandwidth_of_a_card_known_only_by_its_rocm_arch():
+    # AMD Instinct MI300X datasheet: 5.3 TB/s HBM3 (reference table).
+    assert peak_bandwidth("AMD Radeon Graphics", arch="gfx942:sramecc+:xnack-") == pytest.approx(5.3e12)
+
+
+def test_an_unknown_rocm_arch_leaves_a_card_without_a_model_number_unknown():
+    # gfx1100 is RDNA 3 (Radeon RX 7900 XTX, ROCm's GPU specifications table), which the peak table has no row for.
+    assert find_chip("AMD Radeon Graphics", arch="gfx1100") is None
+    assert chip_row(DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx1100")) is None

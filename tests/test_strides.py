@@ -178,3 +178,20 @@ def test_bad_layouts_are_named_in_the_error(call, error, message):
 def test_wrong_types_raise_the_named_error_with_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+# Mutation testing (README, "Development") found no test naming a bad shape or stride in these two.
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: is_contiguous((2, -3), (3, 1)), AccountingError, r"^shape \(2, -3\): entry 1 must be a non-negative integer, got -3$",
+                     id="contiguous-negative-size"),
+        pytest.param(lambda: view_strides((2.0, 3), (3, 1), (6,)), AccountingTypeError, r"^shape \(2.0, 3\): entry 0 must be a non-negative integer, got 2.0$",
+                     id="view-float-size"),
+        pytest.param(lambda: element_offset((1, 2), (8, -1)), AccountingError, r"^strides \(8, -1\): entry 1 must be a non-negative integer, got -1$",
+                     id="offset-negative-stride"),
+    ],
+)
+def test_a_bad_size_or_stride_is_named_as_a_shape_or_a_stride(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
