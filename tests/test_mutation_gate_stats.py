@@ -123,6 +123,12 @@ def test_runs_needed_gives_up_at_its_cap():
     assert runs_needed(1, 0.01, cap=99) == 99
     assert runs_needed(1, 0.01) is None, "the default cap is below 99"
     assert runs_needed(2, 0.01) == next(c for c in itertools.count(1) if 2 / ((c + 2) * (c + 1)) <= 0.01)
+    # The default cap is 50 runs: p ≤ 1/51 takes exactly 50 current runs, p ≤ 1/52 takes 51.
+    assert runs_needed(1, 1 / 51) == 50 and runs_needed(1, 1 / 52) is None
+
+
+def test_at_least_one_current_run_is_needed_even_when_any_p_would_do():
+    assert runs_needed(10, 1.0) == 1
 
 
 # ---- the ratio interval ----------------------------------------------------------------------

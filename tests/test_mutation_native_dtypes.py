@@ -121,6 +121,7 @@ def test_ocp_fp8_on_rocm_needs_rocm_6_5_compared_as_numbers(arch, runtime, runs)
     """torch accepts float8_e4m3fn on ROCm from 6.5; a version it cannot read is not held against the device."""
     answer = native_matmul(amd("AMD GPU", arch, runtime), "fp8")
     assert (answer.native, answer.runs_as) == (runs, "float8_e4m3fn" if runs else None)
+    assert answer.dtype == "float8_e4m3fn"
     if not runs:
         assert answer.reason == f"fp8 matmul (torch._scaled_mm) on {arch} needs ROCm >= 6.5; this is {runtime}"
         assert answer.path == arch

@@ -261,10 +261,12 @@ def test_a_failing_edge_reading_still_closes_the_backend(monkeypatch):
 
 
 def test_snapshot_is_one_edge_reading(scripted):
-    summary = snapshot("cpu", measure_clock=False)
+    summary = snapshot(measure_clock=False)
     ((device, measure_clock, backend),) = scripted
     assert (device, measure_clock, backend.reads, backend.closed) == ("cpu", False, [True], 1)
-    assert (summary.samples, summary.duration_s, summary.clock_mhz_mean) == (1, 0.0, 1000.0)
+    assert (summary.device, summary.samples, summary.duration_s, summary.clock_mhz_mean) == ("cpu", 1, 0.0, 1000.0)
+    snapshot("cpu")
+    assert scripted[1][1] is True, "the clock is measured unless asked not to"
 
 
 def test_sample_cost_is_the_mean_time_of_a_background_read(monkeypatch):
@@ -276,10 +278,18 @@ def test_sample_cost_is_the_mean_time_of_a_background_read(monkeypatch):
             return super().read(edge=edge)
 
     backend = Timed()
-    monkeypatch.setattr(telemetry, "_open_backend", lambda name, *, measure_clock: backend)
+    opened = []
+
+    def open_backend(name, *, measure_clock):
+        opened.append((name, measure_clock))
+        return backend
+
+    monkeypatch.setattr(telemetry, "_open_backend", open_backend)
     monkeypatch.setattr(telemetry, "time", types.SimpleNamespace(perf_counter=lambda: clock.t))
-    assert telemetry.sample_cost_s("cpu", reads=7) == pytest.approx(0.002)
+    assert telemetry.sample_cost_s(reads=7) == pytest.approx(0.002)
     assert backend.reads == [True] + [False] * 7 and backend.closed == 1
+    # The CPU by default; its edge clock measurement (about 0.1 s a read) is no part of a background read.
+    assert opened == [("cpu", False)]
 
 
 @pytest.mark.parametrize("device, name", [("cpu", "cpu"), ("cuda:3", "cuda:3"), (torch.device("cuda", 1), "cuda:1")])
