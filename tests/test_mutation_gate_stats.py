@@ -1,0 +1,272 @@
+"""The gate's statistics, the figures and branches mutation testing found unchecked (issue 15).
+
+Every expected value comes from an independent truth: scipy's ``permutation_test`` (exact and
+random), scipy's t distribution and ``ttest_ind``, exact enumeration of the splits with
+``itertools``, or the definition of Holm's procedure. None restates the module's formula.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from accounting.errors import AccountingError
+from accounting.gate.stats import (
+    ALPHA,
+    CONFIDENCE,
+    Decision,
+    compare_runs,
+    holm,
+    min_pvalue,
+    permutation_test,
+    ratio_interval,
+    runs_needed,
+)
+
+BASE = [0.0150, 0.0147, 0.0153, 0.0149, 0.0151, 0.0148]
+
+
+def _enumerated(baseline, current):
+    """(p_greater, p_less, splits) by listing every split of the pooled values (ties count as extreme)."""
+    pooled = list(baseline) + list(current)
+    observed = sum(current)
+    sums = [sum(pooled[i] for i in chosen) for chosen in itertools.combinations(range(len(pooled)), len(current))]
+    greater = sum(total >= observed - 1e-12 for total in sums)
+    less = sum(total <= observed + 1e-12 for total in sums)
+    return greater / len(sums), less / len(sums), len(sums)
+
+
+# ---- the permutation test -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("baseline, current", [
+    pytest.param([1.0, 2.0, 3.0, 4.5], [2.5, 3.5], id="interleaved"),
+    pytest.param([5.0, 6.0, 7.0], [1.0, 2.0], id="current-lower"),
+    pytest.param([1.0, 3.0, 2.0, 2.0], [2.0], id="one-current-tied"),
+])
+def test_the_exact_test_reports_both_tails_its_statistic_and_its_sizes(baseline, current):
+    result = permutation_test(baseline, current)
+    p_greater, p_less, splits = _enumerated(baseline, current)
+    assert (result.p_greater, result.p_less, result.splits, result.method) == pytest.approx(
+        (p_greater, p_less, splits, "exact"))
+    assert result.statistic == pytest.approx(np.mean(current) - np.mean(baseline))
+    assert (result.baseline_size, result.current_size) == (len(baseline), len(current))
+
+
+def test_the_exact_limit_is_inclusive():
+    """binom(5, 2) = 10 splits: a limit of 10 still enumerates them, 9 draws random splits."""
+    assert permutation_test([1.0, 2.0, 3.0], [4.0, 5.0], exact_limit=10).method == "exact"
+    random = permutation_test([1.0, 2.0, 3.0], [4.0, 5.0], exact_limit=9, n_resamples=500)
+    assert (random.method, random.splits) == ("random", 501)
+
+
+def test_random_splits_estimate_both_tails_as_scipy_does():
+    rng = np.random.default_rng(5)
+    baseline, current = rng.normal(0.0, 1.0, 20), rng.normal(-0.4, 1.0, 9)
+    result = permutation_test(baseline, current, exact_limit=100, n_resamples=4_000)
+    assert result.method == "random" and result.splits == 4_001
+    for alternative, ours in (("greater", result.p_greater), ("less", result.p_less)):
+        reference = scipy_stats.permutation_test(
+            (current, baseline), lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+            permutation_type="independent", alternative=alternative, n_resamples=20_000, random_state=3).pvalue
+        assert ours == pytest.approx(reference, abs=0.03)
+    assert result.p_less < 0.2 < result.p_greater, "the current sample was drawn lower"
+
+
+def test_random_splits_are_the_seeds_and_a_different_seed_draws_differently():
+    rng = np.random.default_rng(6)
+    baseline, current = rng.normal(0.0, 1.0, 20), rng.normal(0.2, 1.0, 9)
+    first = permutation_test(baseline, current, exact_limit=100, n_resamples=999)
+    other = permutation_test(baseline, current, exact_limit=100, n_resamples=999, seed=1)
+    assert first == permutation_test(baseline, current, exact_limit=100, n_resamples=999, seed=0)
+    assert first.p_greater != other.p_greater
+
+
+def test_random_splits_count_ties_against_significance():
+    """Identical values: every random split is as extreme as the observed one both ways."""
+    result = permutation_test([2.0] * 20, [2.0] * 10, exact_limit=10, n_resamples=99)
+    assert (result.p_greater, result.p_less) == (1.0, 1.0)
+
+
+def test_a_split_equal_up_to_rounding_counts_as_extreme():
+    """0.1 + 0.2 and 0.3 differ in the last bit; as splits they are the same sum, so both count."""
+    baseline, current = [0.1, 0.2, 5.0], [0.3, 5.0]
+    result = permutation_test(baseline, current)
+    exact = _enumerated([round(v, 9) for v in baseline], [round(v, 9) for v in current])
+    assert (result.p_greater, result.p_less) == pytest.approx(exact[:2])
+
+
+@pytest.mark.parametrize("values, message", [
+    pytest.param([[1.0, 2.0], [3.0, 4.0]], r"^baseline must be a non-empty list of numbers, got ", id="2d"),
+    pytest.param([], r"^baseline must be a non-empty list of numbers, got \[\]$", id="empty"),
+    pytest.param([1.0, float("inf")], r"^baseline has a value that is not finite: \[1.0, inf\]$", id="inf"),
+])
+def test_samples_that_are_not_a_list_of_finite_numbers_are_named(values, message):
+    with pytest.raises(AccountingError, match=message):
+        permutation_test(values, [1.0])
+
+
+# ---- the smallest p and the runs it takes -----------------------------------------------------
+
+
+@pytest.mark.parametrize("baseline_size, current_size", [(10, 1), (10, 3), (4, 4), (1, 5)])
+def test_the_smallest_p_is_one_split_of_all(baseline_size, current_size):
+    splits = sum(1 for _ in itertools.combinations(range(baseline_size + current_size), current_size))
+    assert min_pvalue(baseline_size, current_size) == pytest.approx(1 / splits)
+
+
+def test_runs_needed_gives_up_at_its_cap():
+    """One baseline run: c current runs give c + 1 splits, so p ≤ 0.01 needs 99 of them."""
+    assert runs_needed(1, 0.01, cap=98) is None
+    assert runs_needed(1, 0.01, cap=99) == 99
+    assert runs_needed(1, 0.01) is None, "the default cap is below 99"
+    assert runs_needed(2, 0.01) == next(c for c in itertools.count(1) if 2 / ((c + 2) * (c + 1)) <= 0.01)
+    # The default cap is 50 runs: p ≤ 1/51 takes exactly 50 current runs, p ≤ 1/52 takes 51.
+    assert runs_needed(1, 1 / 51) == 50 and runs_needed(1, 1 / 52) is None
+
+
+def test_at_least_one_current_run_is_needed_even_when_any_p_would_do():
+    assert runs_needed(10, 1.0) == 1
+
+
+# ---- the ratio interval ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("confidence", [0.80, CONFIDENCE, 0.99])
+def test_the_interval_is_scipys_at_any_confidence_with_its_degrees_of_freedom(confidence):
+    baseline, current = [10.0, 11.0, 9.0, 10.5], [12.0, 12.5, 11.5]
+    interval = ratio_interval(baseline, current, confidence=confidence)
+    reference = scipy_stats.ttest_ind(np.log(current), np.log(baseline), equal_var=True)
+    low, high = reference.confidence_interval(confidence_level=confidence)
+    assert (interval.low, interval.high) == pytest.approx((math.exp(low), math.exp(high)), rel=1e-9)
+    assert (interval.confidence, interval.degrees_of_freedom) == (confidence, reference.df)
+
+
+def test_one_run_each_side_has_a_ratio_and_no_interval():
+    interval = ratio_interval([10.0], [12.0])
+    assert interval.ratio == pytest.approx(1.2) and interval.degrees_of_freedom == 0
+    assert math.isnan(interval.low) and math.isnan(interval.high)
+    two = ratio_interval([10.0, 11.0], [12.0])
+    assert two.degrees_of_freedom == 1 and math.isfinite(two.high)
+
+
+@pytest.mark.parametrize("values", [[0.01, -0.01], [0.01, 0.0]])
+def test_a_time_that_is_not_positive_is_named(values):
+    with pytest.raises(AccountingError, match=r"^current has a time that is not positive: "):
+        ratio_interval([0.01, 0.02], values)
+
+
+# ---- Holm --------------------------------------------------------------------------------------
+
+
+def test_holm_adjusts_by_the_number_still_in_play_and_keeps_the_order():
+    """Holm (1979): the j-th smallest p is multiplied by m − j + 1, capped at 1, never below an earlier one."""
+    assert holm([0.04, 0.001, 0.03]) == pytest.approx([0.06, 0.003, 0.06])
+    assert holm([0.02]) == [0.02]
+    assert holm([0.5, 0.6]) == [1.0, 1.0]
+    assert holm([]) == []
+
+
+# ---- compare_runs ------------------------------------------------------------------------------
+
+
+def test_a_regression_carries_every_figure_it_was_decided_from():
+    slower = [0.0187, 0.0190, 0.0186, 0.0189]
+    result = compare_runs(BASE, slower, threshold=0.10)
+    test = permutation_test(np.log(BASE), np.log(slower))
+    interval = ratio_interval(BASE, slower)
+    assert result.decision is Decision.REGRESSION
+    assert (result.ratio, result.ci_low, result.ci_high, result.confidence) == (
+        interval.ratio, interval.low, interval.high, CONFIDENCE)
+    assert (result.p_slower, result.p_faster) == (test.p_greater, test.p_less)
+    assert (result.alpha, result.threshold, result.baseline_runs, result.current_runs) == (ALPHA, 0.10, 6, 4)
+    assert result.min_pvalue == pytest.approx(1 / 210) and result.method == "exact"
+    assert result.reason == f"{interval.ratio:.3g}× slower, p = {test.p_greater:.2g} ≤ 0.01"
+
+
+def test_an_improvement_is_named_with_how_much_faster():
+    faster = [0.0120, 0.0119, 0.0121, 0.0118]
+    result = compare_runs(BASE, faster, threshold=0.10)
+    assert result.decision is Decision.IMPROVEMENT and result.p_faster <= ALPHA
+    assert result.reason == f"{np.mean(BASE) / np.mean(faster):.3g}× faster, p = {result.p_faster:.2g} ≤ 0.01"
+    assert result.reason.startswith("1.25× faster")
+
+
+def test_a_change_exactly_at_the_threshold_counts():
+    """ratio ≥ 1 + threshold is a regression, ratio ≤ 1 / (1 + threshold) an improvement (both inclusive)."""
+    base = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]
+    current = [1.2 * value for value in base[:4]]
+    ratio = ratio_interval(base, current).ratio
+    exactly = ratio - 1
+    assert compare_runs(base, current, threshold=exactly).decision is Decision.REGRESSION
+    assert compare_runs(base, current, threshold=exactly * 1.001).decision is not Decision.REGRESSION
+    inverse = compare_runs(current, base, threshold=exactly * 0.999999)
+    assert inverse.decision is Decision.IMPROVEMENT
+
+
+def test_no_change_names_the_threshold_and_the_bound():
+    result = compare_runs(BASE, [0.0150, 0.0151, 0.0149], threshold=0.10)
+    assert result.decision is Decision.NO_CHANGE and result.ci_high < 1.10
+    assert result.reason == f"a slowdown of 10 % is excluded (upper bound {result.ci_high:.3g}×)"
+
+
+def test_an_upper_bound_at_the_threshold_is_not_no_change():
+    """The bound must be strictly below 1 + threshold to exclude the slowdown."""
+    base, current = [10.0, 11.0, 9.0, 10.0], [12.0]
+    high = ratio_interval(base, current).high
+    assert compare_runs(base, current, threshold=high - 1).decision is Decision.INCONCLUSIVE
+    assert compare_runs(base, current, threshold=(high - 1) * 1.0001).decision is Decision.NO_CHANGE
+
+
+def test_a_family_raises_the_bar_the_sizes_must_reach():
+    """4 current runs against 6 reach p = 1/210 at best: enough in a family of 2 (level 0.005), not in a family
+    of 3 (0.0033), and the reason says how many current runs would be (counted here by enumeration)."""
+    slow = [0.0187, 0.0160, 0.0150, 0.0175]
+    pair = compare_runs(BASE, slow, threshold=0.10, family=2)
+    assert "cannot reach" not in pair.reason
+    result = compare_runs(BASE, slow, threshold=0.10, family=3)
+    needed = next(c for c in itertools.count(1) if 1 / math.comb(6 + c, c) <= 0.01 / 3)
+    assert result.decision is Decision.INCONCLUSIVE
+    assert result.reason == (f"re-measure: 6 baseline and 4 current run(s) cannot reach p ≤ 0.0033 "
+                             f"(smallest p {1 / 210:.2g}); it takes {needed} current runs")
+
+
+def test_p_adjust_replaces_both_p_values_and_decides_with_them():
+    slower = [0.0187, 0.0190, 0.0186, 0.0189]
+    seen = []
+
+    def adjust(p_slower, p_faster):
+        seen.append((p_slower, p_faster))
+        return 0.5, 0.25
+
+    result = compare_runs(BASE, slower, threshold=0.10, p_adjust=adjust)
+    test = permutation_test(np.log(BASE), np.log(slower))
+    assert seen == [(test.p_greater, test.p_less)]
+    assert (result.p_slower, result.p_faster) == (0.5, 0.25)
+    assert result.decision is Decision.INCONCLUSIVE
+    assert result.reason.endswith("beyond the 10 % threshold (p = 0.5)")
+
+
+def test_a_lower_alpha_withholds_a_regression():
+    slower = [0.0187, 0.0190, 0.0186, 0.0189]
+    result = compare_runs(BASE, slower, threshold=0.10, alpha=0.001)
+    assert result.decision is not Decision.REGRESSION and result.alpha == 0.001
+
+
+def test_more_baseline_runs_is_the_advice_when_current_runs_cannot_help():
+    """Two baseline runs at α = 0.0001: c current runs give binom(c + 2, 2) splits, fewer than 10⁴ up to the cap."""
+    result = compare_runs([0.015, 0.0151], [0.03, 0.031], threshold=0.10, alpha=0.0001)
+    assert result.decision is Decision.INCONCLUSIVE and result.reason.endswith("it takes more baseline runs")
+
+
+@pytest.mark.parametrize("threshold", [0, 1, True, -0.1, 1.5])
+def test_a_threshold_outside_the_open_interval_is_refused(threshold):
+    with pytest.raises(AccountingError, match=rf"^threshold must be a fraction in \(0, 1\), got {threshold!r}$"):
+        compare_runs(BASE, BASE, threshold=threshold)
+
+
+def test_thresholds_just_inside_the_interval_are_accepted():
+    assert compare_runs(BASE, BASE, threshold=0.999).threshold == 0.999
+    assert compare_runs(BASE, BASE, threshold=1e-6).threshold == 1e-6
