@@ -145,8 +145,8 @@ def test_the_interval_is_scipys_at_any_confidence_with_its_degrees_of_freedom(co
 
 
 def test_one_run_each_side_has_a_ratio_and_no_interval():
-    interval = ratio_interval([10.0], [12.0])
-    assert interval.ratio == pytest.approx(1.2) and interval.degrees_of_freedom == 0
+    interval = ratio_interval([10.0], [12.0], confidence=0.8)
+    assert interval.ratio == pytest.approx(1.2) and (interval.degrees_of_freedom, interval.confidence) == (0, 0.8)
     assert math.isnan(interval.low) and math.isnan(interval.high)
     two = ratio_interval([10.0, 11.0], [12.0])
     assert two.degrees_of_freedom == 1 and math.isfinite(two.high)
@@ -156,6 +156,8 @@ def test_one_run_each_side_has_a_ratio_and_no_interval():
 def test_a_time_that_is_not_positive_is_named(values):
     with pytest.raises(AccountingError, match=r"^current has a time that is not positive: "):
         ratio_interval([0.01, 0.02], values)
+    with pytest.raises(AccountingError, match=r"^baseline has a time that is not positive: "):
+        ratio_interval(values, [0.01, 0.02])
 
 
 # ---- Holm --------------------------------------------------------------------------------------
@@ -204,6 +206,62 @@ def test_a_change_exactly_at_the_threshold_counts():
     assert compare_runs(base, current, threshold=exactly * 1.001).decision is not Decision.REGRESSION
     inverse = compare_runs(current, base, threshold=exactly * 0.999999)
     assert inverse.decision is Decision.IMPROVEMENT
+
+
+def _exact_threshold_for_inverse(ratio):
+    """The threshold t whose 1 / (1 + t) is ``ratio`` exactly in floating point (searched over a few ulps)."""
+    guess = 1 / ratio - 1
+    for step in range(-8, 9):
+        candidate = guess
+        for _ in range(abs(step)):
+            candidate = np.nextafter(candidate, np.inf if step > 0 else -np.inf)
+        if 1 / (1 + candidate) == ratio:
+            return float(candidate)
+    pytest.skip("no threshold gives this ratio exactly")
+
+
+def test_a_speedup_exactly_at_the_threshold_is_an_improvement():
+    base = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]
+    current = [value / 1.2 for value in base[:4]]
+    threshold = _exact_threshold_for_inverse(ratio_interval(base, current).ratio)
+    assert compare_runs(base, current, threshold=threshold).decision is Decision.IMPROVEMENT
+    ratio, larger = ratio_interval(base, current).ratio, threshold
+    while 1 / (1 + larger) >= ratio:  # the first threshold the ratio no longer reaches
+        larger = float(np.nextafter(larger, 1.0))
+    assert compare_runs(base, current, threshold=larger).decision is not Decision.IMPROVEMENT
+
+
+def test_a_significant_speedup_below_the_threshold_is_no_change():
+    """Every current run faster than every baseline run, but by 4 %: significant, not large."""
+    base = [0.0150, 0.0151, 0.0149, 0.0150, 0.01505, 0.01495]
+    slightly = [0.01440, 0.01445, 0.01435, 0.01442]
+    result = compare_runs(base, slightly, threshold=0.10)
+    assert result.p_faster <= ALPHA and result.decision is Decision.NO_CHANGE
+
+
+@pytest.mark.parametrize("side", ["slower", "faster"])
+def test_a_p_value_exactly_at_alpha_is_significant(side):
+    """p ≤ α, not p < α: with the p-values given by p_adjust, exactly α decides, the next float up does not."""
+    current = [0.0190, 0.0188, 0.0191, 0.0189] if side == "slower" else [0.0120, 0.0119, 0.0121, 0.0118]
+    decided = Decision.REGRESSION if side == "slower" else Decision.IMPROVEMENT
+
+    def exactly(p):
+        return (lambda p_slower, p_faster: (p, 1.0)) if side == "slower" else (lambda p_slower, p_faster: (1.0, p))
+
+    assert compare_runs(BASE, current, threshold=0.10, p_adjust=exactly(ALPHA)).decision is decided
+    above = float(np.nextafter(ALPHA, 1.0))
+    assert compare_runs(BASE, current, threshold=0.10, p_adjust=exactly(above)).decision is not decided
+
+
+def test_sizes_whose_smallest_p_equals_the_level_can_reach_it():
+    """6 baseline and 4 current runs: the smallest p is 1/210; at α = 1/210 the sizes are enough, so an
+    undecided benchmark is 'neither shown nor excluded', not 'cannot reach'."""
+    straddling = [0.0165, 0.0150, 0.0175, 0.0160]
+    alpha = 1 / math.comb(10, 4)
+    result = compare_runs(BASE, straddling, threshold=0.10, alpha=alpha)
+    assert result.decision is Decision.INCONCLUSIVE and "neither shown nor excluded" in result.reason
+    above = compare_runs(BASE, straddling, threshold=0.10, alpha=float(np.nextafter(alpha, 0.0)))
+    assert "cannot reach" in above.reason
 
 
 def test_no_change_names_the_threshold_and_the_bound():
