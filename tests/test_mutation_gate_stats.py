@@ -197,14 +197,15 @@ def test_an_improvement_is_named_with_how_much_faster():
 
 
 def test_a_change_exactly_at_the_threshold_counts():
-    """ratio ≥ 1 + threshold is a regression, ratio ≤ 1 / (1 + threshold) an improvement (both inclusive)."""
+    """The interval's lower end ≥ 1 + threshold is a regression, its upper end ≤ 1 / (1 + threshold) an
+    improvement (both inclusive)."""
     base = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]
     current = [1.2 * value for value in base[:4]]
-    ratio = ratio_interval(base, current).ratio
-    exactly = ratio - 1
+    exactly = ratio_interval(base, current).low - 1
     assert compare_runs(base, current, threshold=exactly).decision is Decision.REGRESSION
     assert compare_runs(base, current, threshold=exactly * 1.001).decision is not Decision.REGRESSION
-    inverse = compare_runs(current, base, threshold=exactly * 0.999999)
+    inverse_high = ratio_interval(current, base).high
+    inverse = compare_runs(current, base, threshold=(1 / inverse_high - 1) * 0.999999)
     assert inverse.decision is Decision.IMPROVEMENT
 
 
@@ -223,10 +224,16 @@ def _exact_threshold_for_inverse(ratio):
 def test_a_speedup_exactly_at_the_threshold_is_an_improvement():
     base = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]
     current = [value / 1.2 for value in base[:4]]
-    threshold = _exact_threshold_for_inverse(ratio_interval(base, current).ratio)
+    high = ratio_interval(base, current).high
+    try:
+        threshold = _exact_threshold_for_inverse(high)
+    except pytest.skip.Exception:  # no exact one: the largest threshold whose 1 / (1 + t) still reaches it
+        threshold = 1 / high - 1
+        while 1 / (1 + threshold) < high:
+            threshold = float(np.nextafter(threshold, -1.0))
     assert compare_runs(base, current, threshold=threshold).decision is Decision.IMPROVEMENT
-    ratio, larger = ratio_interval(base, current).ratio, threshold
-    while 1 / (1 + larger) >= ratio:  # the first threshold the ratio no longer reaches
+    ratio, larger = ratio_interval(base, current).high, threshold
+    while 1 / (1 + larger) >= ratio:  # the first threshold the interval's upper end no longer reaches
         larger = float(np.nextafter(larger, 1.0))
     assert compare_runs(base, current, threshold=larger).decision is not Decision.IMPROVEMENT
 
