@@ -7,6 +7,7 @@ random), scipy's t distribution and ``ttest_ind``, exact enumeration of the spli
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -98,6 +99,23 @@ def test_a_split_equal_up_to_rounding_counts_as_extreme():
     assert (result.p_greater, result.p_less) == pytest.approx(exact[:2])
 
 
+def _exact_rational(baseline, current):
+    """(p_greater, p_less) over every split, in exact rational arithmetic on the decimals as written."""
+    pooled = [Fraction(str(value)) for value in baseline + current]
+    observed = sum(Fraction(str(value)) for value in current)
+    sums = [sum(pooled[i] for i in chosen) for chosen in itertools.combinations(range(len(pooled)), len(current))]
+    return (sum(total >= observed for total in sums) / len(sums), sum(total <= observed for total in sums) / len(sums))
+
+
+def test_a_tie_lost_to_rounding_at_a_large_scale_still_counts():
+    """1001.8 + 1005.4 = 1003.0 + 1004.2 exactly, but their float sums differ by 2.3e-13 (two ulps at 2000):
+    the tolerance scales with the values, so this split still counts as extreme, as exact arithmetic says."""
+    baseline, current = [1001.8, 1008.6, 1005.4], [1003.0, 1004.2]
+    assert sum([1001.8, 1005.4]) != sum(current)
+    result = permutation_test(baseline, current)
+    assert (result.p_greater, result.p_less) == pytest.approx(_exact_rational(baseline, current))
+
+
 @pytest.mark.parametrize("values, message", [
     pytest.param([[1.0, 2.0], [3.0, 4.0]], r"^baseline must be a non-empty list of numbers, got ", id="2d"),
     pytest.param([], r"^baseline must be a non-empty list of numbers, got \[\]$", id="empty"),
@@ -106,6 +124,8 @@ def test_a_split_equal_up_to_rounding_counts_as_extreme():
 def test_samples_that_are_not_a_list_of_finite_numbers_are_named(values, message):
     with pytest.raises(AccountingError, match=message):
         permutation_test(values, [1.0])
+    with pytest.raises(AccountingError, match=message.replace("baseline", "current")):
+        permutation_test([1.0], values)
 
 
 # ---- the smallest p and the runs it takes -----------------------------------------------------
