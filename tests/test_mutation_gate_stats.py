@@ -7,6 +7,7 @@ random), scipy's t distribution and ``ttest_ind``, exact enumeration of the spli
 
 import itertools
 import math
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -74,6 +75,27 @@ def test_random_splits_estimate_both_tails_as_scipy_does():
             permutation_type="independent", alternative=alternative, n_resamples=20_000, random_state=3).pvalue
         assert ours == pytest.approx(reference, abs=0.03)
     assert result.p_less < 0.2 < result.p_greater, "the current sample was drawn lower"
+
+
+@pytest.mark.parametrize("baseline, current", [
+    pytest.param([0.0, 0.0], [1.0, 1.0], id="separated-2-vs-2"),
+    pytest.param([0.0, 1.0, 2.0, 3.0], [2.5, 1.5, 3.5], id="interleaved"),
+    pytest.param([1.0, 1.0, 2.0], [1.0, 2.0], id="ties"),
+])
+def test_random_splits_estimate_the_exact_p_of_the_same_data(baseline, current):
+    """Each random split draws ``c`` of the pooled values without replacement, so 9 999 of them estimate the
+    exact p within a few standard errors (sqrt(p(1 − p)/10⁴) ≤ 0.005)."""
+    exact_greater, exact_less, _ = _enumerated(baseline, current)
+    result = permutation_test(baseline, current, exact_limit=1)
+    assert result.method == "random"
+    assert (result.p_greater, result.p_less) == pytest.approx((exact_greater, exact_less), abs=0.015)
+
+
+def test_exact_decimal_and_fraction_inputs_are_numbers():
+    """Run medians read with ``json.loads(..., parse_float=Decimal)`` or computed as fractions are numbers too."""
+    baseline, current = [0.0150, 0.0147, 0.0153], [0.0187, 0.0190]
+    as_floats = permutation_test(baseline, current)
+    assert permutation_test([Decimal(str(v)) for v in baseline], [Fraction(str(v)) for v in current]) == as_floats
 
 
 def test_random_splits_are_the_seeds_and_a_different_seed_draws_differently():
