@@ -7,6 +7,8 @@ random), scipy's t distribution and ``ttest_ind``, exact enumeration of the spli
 
 import itertools
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -75,6 +77,27 @@ def test_random_splits_estimate_both_tails_as_scipy_does():
     assert result.p_less < 0.2 < result.p_greater, "the current sample was drawn lower"
 
 
+@pytest.mark.parametrize("baseline, current", [
+    pytest.param([0.0, 0.0], [1.0, 1.0], id="separated-2-vs-2"),
+    pytest.param([0.0, 1.0, 2.0, 3.0], [2.5, 1.5, 3.5], id="interleaved"),
+    pytest.param([1.0, 1.0, 2.0], [1.0, 2.0], id="ties"),
+])
+def test_random_splits_estimate_the_exact_p_of_the_same_data(baseline, current):
+    """Each random split draws ``c`` of the pooled values without replacement, so 9 999 of them estimate the
+    exact p within a few standard errors (sqrt(p(1 − p)/10⁴) ≤ 0.005)."""
+    exact_greater, exact_less, _ = _enumerated(baseline, current)
+    result = permutation_test(baseline, current, exact_limit=1)
+    assert result.method == "random"
+    assert (result.p_greater, result.p_less) == pytest.approx((exact_greater, exact_less), abs=0.015)
+
+
+def test_exact_decimal_and_fraction_inputs_are_numbers():
+    """Run medians read with ``json.loads(..., parse_float=Decimal)`` or computed as fractions are numbers too."""
+    baseline, current = [0.0150, 0.0147, 0.0153], [0.0187, 0.0190]
+    as_floats = permutation_test(baseline, current)
+    assert permutation_test([Decimal(str(v)) for v in baseline], [Fraction(str(v)) for v in current]) == as_floats
+
+
 def test_random_splits_are_the_seeds_and_a_different_seed_draws_differently():
     rng = np.random.default_rng(6)
     baseline, current = rng.normal(0.0, 1.0, 20), rng.normal(0.2, 1.0, 9)
@@ -98,6 +121,23 @@ def test_a_split_equal_up_to_rounding_counts_as_extreme():
     assert (result.p_greater, result.p_less) == pytest.approx(exact[:2])
 
 
+def _exact_rational(baseline, current):
+    """(p_greater, p_less) over every split, in exact rational arithmetic on the decimals as written."""
+    pooled = [Fraction(str(value)) for value in baseline + current]
+    observed = sum(Fraction(str(value)) for value in current)
+    sums = [sum(pooled[i] for i in chosen) for chosen in itertools.combinations(range(len(pooled)), len(current))]
+    return (sum(total >= observed for total in sums) / len(sums), sum(total <= observed for total in sums) / len(sums))
+
+
+def test_a_tie_lost_to_rounding_at_a_large_scale_still_counts():
+    """1001.8 + 1005.4 = 1003.0 + 1004.2 exactly, but their float sums differ by 2.3e-13 (two ulps at 2000):
+    the tolerance scales with the values, so this split still counts as extreme, as exact arithmetic says."""
+    baseline, current = [1001.8, 1008.6, 1005.4], [1003.0, 1004.2]
+    assert sum([1001.8, 1005.4]) != sum(current)
+    result = permutation_test(baseline, current)
+    assert (result.p_greater, result.p_less) == pytest.approx(_exact_rational(baseline, current))
+
+
 @pytest.mark.parametrize("values, message", [
     pytest.param([[1.0, 2.0], [3.0, 4.0]], r"^baseline must be a non-empty list of numbers, got ", id="2d"),
     pytest.param([], r"^baseline must be a non-empty list of numbers, got \[\]$", id="empty"),
@@ -106,6 +146,8 @@ def test_a_split_equal_up_to_rounding_counts_as_extreme():
 def test_samples_that_are_not_a_list_of_finite_numbers_are_named(values, message):
     with pytest.raises(AccountingError, match=message):
         permutation_test(values, [1.0])
+    with pytest.raises(AccountingError, match=message.replace("baseline", "current")):
+        permutation_test([1.0], values)
 
 
 # ---- the smallest p and the runs it takes -----------------------------------------------------
