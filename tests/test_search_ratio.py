@@ -6,7 +6,7 @@ import pytest
 
 from accounting.errors import AccountingError
 from accounting.report import search_ratio
-from accounting.report.search_ratio import TARGET_RATIO, SearchRatio, render, search_ratios
+from accounting.report.search_ratio import RETIME_ROUNDS, TARGET_RATIO, SearchRatio, render, retime_winners, search_ratios
 from accounting.report.sweep import MatmulMeasurement, Sweep, WaveGrid
 from tests.test_report_sweep import FakeDevice
 from tests.test_sweep_waves import sawtooth_rate
@@ -66,7 +66,7 @@ def test_a_dtype_one_sweep_lacks_has_no_ratio():
     assert [(ratio.dtype, ratio.ratio) for ratio in ratios] == [("float32", 1.0), ("bfloat16", None)]
     text = render(ratios, short_s=5.0, long_s=10.0)
     assert text.splitlines()[-1].split()[-1] == "n/a"
-    assert text.splitlines()[-2].split()[-2:] == ["1.000", "ok"]
+    assert text.splitlines()[-2].split()[-3:] == ["1.000", "—", "ok"]
 
 
 @pytest.mark.parametrize("short_s, long_s", [pytest.param(60.0, 60.0, id="equal"), pytest.param(240.0, 60.0, id="swapped"),
@@ -100,7 +100,71 @@ def test_a_tiny_real_run_prints_both_budgets_and_a_ratio(capsys):
     row = next(line for line in out.splitlines() if line.startswith("float32"))
     cells = row.split()
     short, long, ratio = float(cells[1]), float(cells[3]), float(cells[5])
+    retimed = "same shape" if cells[6:8] == ["same", "shape"] else cells[6]
+    assert retimed == "same shape" or 0 < float(retimed) < 10, row
     # The table rounds TFLOP/s to 4 decimals and the ratio to 3: allow exactly that much.
     rounding = (short / long) * (0.5e-4 / short + 0.5e-4 / long) + 0.5e-3
     assert ratio == pytest.approx(short / long, abs=rounding * 1.01)
     assert math.isfinite(ratio) and ratio > 0
+
+
+class DriftingDevice:
+    """A fake timer whose speed falls by ``drift`` per call; ``rates[shape]`` is each shape's FLOP/s at full speed.
+
+    ``slow_calls`` maps call numbers to an extra slowdown (a slow episode of the host).
+    """
+
+    def __init__(self, rates, *, drift=0.0, slow_calls=None):
+        self.rates, self.drift, self.slow_calls = rates, drift, slow_calls or {}
+        self.calls = []
+
+    def __call__(self, dtype, m, k, n):
+        shape = (m, k, n)
+        if shape not in self.rates:
+            return None  # "does not fit"
+        speed = (1 - self.drift) ** len(self.calls) / self.slow_calls.get(len(self.calls), 1.0)
+        self.calls.append(shape)
+        flops = 2 * m * k * n
+        return MatmulMeasurement(dtype, m, k, n, flops, flops / (self.rates[shape] * speed), 0.0, 5)
+
+
+SHORT, LONG = (384, 640, 384), (512, 512, 768)
+
+
+def test_retiming_alternates_the_winners_and_cancels_a_steady_drift():
+    device = DriftingDevice({SHORT: 0.95e11, LONG: 1.0e11}, drift=0.03)
+    ratio = retime_winners(device, "float32", SHORT, LONG)
+    assert device.calls == [SHORT, LONG, LONG, SHORT] * RETIME_ROUNDS
+    assert ratio == pytest.approx(0.95, rel=1e-9)
+
+
+@pytest.mark.parametrize("episode_round", range(RETIME_ROUNDS))
+def test_a_slow_episode_in_one_round_does_not_move_the_ratio(episode_round):
+    calls = range(4 * episode_round + 1, 4 * episode_round + 3)  # the round's two long timings, 1.5x slower
+    device = DriftingDevice({SHORT: 0.99e11, LONG: 1.0e11}, slow_calls={call: 1.5 for call in calls})
+    assert retime_winners(device, "float32", SHORT, LONG) == pytest.approx(0.99, rel=1e-9)
+
+
+def test_the_same_winner_is_not_retimed_and_a_shape_that_no_longer_fits_gives_none():
+    device = DriftingDevice({SHORT: 1e11})
+    assert retime_winners(device, "float32", SHORT, SHORT) == 1.0
+    assert device.calls == []
+    assert retime_winners(device, "float32", SHORT, LONG) is None
+
+
+def test_the_target_is_judged_on_the_retimed_ratio():
+    """The long sweep's best was timed in a fast moment: swept 0.90, side by side 0.99."""
+    timed = {5.0: {"float32": [MatmulMeasurement("float32", *SHORT, 2 * 384 * 640 * 384, 1.0, 0.0, 5)]},
+             10.0: {"float32": [MatmulMeasurement("float32", *LONG, 2 * 512 * 512 * 768, 1.0, 0.0, 5)]}}
+    short_rate = timed[5.0]["float32"][0].flops_per_second
+    long_rate = short_rate / 0.90
+    timed[10.0]["float32"][0] = MatmulMeasurement("float32", *LONG, round(long_rate), 1.0, 0.0, 5)
+    device = DriftingDevice({SHORT: 0.99e11, LONG: 1.0e11})
+    ratio, = search_ratios(timed.__getitem__, short_s=5.0, long_s=10.0, measure=device)
+    assert ratio.swept_ratio == pytest.approx(0.90, rel=1e-6)
+    assert ratio.retimed_ratio == pytest.approx(0.99, rel=1e-9) and ratio.ratio == ratio.retimed_ratio
+    assert ratio.meets_target
+    row = render([ratio], short_s=5.0, long_s=10.0).splitlines()[-1].split()
+    assert row[-3:] == ["0.900", "0.990", "ok"]
+    without, = search_ratios(timed.__getitem__, short_s=5.0, long_s=10.0)
+    assert without.retimed_ratio is None and without.ratio == without.swept_ratio and not without.meets_target
