@@ -17,10 +17,12 @@ from accounting.gate.stats import (
     Decision,
     compare_runs,
     holm,
+    log_spread,
     min_pvalue,
     permutation_test,
     ratio_interval,
     runs_needed,
+    smallest_convictable,
 )
 
 # Log run-medians: distinct values of a realistic scale (a few % apart), small samples.
@@ -229,3 +231,53 @@ def test_a_straddling_ratio_is_inconclusive_with_the_p_value_named():
 def test_bad_samples_are_refused_with_the_value(baseline, current, threshold, message):
     with pytest.raises(AccountingError, match=message):
         compare_runs(baseline, current, threshold=threshold)
+
+
+def _exact_spread(rng, size, spread, centre=0.0):
+    """``size`` log values whose sample standard deviation is exactly ``spread`` around ``centre``."""
+    values = rng.standard_normal(size)
+    return centre + (values - values.mean()) / values.std(ddof=1) * spread
+
+
+@given(baseline_size=st.integers(4, 12), current_size=st.integers(2, 6),
+       spread=st.floats(0.005, 0.3), threshold=st.sampled_from([0.05, 0.10, 0.25]))
+def test_the_smallest_convictable_slowdown_puts_the_interval_s_low_end_on_the_threshold(
+        baseline_size, current_size, spread, threshold):
+    """Truth: the t interval itself, on runs with exactly that spread on both sides and that slowdown."""
+    smallest = smallest_convictable(spread, baseline_size, current_size, threshold=threshold)
+    assume(smallest is not None)
+    rng = np.random.default_rng(baseline_size * 100 + current_size)
+    base = _exact_spread(rng, baseline_size, spread)
+    current = _exact_spread(rng, current_size, spread, centre=math.log(smallest))
+    interval = ratio_interval(np.exp(base), np.exp(current))
+    assert interval.ratio == pytest.approx(smallest, rel=1e-9)
+    assert interval.low == pytest.approx(1 + threshold, rel=1e-9)
+
+
+@pytest.mark.parametrize("baseline_size", [2, 3, 5, 10])
+@pytest.mark.parametrize("current_size", [1, 2, 3, 4, 5])
+def test_no_convictable_slowdown_exactly_where_not_even_a_tenfold_one_is_a_regression(baseline_size, current_size):
+    """Truth: :func:`compare_runs` on a tenfold slowdown, every current run slower than every baseline run."""
+    rng = np.random.default_rng(7)
+    base = np.exp(_exact_spread(rng, baseline_size, 0.02, centre=math.log(0.015)))
+    current = 10 * np.exp(_exact_spread(rng, current_size, 0.02, centre=math.log(0.015))) if current_size > 1 \
+        else np.array([0.15])
+    convicted = compare_runs(base, current, threshold=0.10).decision is Decision.REGRESSION
+    assert (smallest_convictable(0.02, baseline_size, current_size, threshold=0.10) is not None) == convicted
+
+
+@pytest.mark.parametrize("spread", [-0.1, math.nan, math.inf])
+def test_a_spread_that_is_not_a_standard_deviation_is_refused_by_value(spread):
+    with pytest.raises(AccountingError, match=rf"^spread must be a finite standard deviation of log values, got {spread!r}$"):
+        smallest_convictable(spread, 10, 5, threshold=0.1)
+
+
+@given(values=st.lists(st.floats(1e-4, 1.0), min_size=2, max_size=12))
+def test_log_spread_is_the_sample_standard_deviation_of_the_logs(values):
+    import statistics
+
+    assert log_spread(values) == pytest.approx(statistics.stdev(math.log(value) for value in values), rel=1e-9, abs=1e-12)
+
+
+def test_one_run_has_no_spread():
+    assert math.isnan(log_spread([0.015]))
