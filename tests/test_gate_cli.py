@@ -1,7 +1,9 @@
 """``accounting gate``: exit statuses, the CI summary, re-measuring only suspects up to the cap, bad input in one line."""
 
 import json
+import math
 import re
+import statistics
 import textwrap
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 
 from accounting.gate import cli
 from accounting.gate.measure import Measured, Runner
+from accounting.gate.stats import smallest_convictable
 from accounting.gate.storage import GUARD_KEY, load_run, machine_id
 from tests.gate_runs import COPY, MATMUL, OTHER_CPU, QUIET, document, write
 from tests.cli_runs import run_main
@@ -143,6 +146,13 @@ def test_check_stops_at_the_cap_and_says_so(tmp_path, storage, fake_runner, caps
                                "-m", "cpu"], capsys)
     assert status == 0 and len(fake_runner.calls) == 3
     assert f"Note: still inconclusive after 2 extra run(s) (the cap, --max-extra-runs): {MATMUL}" in out
+    # What its baseline's noise lets 1 + 2 current runs convict: the baseline runs' own spread (their fastest
+    # rounds are a fixed share of BASE, so the logs spread as BASE's do).
+    spread = statistics.stdev(math.log(value) for value in BASE)
+    smallest = smallest_convictable(spread, len(BASE), 3, threshold=0.10)
+    assert (f"Note: {MATMUL}: its 10 baseline runs spread by {spread:.2g} (sd of the logs of their min); with 3 "
+            f"current runs the gate convicts a slowdown from about {smallest:.3g}× up.") in out
+    assert out.count("baseline runs spread by") == 1  # the decided benchmark gets no such note
 
 
 def test_check_passes_a_quiet_benchmark_in_one_run(tmp_path, storage, fake_runner, capsys):

@@ -24,7 +24,8 @@ import time
 from accounting.benchconfig import BENCHMARKS_ENV, load_benchmarks
 from accounting.device import cuda_available
 from accounting.errors import AccountingError
-from accounting.gate.decide import judge
+from accounting.gate.decide import judge, noise_notes
+from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, Trees, gate_ab, tree_environment
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner
 from accounting.gate.render import render_markdown, render_text
@@ -58,6 +59,13 @@ DESCRIPTION = (
     "than regression.threshold_percent in benchmarks.json), no change, improvement, or inconclusive "
     "(re-measured in fresh processes, a bounded number of times). Runs taken on a loaded or throttled "
     "machine are left out and named."
+)
+AB_DESCRIPTION = (
+    "Interleaved A/B: run the benchmarks of the base revision (A, checked out in --baseline-dir) and of this tree "
+    "(B) in alternating fresh pytest processes, in pairs whose order flips each time, so that the host's drift "
+    "over minutes falls on both alike; then decide each benchmark as `gate check` does, with A's runs as the "
+    "baseline. No saved history is needed. Inconclusive benchmarks get more pairs, of them only, up to "
+    "--max-pairs. For shared CI hosts whose speed drifts (README, 'Regression gate')."
 )
 EPILOG = (
     "exit status: 0 no sure regression (inconclusive benchmarks are listed, not failed), 1 a sure "
@@ -126,6 +134,10 @@ def _compare_arguments(parser):
     _storage_argument(parser)
     parser.add_argument("--baselines", metavar="K", type=positive_count, default=DEFAULT_BASELINES,
                         help="compare with the last K saved runs of this hardware. Default: %(default)r")
+    _verdict_arguments(parser)
+
+
+def _verdict_arguments(parser):
     parser.add_argument("--benchmarks-json", metavar="PATH", default=None,
                         help=f"benchmarks.json with the regression thresholds. Default: ${BENCHMARKS_ENV} or "
                              "./benchmarks.json")
@@ -177,6 +189,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                          help="current runs: pytest --benchmark-save-data --benchmark-json=CURRENT.json, one file "
                               "per process")
     compare.set_defaults(run=run, parser=compare)
+
+    ab = actions.add_parser("ab", help="run the base revision (A) and this one (B) in alternating processes, decide",
+                            description=AB_DESCRIPTION, epilog=EPILOG)
+    ab.add_argument("--baseline-dir", metavar="DIR", required=True,
+                    help="a checkout of the base revision (git worktree add ../base origin/main); A runs there")
+    ab.add_argument("--start-pairs", metavar="N", type=positive_count, default=DEFAULT_START_PAIRS,
+                    help="A/B pairs of every benchmark before the first verdict. Default: %(default)r")
+    ab.add_argument("--max-pairs", metavar="M", type=positive_count, default=DEFAULT_MAX_PAIRS,
+                    help="pairs in all; the pairs after the first N run only the inconclusive benchmarks. "
+                         "Default: %(default)r")
+    _verdict_arguments(ab)
+    _device_argument(ab)
+    _threads_argument(ab)
+    ab.add_argument("--keep", metavar="DIR", default=None,
+                    help="keep the A and B runs (JSON and pytest logs) in DIR instead of a temporary directory")
+    _pytest_arguments(ab)
+    ab.set_defaults(run=run, parser=ab)
     return parser
 
 
@@ -264,9 +293,32 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
         baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
                                     metric=metric)
     if result.suspects:
-        note = f"still inconclusive after {extra} extra run(s) (the cap, --max-extra-runs): {', '.join(result.suspects)}"
-        result = dataclasses.replace(result, notes=(*result.notes, note))
+        notes = [f"still inconclusive after {extra} extra run(s) (the cap, --max-extra-runs): {', '.join(result.suspects)}"]
+        notes += noise_notes(result, current_runs=1 + max_extra_runs)
+        result = dataclasses.replace(result, notes=(*result.notes, *notes))
     return result, baseline, current, extra
+
+
+
+def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
+    trees = Trees(args.baseline_dir).check()
+    own_runs = []
+    runners = [Runner(_pytest_args(args), device=_device(args), cwd=folder, workdir=workdir, threads=args.threads,
+                      env=tree_environment(folder, os.environ), own_runs=own_runs, **reader_options)
+               for folder in (trees.baseline_dir, os.getcwd())]
+    result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs, max_pairs=args.max_pairs,
+                                            load_guard=args.load_guard, metric=args.metric,
+                                            progress=lambda text: _progress(stderr, text))
+    _write_outputs(args, result, _Runs(a_runs), b_runs, stdout)
+    print(f"Gate took {time.monotonic() - started:.0f} s ({2 * pairs} pytest processes).", file=stdout)
+    return EXIT_REGRESSION if result.regressions else EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runs:
+    """The A runs where the outputs expect a baseline (:class:`accounting.gate.storage.Baseline`'s ``runs``)."""
+
+    runs: list
 
 
 def _check(args, config, runner, stdout, stderr, started) -> int:
@@ -309,12 +361,18 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             _write_outputs(args, result, baseline, current, stdout)
             return EXIT_REGRESSION if result.regressions else EXIT_OK
         pytest_args = _pytest_args(args)
+        options = {"reader": reader} if reader is not None else {}
+        if args.gate_command == "ab":
+            config = _prepare(args)
+            workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-ab-")
+            if args.start_pairs > args.max_pairs:
+                raise AccountingError(f"--start-pairs {args.start_pairs} is above --max-pairs {args.max_pairs}")
+            return _ab(args, config, workdir, stdout, stderr, started, options)
         if args.gate_command == "check":
             config = _prepare(args)
             workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-")
         else:
             workdir = tempfile.mkdtemp(prefix="accounting-gate-")
-        options = {"reader": reader} if reader is not None else {}
         runner = Runner(pytest_args, device=_device(args), workdir=workdir, threads=args.threads, **options)
         if args.gate_command == "save":
             return _save(args, runner, stderr)

@@ -23,7 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
-from accounting.gate.stats import ALPHA, Comparison, Decision, compare_runs, holm, permutation_test, slow_outliers
+from accounting.gate.stats import (
+    ALPHA,
+    Comparison,
+    Decision,
+    compare_runs,
+    holm,
+    log_spread,
+    permutation_test,
+    slow_outliers,
+    smallest_convictable,
+)
 from accounting.gate.storage import check_run_metric
 
 DEFAULT_METRIC = "min"
@@ -168,3 +178,24 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
             verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
                       tuple(run.label for run in current_runs), alpha, metric)
+
+
+def noise_notes(result, *, current_runs: int, cap_option: str = "--max-extra-runs") -> list[str]:
+    """What the baseline noise of each still-inconclusive benchmark lets the gate convict (a line each).
+
+    :func:`accounting.gate.stats.smallest_convictable` with the benchmark's baseline spread,
+    its baseline runs and ``current_runs`` (the most the gate may take; ``cap_option`` sets that).
+    """
+    lines = []
+    for verdict in result.verdicts:
+        if verdict.name not in result.suspects:
+            continue
+        spread = log_spread(verdict.baseline_values)
+        smallest = smallest_convictable(spread, len(verdict.baseline_values), current_runs,
+                                        threshold=verdict.threshold, alpha=result.alpha)
+        reach = (f"convicts a slowdown from about {smallest:.3g}× up" if smallest is not None
+                 else "cannot reach the significance level at all")
+        lines.append(f"{verdict.name}: its {len(verdict.baseline_values)} baseline runs spread by {spread:.2g} (sd of "
+                     f"the logs of their {result.metric}); with {current_runs} current runs the gate {reach}. Less "
+                     f"noise (a quieter machine, --threads 1) or a larger {cap_option} lowers that")
+    return lines

@@ -37,10 +37,11 @@ from pathlib import Path
 
 from accounting.benchconfig import load_benchmarks
 from accounting.errors import AccountingError
+from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, gate_ab
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner
-from accounting.gate.stats import Decision
+from accounting.gate.stats import Decision, log_spread, smallest_convictable
 from accounting.gate.storage import load_run
 from accounting.report.cli import OneLineParser
 from accounting.report.render import table
@@ -241,6 +242,63 @@ def spread_text(values, metric: str) -> str:
             f"({len(values)} runs)")
 
 
+def _write_module(folder: Path) -> list:
+    """The benchmark module in ``folder``; the pytest arguments that run it."""
+    rounds = load_benchmarks().device("cpu").rounds
+    module = BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds)).replace(
+        "{CHECK_PAIRS}", str(CHECK_PAIRS))
+    (folder / MODULE_NAME).write_text(module)
+    return ["-q", "-p", "no:cacheprovider", MODULE_NAME]
+
+
+def _calibrated_env(factor, threads, say) -> dict:
+    """The slowed runs' environment for ``factor`` (1: unchanged), its extra rows calibrated in this process."""
+    if factor == 1:
+        return {SLOWDOWN_ENV: "1"}
+    with _threads_pinned(threads):
+        rows = calibrate_rows(factor)
+    say(f"calibrated {factor:g}×: {rows} extra rows (the FLOP share would be {round((factor - 1) * SHAPE[0])})")
+    return {SLOWDOWN_ENV: repr(factor), SLOWDOWN_ENV + "_ROWS": str(rows)}
+
+
+def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int = DEFAULT_MAX_PAIRS,
+               load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr):
+    """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
+
+    A and B run the same module in the same folder; only B's environment injects the slowdown,
+    as a changed revision would.
+    """
+    folder = Path(workdir)
+    pytest_args = _write_module(folder)
+    config = load_benchmarks()
+
+    def say(text):
+        print(f"error_rates: {text}", file=stream, flush=True)
+
+    say(f"A/B mode: {start_pairs} to {max_pairs} pairs per gated job ({_load_text()})")
+    environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
+    scenarios = []
+    for factor in (1.0, *factors):
+        scenario = Scenario(factor)
+        for rerun in range(1, runs + 1):
+            own_runs, workdir_of_job = [], str(folder / f"ab{factor:g}-{rerun}")
+            runner_a = Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[1.0],
+                              threads=threads, own_runs=own_runs)
+            runner_b = Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[factor],
+                              threads=threads, own_runs=own_runs)
+            started = time.monotonic()
+            result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=start_pairs,
+                                                    max_pairs=max_pairs, load_guard=load_guard)
+            seconds = time.monotonic() - started
+            scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
+            verdict = result.verdicts[0] if result.verdicts else None
+            say(f"A/B factor {factor:g}, job {rerun}/{runs}: "
+                f"{verdict.decision.value if verdict and verdict.decision else '?'} "
+                f"({verdict.reason if verdict else 'no benchmark'}; {pairs} pair(s), {seconds:.0f} s)")
+        scenarios.append(scenario)
+    return scenarios
+
+
 def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT_MAX_EXTRA_RUNS,
             load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr):
     """Save ``baselines`` runs, then gate ``runs`` reruns unchanged and at each factor; the scenarios.
@@ -248,11 +306,7 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
     ``threads``: the benchmarks' CPU threads (the gate's ``--threads``), also used to calibrate.
     """
     folder = Path(workdir)
-    rounds = load_benchmarks().device("cpu").rounds
-    module = BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds)).replace(
-        "{CHECK_PAIRS}", str(CHECK_PAIRS))
-    (folder / MODULE_NAME).write_text(module)
-    pytest_args = ["-q", "-p", "no:cacheprovider", MODULE_NAME]
+    pytest_args = _write_module(folder)
     storage = str(folder / "storage")
     config = load_benchmarks()
 
@@ -271,18 +325,15 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
         say(f"baseline {number}/{baselines}: {measured.summary}" + (f"; disturbed: {'; '.join(disturbed)}"
                                                                      if disturbed else ""))
     say(f"baseline {spread_text(values, config.regression_metric)}")
-    rows = {}
-    for factor in factors:
-        with _threads_pinned(threads):
-            rows[factor] = calibrate_rows(factor)
-        say(f"calibrated {factor:g}×: {rows[factor]} extra rows (the FLOP share would be "
-            f"{round((factor - 1) * SHAPE[0])})")
+    threshold = config.regression_threshold("cpu", None) / 100
+    smallest = smallest_convictable(log_spread(values), len(values), 1 + max_extra_runs, threshold=threshold)
+    say(f"with this spread, {len(values)} baseline and {1 + max_extra_runs} current runs convict a slowdown from about "
+        + (f"{smallest:.3g}×" if smallest else "— never (too few runs)") + f" at the {threshold:.0%} threshold")
+    environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
     for factor in (1.0, *factors):
         scenario = Scenario(factor)
-        env = {SLOWDOWN_ENV: repr(factor)}
-        if factor in rows:
-            env[SLOWDOWN_ENV + "_ROWS"] = str(rows[factor])
+        env = environments[factor]
         for rerun in range(1, runs + 1):
             runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"x{factor:g}-{rerun}"),
                             env=env, threads=threads)
@@ -314,6 +365,11 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=_count, default=None, metavar="N",
                         help="CPU threads of the benchmarks, as the gate's --threads. Default: torch's own")
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep every run in DIR")
+    parser.add_argument("--ab", action="store_true",
+                        help="measure `accounting gate ab` instead: each gated job runs A (unchanged) and B (slowed) "
+                             "in interleaved pairs; no baselines are saved")
+    parser.add_argument("--max-pairs", type=_count, default=DEFAULT_MAX_PAIRS, metavar="M",
+                        help="with --ab: the pairs cap of each job. Default: %(default)r")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
                         help="gate as `accounting gate check --no-load-guard` does (on a machine that is never quiet)")
     args = parser.parse_args(argv)
@@ -322,16 +378,22 @@ def main(argv=None) -> int:
     load_before = _load_text()
     started = time.monotonic()
     try:
-        scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
-                            load_guard=args.load_guard, threads=args.threads, workdir=workdir)
+        if args.ab:
+            scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
+                                   threads=args.threads, workdir=workdir)
+        else:
+            scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
+                                load_guard=args.load_guard, threads=args.threads, workdir=workdir)
     except AccountingError as error:
         parser.error(str(error))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"Gate error rates: {args.baselines} baseline runs, {args.runs} gated reruns per scenario, "
-          f"at most {args.max_extra_runs} extra runs each; float32 1024³ matmul on the CPU, "
-          f"{args.threads or 'default'} thread(s); load guard {'on' if args.load_guard else 'OFF'}")
+    plan = (f"interleaved A/B, {args.runs} jobs per scenario, {DEFAULT_START_PAIRS} to {args.max_pairs} pairs each"
+            if args.ab else f"{args.baselines} baseline runs, {args.runs} gated reruns per scenario, at most "
+                            f"{args.max_extra_runs} extra runs each")
+    print(f"Gate error rates: {plan}; float32 1024³ matmul on the CPU, {args.threads or 'default'} thread(s); "
+          f"load guard {'on' if args.load_guard else 'OFF'}")
     print(table(SUMMARY_HEADER, summary_rows(scenarios, args.runs)))
     print(f"Load: {load_before} at the start, {_load_text()} at the end; {time.monotonic() - started:.0f} s in all.")
     return 0

@@ -1,0 +1,156 @@
+"""Interleaved A/B: both revisions measured in one job, in alternating fresh processes (``accounting gate ab``).
+
+The saved-history gate (``gate save`` / ``gate check``) compares today's runs with runs
+saved earlier on the same machine kind. On a shared host that is its weakness: the host's
+speed drifts over minutes, so a baseline saved in a slow quarter of an hour makes a
+1.25× slowdown read 1.17×, and one saved in a fast one makes unchanged code read slow.
+Measured on our 2-core VM in a busy hour: successive blocks of ten unchanged processes had
+median fastest rounds of 26.0–31.0 ms, and the baseline's median (29.6 ms) sat 8 % above
+the later unchanged runs' (27.4 ms). Firecracker's performance tests answer this by
+running A (the base revision) and B (the change) in the same job; this module does that:
+
+- A runs in ``baseline_dir`` (a checkout of the base revision, e.g. ``git worktree add
+  ../base origin/main``), B in the current tree, each in a fresh pytest process with the
+  same arguments, with the tree put first on ``PYTHONPATH`` so each imports its own code;
+- they alternate in pairs whose order flips each time (A B, B A, A B, …), so a drift of
+  the host's speed during the job falls on both sides alike;
+- the verdict is the saved-history gate's own (:func:`accounting.gate.decide.judge`: the
+  permutation test over runs, the ratio's interval, Holm across the matrix, the load guard,
+  slow outliers of A set aside), with A's runs as the baseline and B's as the current runs;
+- ``start_pairs`` pairs are run for every benchmark, then pairs of only the inconclusive
+  ones (``-p accounting.gate._select``), up to ``max_pairs`` in all.
+
+Why the pairs' runs are compared as two groups, not pair by pair: on this VM the
+lag-1 autocorrelation of consecutive processes' log fastest rounds was 0.28, 0.11 and −0.11
+in three busy-hour runs, so a neighbour predicts little of a process's luck and a paired
+(sign-flip) test would only lose power (its smallest p is 2⁻ⁿ against 1/binom(2n, n)).
+What interleaving removes is the drift over minutes. Replayed on those three runs' 130
+time-ordered unchanged processes (every window of 8 pairs, B = the odd positions times the
+factor): no false alarm, a 1.25× slowdown convicted in 126 of 130, a 1.10× one in 4 of 130
+(the rest inconclusive), after 5.5 pairs on average; the saved-history gate, live in such
+an hour, convicted a 1.25× slowdown in 6 of 20.
+
+>>> from accounting.gate.stats import min_pvalue
+>>> min_pvalue(4, 4) > 0.01 >= min_pvalue(5, 5)   # 5 pairs are the fewest that can convict alone: 1/252
+True
+"""
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from accounting.errors import AccountingError
+from accounting.gate.decide import judge, noise_notes
+from accounting.gate.guard import recorded_disturbances
+from accounting.gate.stats import ALPHA
+from accounting.gate.storage import hardware_difference, load_run
+
+DEFAULT_START_PAIRS = 3
+"""Pairs run for every benchmark before the first verdict: 3 A against 3 B can already exclude a
+slowdown (*no change*) on a quiet machine, though not yet convict one (smallest p 1/20)."""
+DEFAULT_MAX_PAIRS = 8
+"""Pairs in all, the re-measured suspects' included: 16 pytest processes, about 100 s for the
+quick CPU shapes on our 2-core VM. In the replay above, 6 pairs convicted 128 of 142 1.25×
+slowdowns, 8 pairs 126 of 130, 10 pairs 118 of 118."""
+
+
+@dataclass(frozen=True)
+class Trees:
+    """Where A and B run: the base revision's checkout and the changed one (``None``: the current directory)."""
+
+    baseline_dir: str
+    current_dir: str | None = None
+
+    def check(self) -> "Trees":
+        """Both exist and are directories; A is not B."""
+        for label, folder in (("--baseline-dir", self.baseline_dir), ("the current tree", self.current_dir or ".")):
+            if not Path(folder).is_dir():
+                raise AccountingError(f"{label} is not a directory: {folder!r}")
+        if Path(self.baseline_dir).resolve() == Path(self.current_dir or ".").resolve():
+            raise AccountingError(f"--baseline-dir {self.baseline_dir!r} is the current tree: A and B would be the same "
+                                  "code; check the base revision out elsewhere (git worktree add ../base origin/main)")
+        return self
+
+
+def tree_environment(folder: str, environ: dict) -> dict:
+    """Variables for a pytest process run in ``folder``: the folder first on ``PYTHONPATH``.
+
+    >>> tree_environment("/ci/base", {"PYTHONPATH": "/opt/lib"})
+    {'PYTHONPATH': '/ci/base:/opt/lib'}
+    >>> tree_environment("/ci/base", {})
+    {'PYTHONPATH': '/ci/base'}
+    """
+    import os
+
+    existing = environ.get("PYTHONPATH")
+    path = str(Path(folder).absolute())
+    return {"PYTHONPATH": path if not existing else path + os.pathsep + existing}
+
+
+def _identity_check(runs):
+    first = runs[0]
+    kinds = {bench.kind or "cpu" for run in runs for bench in run.benchmarks.values()}
+    for run in runs[1:]:
+        difference = hardware_difference(first.machine, run.machine, kinds)
+        if difference:
+            raise AccountingError(f"{run.path}: A and B runs record different hardware or software ({difference}); "
+                                  "both trees must run in the same environment")
+
+
+def _usable_a(a_runs, load_guard: bool):
+    """A's runs the verdict may use, and a note for each one the load guard leaves out."""
+    if not load_guard:
+        return list(a_runs), []
+    used, notes = [], []
+    for run in a_runs:
+        reasons = recorded_disturbances(run.guard)
+        if reasons:
+            notes.append(f"A run {run.label} not used, measured on a disturbed machine: {'; '.join(reasons)}")
+        else:
+            used.append(run)
+    return used, notes
+
+
+def _verdict(a_runs, b_runs, config, *, notes, load_guard, metric):
+    _identity_check([*a_runs, *b_runs])
+    used, skipped = _usable_a(a_runs, load_guard)
+    return judge(used, b_runs, threshold_for=config.regression_threshold, alpha=ALPHA,
+                 notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric)
+
+
+def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIRS,
+            max_pairs: int = DEFAULT_MAX_PAIRS, load_guard: bool = True, metric: str | None = None,
+            progress=lambda text: None):
+    """Run A and B in alternating pairs, then pairs of the suspects only, and decide.
+
+    ``runner_a`` / ``runner_b``: :class:`accounting.gate.measure.Runner` instances for the two
+    trees (their ``cwd`` and ``env`` differ; they should share ``own_runs``, so that the load
+    guard counts both as the gate's own work). Returns ``(result, A runs, B runs, pairs run)``.
+    """
+    if not 1 <= start_pairs <= max_pairs:
+        raise AccountingError(f"the pairs must satisfy 1 <= --start-pairs <= --max-pairs, got {start_pairs} and "
+                              f"{max_pairs}")
+    a_runs, b_runs = [], []
+
+    def run_pair(number, only):
+        order = (("A", runner_a, a_runs), ("B", runner_b, b_runs))
+        for label, runner, runs in (order if number % 2 else order[::-1]):
+            measured = runner.run(f"{label.lower()}-{number}", only=only)
+            progress(f"pair {number}, {label}: {measured.summary} ({measured.duration_s:.1f} s)")
+            runs.append(load_run(measured.path))
+
+    for number in range(1, start_pairs + 1):
+        run_pair(number, None)
+    result = _verdict(a_runs, b_runs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
+                      metric=metric)
+    pairs = start_pairs
+    while result.suspects and pairs < max_pairs:
+        pairs += 1
+        progress(f"re-measuring {len(result.suspects)} inconclusive benchmark(s): pair {pairs} of at most {max_pairs}")
+        run_pair(pairs, list(result.suspects))
+        result = _verdict(a_runs, b_runs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
+                          metric=metric)
+    notes = [f"A/B: {pairs} interleaved pair(s) of fresh processes, A = the baseline tree, B = the current tree"]
+    if result.suspects:
+        notes.append(f"still inconclusive after {pairs} pairs (the cap, --max-pairs): {', '.join(result.suspects)}")
+        notes += noise_notes(result, current_runs=max_pairs, cap_option="--max-pairs")
+    return replace(result, notes=(*result.notes, *notes)), a_runs, b_runs, pairs
