@@ -187,3 +187,22 @@ def test_bad_pair_counts_are_one_line_errors(tmp_path, cli_runner, capsys, monke
     status, out, err = run_main(["gate", "ab", "--baseline-dir", str(base), *options, "--", "-m", "cpu"], capsys)
     assert (status, out) == (2, "") and err == f"accounting gate ab: error: {message}\n"
     assert cli_runner.made == []
+
+
+def test_every_a_run_disturbed_is_inconclusive_and_re_measured_not_uncompared(tmp_path, config):
+    runner_a, runner_b, log = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: A_VALUES})
+    runner_a.guards = {number: LOADED for number in range(3)}  # the first three A runs; the next ones are quiet
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=4)
+    assert pairs == 4 and len(log) == 8  # re-measured although no A run was usable after 3 pairs
+    verdict = result.verdicts[0]
+    assert verdict.decision is Decision.INCONCLUSIVE and len(verdict.baseline_values) == 1
+
+
+def test_every_a_run_disturbed_at_the_cap_says_re_measure(tmp_path, config):
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: A_VALUES})
+    runner_a.guards = {number: LOADED for number in range(10)}
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, max_pairs=3)
+    verdict = result.verdicts[0]
+    assert pairs == 3 and verdict.decision is Decision.INCONCLUSIVE
+    assert verdict.reason == "re-measure: every baseline run was measured on a disturbed machine"
+    assert not any("spread by" in note for note in result.notes)  # no spread to speak of

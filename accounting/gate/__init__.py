@@ -16,6 +16,7 @@ One module per job:
 - :mod:`~accounting.gate.render` — the table, as text and as Markdown;
 - :mod:`~accounting.gate.plot` — the history of each benchmark as a PNG;
 - :mod:`~accounting.gate.measure` — running pytest: baselines, current runs, re-measurements;
-- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare``;
+- :mod:`~accounting.gate.ab` — interleaved A/B: the base revision and this one in alternating processes;
+- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab``;
 - :mod:`~accounting.gate.error_rates` — the gate's own false-alarm and detection rates, measured.
 """

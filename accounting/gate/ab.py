@@ -97,24 +97,26 @@ def _identity_check(runs):
 
 
 def _usable_a(a_runs, load_guard: bool):
-    """A's runs the verdict may use, and a note for each one the load guard leaves out."""
+    """A's runs the verdict may use, those the load guard leaves out, and a note for each of those."""
     if not load_guard:
-        return list(a_runs), []
-    used, notes = [], []
+        return list(a_runs), [], []
+    used, left_out, notes = [], [], []
     for run in a_runs:
         reasons = recorded_disturbances(run.guard)
         if reasons:
+            left_out.append(run)
             notes.append(f"A run {run.label} not used, measured on a disturbed machine: {'; '.join(reasons)}")
         else:
             used.append(run)
-    return used, notes
+    return used, left_out, notes
 
 
 def _verdict(a_runs, b_runs, config, *, notes, load_guard, metric):
     _identity_check([*a_runs, *b_runs])
-    used, skipped = _usable_a(a_runs, load_guard)
+    used, left_out, skipped = _usable_a(a_runs, load_guard)
     return judge(used, b_runs, threshold_for=config.regression_threshold, alpha=ALPHA,
-                 notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric)
+                 notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric,
+                 disturbed_baseline=left_out, baseline_grows=True)
 
 
 def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIRS,

@@ -83,6 +83,9 @@ class GateResult:
     alpha: float = ALPHA
     metric: str = DEFAULT_METRIC
     """What each run was reduced to: the ``min``, ``median`` or ``mean`` of its rounds."""
+    baseline_grows: bool = False
+    """Re-measuring adds baseline runs too (``gate ab``: each pair brings an A run), so every
+    inconclusive benchmark is worth re-measuring, not only those with a baseline spread."""
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -91,9 +94,9 @@ class GateResult:
 
     @property
     def suspects(self) -> list[str]:
-        """Inconclusive benchmarks that fresh current runs could decide (those with a baseline spread)."""
+        """Inconclusive benchmarks that fresh runs could decide (with a baseline spread, or a baseline that grows)."""
         return [verdict.name for verdict in self.verdicts
-                if verdict.decision is Decision.INCONCLUSIVE and len(verdict.baseline_values) >= 2]
+                if verdict.decision is Decision.INCONCLUSIVE and (self.baseline_grows or len(verdict.baseline_values) >= 2)]
 
 
 def _current_disturbances(runs, baseline_runs) -> dict:
@@ -112,7 +115,8 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 
 
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
-          load_guard: bool = True, metric: str = DEFAULT_METRIC) -> GateResult:
+          load_guard: bool = True, metric: str = DEFAULT_METRIC, disturbed_baseline=(),
+          baseline_grows: bool = False) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
@@ -120,7 +124,9 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     carried into the result (e.g. the baseline runs that were passed over). ``load_guard=False``
     uses every current run whatever its readings say (and says so in the notes). ``metric``
     reduces each run's rounds to one number (:meth:`BenchmarkRun.summary`; why the minimum is
-    the default: :mod:`accounting.gate.stats`).
+    the default: :mod:`accounting.gate.stats`). ``disturbed_baseline``: baseline runs the load
+    guard left out (``gate ab``'s A runs); a benchmark whose every baseline run is among them is
+    *inconclusive*, not *not compared*. ``baseline_grows``: see :attr:`GateResult.baseline_grows`.
     """
     check_run_metric(metric)
     notes = list(notes)
@@ -157,7 +163,11 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     verdicts = []
     for name, row in rows.items():
         kind, threshold = row.pop("kind"), row.pop("threshold")
-        if not row["baseline_values"] and not row["outlier_values"]:
+        if not row["baseline_values"] and not row["outlier_values"] and any(
+                name in run.benchmarks for run in disturbed_baseline):
+            verdicts.append(Verdict(name, kind, threshold, Decision.INCONCLUSIVE,
+                                    "re-measure: every baseline run was measured on a disturbed machine", **row))
+        elif not row["baseline_values"] and not row["outlier_values"]:
             verdicts.append(Verdict(name, kind, threshold, None, "no baseline: a new benchmark, or one the baseline "
                                                                   "runs did not run", **row))
         elif not row["current_values"] and not row["disturbed_values"]:
@@ -177,7 +187,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
                            f"{', '.join(f'{value * 1e3:.3g} ms' for value in row['outlier_values'])})")
             verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
-                      tuple(run.label for run in current_runs), alpha, metric)
+                      tuple(run.label for run in current_runs), alpha, metric, baseline_grows)
 
 
 def noise_notes(result, *, current_runs: int, cap_option: str = "--max-extra-runs") -> list[str]:
@@ -188,7 +198,7 @@ def noise_notes(result, *, current_runs: int, cap_option: str = "--max-extra-run
     """
     lines = []
     for verdict in result.verdicts:
-        if verdict.name not in result.suspects:
+        if verdict.name not in result.suspects or len(verdict.baseline_values) < 2:
             continue
         spread = log_spread(verdict.baseline_values)
         smallest = smallest_convictable(spread, len(verdict.baseline_values), current_runs,

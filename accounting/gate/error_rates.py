@@ -16,6 +16,10 @@ every slowed run measures again, in-process and interleaved, the factor it reall
 (the median of :data:`CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians);
 the summary prints it beside the intended one.
 
+With ``--ab`` it measures ``accounting gate ab`` instead (:mod:`accounting.gate.ab`): no
+baseline is saved; each gated job runs A (unchanged) and B (slowed, or not) in interleaved
+pairs of fresh processes.
+
 Targets (issue 11, 2-core CPU, N = 20): false alarms ≤ 1/20, a 1.25× slowdown caught ≥ 19/20,
 a 1.10× slowdown reported as it is, one gated run ≤ 2 minutes.
 
