@@ -377,3 +377,12 @@ def test_a_threshold_outside_the_open_interval_is_refused(threshold):
 def test_thresholds_just_inside_the_interval_are_accepted():
     assert compare_runs(BASE, BASE, threshold=0.999).threshold == 0.999
     assert compare_runs(BASE, BASE, threshold=1e-6).threshold == 1e-6
+
+
+def test_below_a_scale_of_one_the_tie_tolerance_is_a_billionth_not_more():
+    """Values summing to less than 1: the tolerance is 1e-9 absolute, so a split 1.5e-9 above the observed one
+    (ten million ulps) is a real difference, not a tie, as exact arithmetic on the decimals says."""
+    baseline, current = [0.1, 0.3000000015], [0.3]
+    result = permutation_test(baseline, current)
+    assert (result.p_greater, result.p_less) == pytest.approx(_exact_rational(baseline, current))
+    assert result.p_less == pytest.approx(2 / 3)
