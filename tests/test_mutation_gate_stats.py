@@ -25,6 +25,7 @@ from accounting.gate.stats import (
     permutation_test,
     ratio_interval,
     runs_needed,
+    slow_outliers,
 )
 
 BASE = [0.0150, 0.0147, 0.0153, 0.0149, 0.0151, 0.0148]
@@ -377,3 +378,64 @@ def test_a_threshold_outside_the_open_interval_is_refused(threshold):
 def test_thresholds_just_inside_the_interval_are_accepted():
     assert compare_runs(BASE, BASE, threshold=0.999).threshold == 0.999
     assert compare_runs(BASE, BASE, threshold=1e-6).threshold == 1e-6
+
+
+def test_below_a_scale_of_one_the_tie_tolerance_is_a_billionth_not_more():
+    """Values summing to less than 1: the tolerance is 1e-9 absolute, so a split 1.5e-9 above the observed one
+    (ten million ulps) is a real difference, not a tie, as exact arithmetic on the decimals says."""
+    baseline, current = [0.1, 0.3000000015], [0.3]
+    result = permutation_test(baseline, current)
+    assert (result.p_greater, result.p_less) == pytest.approx(_exact_rational(baseline, current))
+    assert result.p_less == pytest.approx(2 / 3)
+
+
+def _threshold_whose_inverse_is(ratio):
+    """A threshold t with 1 / (1 + t) == ratio exactly in floating point, or None (searched over a few ulps)."""
+    candidate = 1 / ratio - 1
+    for _ in range(8):
+        candidate = float(np.nextafter(candidate, -np.inf))
+    for _ in range(17):
+        if 1 / (1 + candidate) == ratio:
+            return candidate
+        candidate = float(np.nextafter(candidate, np.inf))
+    return None
+
+
+def test_an_upper_bound_exactly_at_the_inverse_threshold_is_an_improvement():
+    """'the interval's upper end ≤ 1 / (1 + threshold)' is inclusive: found on the first speed-up whose upper
+    end some threshold hits exactly (about every other one does; 1 / (1 + t) skips every other float)."""
+    base = [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]
+    for step in range(40):
+        current = [value / (1.2 + step / 1000) for value in base[:4]]
+        high = ratio_interval(base, current).high
+        threshold = _threshold_whose_inverse_is(high)
+        if threshold is not None:
+            break
+    else:
+        pytest.fail("no speed-up of 1.200-1.239x has an upper end that a threshold hits exactly")
+    result = compare_runs(base, current, threshold=threshold)
+    assert result.p_faster <= ALPHA and result.ci_high == 1 / (1 + threshold)
+    assert result.decision is Decision.IMPROVEMENT
+
+
+@pytest.mark.parametrize("values, message", [
+    pytest.param([0.02, 0.0, 0.02, 0.02, 0.02], r"^baseline run values has a time that is not positive: ",
+                 id="zero"),
+    pytest.param([0.02, float("inf"), 0.02, 0.02, 0.02], r"^baseline run values has a value that is not finite: ",
+                 id="inf"),
+])
+def test_a_bad_baseline_run_value_is_named_as_one(values, message):
+    with pytest.raises(AccountingError, match=message):
+        slow_outliers(values, threshold=0.1)
+
+
+def test_a_run_exactly_a_thresholds_worth_slower_stays():
+    """'slower than the history by *more than* the threshold': six runs at 1.0 (no spread) and one at exactly
+    1 + t is not set aside; the next float up is. t is dyadic, so 1 + t is exact, and chosen where
+    log(1 + t) == log1p(t) in floating point, so the run sits exactly on the limit."""
+    history = [1.0] * 6
+    threshold = next((t for t in (0.25, 0.5, 0.125, 0.375, 0.0625, 0.75, 0.1875)
+                      if float(np.log(np.array([*history, 1 + t]))[-1]) == math.log1p(t)), None)
+    assert threshold is not None, "log and log1p disagree on every dyadic threshold tried"
+    assert slow_outliers([*history, 1 + threshold], threshold=threshold) == []
+    assert slow_outliers([*history, float(np.nextafter(1 + threshold, 2.0))], threshold=threshold) == [6]

@@ -318,3 +318,81 @@ def test_the_cpu_backend_samples_at_the_cpu_interval():
         assert backend.default_interval_s == CPU_INTERVAL_S and backend.name == "cpu"
     finally:
         backend.close()
+
+
+# ---- second round (issue 15): what the full run of telemetry.py's mutants found unchecked ------------
+
+
+def test_a_short_window_is_named_to_a_tenth_of_a_millisecond_and_its_period_to_one():
+    """0.9 s against a 1 s counter: the figures in the reason are the window's and the period's own."""
+    readings = [Reading(0.0, energy_j=0.0), Reading(0.9, energy_j=90.0)]
+    summary = summarise("cuda:0", ScriptedBackend(period=1.0), readings)
+    assert summary.unavailable["energy_j"] == ("window of 900.0 ms is shorter than the energy counter's update "
+                                               "period (1000 ms): flagged, not reported as 0 J")
+
+
+def test_a_counter_that_advances_by_less_than_a_joule_is_reported():
+    """An idle device at 0.25 W for 2 s: the counter moves 0.5 J, which is energy, not a stuck counter."""
+    readings = [Reading(0.0, energy_j=7000.0), Reading(2.0, energy_j=7000.5)]
+    summary = summarise("cuda:0", ScriptedBackend(period=0.1), readings)
+    assert (summary.energy_j, summary.energy_source) == (pytest.approx(0.5), "counter")
+
+
+def test_no_readings_is_an_empty_window():
+    summary = summarise("cpu", ScriptedBackend(), [])
+    assert (summary.duration_s, summary.samples, summary.energy_j) == (0.0, 0, None)
+    assert summary.unavailable["energy_j"] == "a snapshot has no window to integrate over"
+
+
+def test_the_fold_keeps_the_hottest_reading_and_the_mean_and_peak_power():
+    readings = [Reading(0.0, power_w=120.0, temperature_c=61.0), Reading(1.0, power_w=360.0, temperature_c=74.5),
+                Reading(2.0, power_w=240.0, temperature_c=66.0)]
+    summary = summarise("cuda:0", ScriptedBackend(), readings)
+    assert (summary.power_w_mean, summary.power_w_max) == (pytest.approx(240.0), 360.0)
+    assert summary.temperature_c_max == 74.5
+
+
+def test_the_load_average_is_the_one_minute_figure(monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.5, 2.5))
+    assert summarise("cpu", ScriptedBackend(), [Reading(0.0)]).load_average_1m == 0.5
+
+
+def test_logical_cpus_are_this_process_s_affinity_not_the_machine_s_count(monkeypatch):
+    """A process pinned to 3 CPUs of a 64-CPU machine (taskset) has 3; os.sched_getaffinity(0) is this process."""
+    asked = []
+
+    def affinity(pid):
+        asked.append(pid)
+        return {0, 3, 5}
+
+    monkeypatch.setattr(os, "sched_getaffinity", affinity)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert summarise("cpu", ScriptedBackend(), [Reading(0.0)]).logical_cpus == 3
+    assert asked == [0]
+
+
+def test_the_no_backend_reading_is_taken_now():
+    before = telemetry.time.perf_counter()
+    reading = NoBackend("no NVML").read(edge=False)
+    assert before <= reading.time_s <= telemetry.time.perf_counter()
+
+
+def test_the_sampler_thread_is_a_named_daemon_and_reads_background_samples_as_such(scripted):
+    """A daemon thread never keeps the interpreter alive; its name tells a stack dump what it samples.
+    Background readings are not edges (a CPU backend measures its clock only at edges)."""
+    with Sampler("cpu", interval_s=0.001) as sampler:
+        thread = sampler._thread
+        assert (thread.name, thread.daemon) == ("telemetry-cpu", True)
+        backend = scripted[0][2]
+        deadline = telemetry.time.monotonic() + 5
+        while len(backend.reads) < 3 and telemetry.time.monotonic() < deadline:
+            telemetry.time.sleep(0.001)
+    assert len(backend.reads) >= 4
+    assert all(edge is False for edge in backend.reads[1:-1])
+    assert "samples" not in sampler.summary.unavailable, "a window sampled without error has no 'samples' reason"
+
+
+def test_a_sampler_samples_the_cpu_by_default(scripted):
+    with Sampler(measure_clock=False) as sampler:
+        pass
+    assert sampler.device == "cpu" and scripted[0][0] == "cpu"
