@@ -584,3 +584,15 @@ def test_an_unknown_rocm_arch_leaves_a_card_without_a_model_number_unknown():
     # gfx1100 is RDNA 3 (Radeon RX 7900 XTX, ROCm's GPU specifications table), which the peak table has no row for.
     assert find_chip("AMD Radeon Graphics", arch="gfx1100") is None
     assert chip_row(DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx1100")) is None
+
+
+@pytest.mark.parametrize("info, dtype", [
+    pytest.param(CPU_INFO, "fp8", id="a-dtype-no-cpu-runs"),
+    pytest.param(DeviceInfo("cpu", "test CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4), "float32", id="no-cpu-clock"),
+])
+def test_an_unknown_device_peak_warns_at_the_callers_line(info, dtype, monkeypatch):
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    with pytest.warns(PeakUnknownWarning) as record:
+        assert device_peak_flops(info, dtype) is None
+    if "MUTANT_UNDER_TEST" not in os.environ:  # mutmut calls through a trampoline: one frame more
+        assert [warning.filename for warning in record] == [__file__]

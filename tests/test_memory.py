@@ -107,9 +107,10 @@ def test_storage_bytes_counts_distinct_storages_once_on_meta_too():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        pytest.param(lambda: tensor_bytes([1, 2]), AccountingTypeError, r"x must be a torch.Tensor, got list", id="tensor-bytes-list"),
+        pytest.param(lambda: tensor_bytes([1, 2]), AccountingTypeError, r"^x must be a torch.Tensor, got list: \[1, 2\]$", id="tensor-bytes-list"),
         pytest.param(lambda: storage_bytes(torch.zeros(1), 3), AccountingTypeError, r"tensor 1 must be a torch.Tensor, got int: 3", id="storage-bytes-int"),
         pytest.param(lambda: same_storage(torch.zeros(1), None), AccountingTypeError, r"b must be a torch.Tensor", id="same-storage-none"),
+        pytest.param(lambda: same_storage(None, torch.zeros(1)), AccountingTypeError, r"^a must be a torch.Tensor, got NoneType: None$", id="same-storage-none-first"),
         pytest.param(lambda: dtype_info("float12"), AccountingError, r"unknown floating-point format 'float12'", id="unknown-format"),
         pytest.param(lambda: dtype_info(torch.int32), AccountingError, r"unknown floating-point format torch.int32", id="integer-dtype"),
         pytest.param(lambda: dtype_info(32), AccountingTypeError, r"expected a torch dtype or its name, got 32", id="number-as-dtype"),
@@ -140,3 +141,12 @@ def test_eight_bit_layouts_match_every_value_the_dtype_holds(dtype):
     assert min(value for value in finite if value > 0) == subnormal_step
     assert info.smallest_normal == torch.finfo(dtype).smallest_normal
     assert info.storage_bytes == 1 and format_name(dtype) == str(dtype).removeprefix("torch.")
+
+
+def test_an_unknown_format_lists_names_that_each_resolve():
+    """The "known:" list in the error is one a user can copy from: every entry is accepted, torch's floats among them."""
+    with pytest.raises(AccountingError, match=r"^unknown floating-point format 'float12'; known: ") as caught:
+        format_name("float12")
+    known = str(caught.value).split("; known: ", 1)[1].split(", ")
+    assert [format_name(name) for name in known] == known
+    assert {str(dtype).removeprefix("torch.") for dtype in TORCH_FLOATS} <= set(known)
