@@ -16,18 +16,22 @@ from accounting.hardware import cpu_flops_per_cycle
 
 def test_the_vector_clock_peak_matches_a_measured_fma_ceiling_within_5_percent():
     """cores × clock under FMA load × FLOPs/cycle (the CPU peak's formula) against the FLOP/s twelve
-    independent FMA streams per core really reach, both measured in this run, alternately three times,
-    the best of each kept (per core for the clock) (other work on the machine, here or on the host, only ever slows one down)."""
+    independent FMA streams per core really reach, both measured in this run, alternately, the best of each kept
+    (per core for the clock): other work on the machine, here or on the host, only ever slows one down. Three
+    tries, and up to three more while the two still disagree (a busy host once held the ratio at 0.94 over
+    three); a wrong formula (FLOPs per cycle, cores, the ISA) is off by a factor, never within 5 %."""
     if not vector_clock_supported():
         pytest.skip("no vector clock here: not x86-64 with AVX2+FMA or AVX-512 of a known FMA latency")
+    per_cycle, path = cpu_flops_per_cycle("float32", cpu_flags(), vendor=cpu_vendor())
     clocks, ceilings = [], []
-    for _ in range(3):
+    for attempt in range(6):
         clocks.append(measure_vector_clock())
         ceilings.append(measure_fma_ceiling())
-    per_core_ghz = [max(core) for core in zip(*(measured.per_core_ghz for measured in clocks))]  # each core's best
-    per_cycle, path = cpu_flops_per_cycle("float32", cpu_flags(), vendor=cpu_vendor())
+        per_core_ghz = [max(core) for core in zip(*(measured.per_core_ghz for measured in clocks))]  # each core's best
+        estimate = sum(per_core_ghz) * 1e9 * per_cycle
+        if attempt >= 2 and estimate / max(ceilings) == pytest.approx(1.0, abs=0.05):
+            break
     assert all(measured.isa in path for measured in clocks)  # the clock was measured on the ISA the peak is for
-    estimate = sum(per_core_ghz) * 1e9 * per_cycle
     assert estimate / max(ceilings) == pytest.approx(1.0, abs=0.05)
 
 
