@@ -175,12 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     check.add_argument("--max-extra-runs", metavar="R", type=non_negative_count, default=DEFAULT_MAX_EXTRA_RUNS,
                        help="fresh pytest processes the inconclusive benchmarks may get, one at a time, before the "
                             "verdict. Default: %(default)r")
-    _device_argument(check)
-    _threads_argument(check)
-    check.add_argument("--keep", metavar="DIR", default=None,
-                       help="keep the current runs (JSON and pytest logs) in DIR instead of a temporary directory")
-    _pytest_arguments(check)
-    check.set_defaults(run=run, parser=check)
+    _measuring_arguments(check, kept="the current runs")
 
     compare = actions.add_parser("compare", help="decide runs made elsewhere (no re-measuring)",
                                  description=DESCRIPTION, epilog=EPILOG)
@@ -200,13 +195,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help="pairs in all; the pairs after the first N run only the inconclusive benchmarks. "
                          "Default: %(default)r")
     _verdict_arguments(ab)
-    _device_argument(ab)
-    _threads_argument(ab)
-    ab.add_argument("--keep", metavar="DIR", default=None,
-                    help="keep the A and B runs (JSON and pytest logs) in DIR instead of a temporary directory")
-    _pytest_arguments(ab)
-    ab.set_defaults(run=run, parser=ab)
+    _measuring_arguments(ab, kept="the A and B runs")
     return parser
+
+
+def _measuring_arguments(parser, *, kept: str):
+    """What an action that runs pytest and decides takes last: the device, threads, --keep, the pytest arguments."""
+    _device_argument(parser)
+    _threads_argument(parser)
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help=f"keep {kept} (JSON and pytest logs) in DIR instead of a temporary directory")
+    _pytest_arguments(parser)
+    parser.set_defaults(run=run, parser=parser)
 
 
 def _pytest_args(args) -> list:
