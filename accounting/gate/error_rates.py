@@ -329,10 +329,11 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
         say(f"baseline {number}/{baselines}: {measured.summary}" + (f"; disturbed: {'; '.join(disturbed)}"
                                                                      if disturbed else ""))
     say(f"baseline {spread_text(values, config.regression_metric)}")
-    threshold = config.regression_threshold("cpu", None) / 100
-    smallest = smallest_convictable(log_spread(values), len(values), 1 + max_extra_runs, threshold=threshold)
-    say(f"with this spread, {len(values)} baseline and {1 + max_extra_runs} current runs convict a slowdown from about "
-        + (f"{smallest:.3g}×" if smallest else "— never (too few runs)") + f" at the {threshold:.0%} threshold")
+    if len(values) > 1:  # one run has no spread
+        threshold = config.regression_threshold("cpu", None) / 100
+        smallest = smallest_convictable(log_spread(values), len(values), 1 + max_extra_runs, threshold=threshold)
+        say(f"with this spread, {len(values)} baseline and {1 + max_extra_runs} current runs convict a slowdown from "
+            "about " + (f"{smallest:.3g}×" if smallest else "— never (too few runs)") + f" at the {threshold:.0%} threshold")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
     for factor in (1.0, *factors):
