@@ -253,7 +253,7 @@ def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True, 
     return baseline, result
 
 
-def _write_outputs(args, result, baseline, current, stdout):
+def _write_outputs(args, result, baseline_runs, current, stdout):
     print(render_text(result), file=stdout, flush=True)
     markdown = render_markdown(result)
     if args.markdown:
@@ -267,7 +267,7 @@ def _write_outputs(args, result, baseline, current, stdout):
         from accounting.gate.plot import write_history_plot
 
         disturbed = {run.path for run in current if _reject(run)} if args.load_guard else set()
-        write_history_plot(result, list(baseline.runs), current, args.plot, disturbed=disturbed)
+        write_history_plot(result, list(baseline_runs), current, args.plot, disturbed=disturbed)
         print(f"Plot written to {args.plot}", file=stdout)
 
 
@@ -299,7 +299,6 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
     return result, baseline, current, extra
 
 
-
 def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
     trees = Trees(args.baseline_dir).check()
     own_runs = []
@@ -309,23 +308,16 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
     result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs, max_pairs=args.max_pairs,
                                             load_guard=args.load_guard, metric=args.metric,
                                             progress=lambda text: _progress(stderr, text))
-    _write_outputs(args, result, _Runs(a_runs), b_runs, stdout)
+    _write_outputs(args, result, a_runs, b_runs, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({2 * pairs} pytest processes).", file=stdout)
     return EXIT_REGRESSION if result.regressions else EXIT_OK
-
-
-@dataclasses.dataclass(frozen=True)
-class _Runs:
-    """The A runs where the outputs expect a baseline (:class:`accounting.gate.storage.Baseline`'s ``runs``)."""
-
-    runs: list
 
 
 def _check(args, config, runner, stdout, stderr, started) -> int:
     result, baseline, current, extra = gate_check(runner, config, storage=args.storage, baselines=args.baselines,
                                                   max_extra_runs=args.max_extra_runs, load_guard=args.load_guard,
                                                   metric=args.metric, progress=lambda text: _progress(stderr, text))
-    _write_outputs(args, result, baseline, current, stdout)
+    _write_outputs(args, result, baseline.runs, current, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
     return EXIT_REGRESSION if result.regressions else EXIT_OK
 
@@ -358,7 +350,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             current = [load_run(path) for path in args.current]
             baseline, result = _verdict(args.storage, args.baselines, config, current, load_guard=args.load_guard,
                                         metric=args.metric)
-            _write_outputs(args, result, baseline, current, stdout)
+            _write_outputs(args, result, baseline.runs, current, stdout)
             return EXIT_REGRESSION if result.regressions else EXIT_OK
         pytest_args = _pytest_args(args)
         options = {"reader": reader} if reader is not None else {}
