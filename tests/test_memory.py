@@ -34,6 +34,7 @@ def test_dtype_info_agrees_with_finfo(dtype):
     assert info.exponent_bits == math.log2(1 - math.log2(truth.smallest_normal) + 1) + 1
     assert info.sign_bits + info.exponent_bits + info.mantissa_bits == truth.bits
     assert info.storage_bytes == dtype.itemsize
+    assert info.name == str(dtype).removeprefix("torch.")  # the name torch itself prints
 
 
 def test_tf32_has_float32_range_and_float16_precision():
