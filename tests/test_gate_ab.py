@@ -1,18 +1,22 @@
 """``accounting gate ab``: A and B alternate in pairs, suspects get more pairs up to the cap, A's disturbed runs
 are left out, and the verdict is the saved-history gate's own (checked against :func:`judge` on the same runs)."""
 
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from accounting.benchconfig import load_benchmarks
 from accounting.errors import AccountingError
 from accounting.gate import cli
-from accounting.gate.ab import Trees, gate_ab, tree_environment
+from accounting.gate.ab import AB_CONFIDENCE, Trees, gate_ab, tree_environment
 from accounting.gate.decide import judge
 from accounting.gate.measure import Measured
-from accounting.gate.stats import Decision
+from accounting.gate.render import render_text
+from accounting.gate.stats import CONFIDENCE, Decision, log_spread, smallest_convictable
 from tests.cli_runs import run_main
 from tests.gate_runs import COPY, LOADED, MATMUL, OTHER_CPU, QUIET, document, write
 
@@ -61,7 +65,8 @@ def test_the_order_flips_each_pair_and_suspects_alone_get_the_extra_pairs(tmp_pa
     decisions = {verdict.name: verdict.decision for verdict in result.verdicts}
     assert decisions == {MATMUL: Decision.REGRESSION, COPY: Decision.NO_CHANGE}
     # The verdict is judge's, with A as the baseline and B as the current runs.
-    direct = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric)
+    direct = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric,
+                   confidence=AB_CONFIDENCE)
     assert [verdict.decision for verdict in direct.verdicts] == [verdict.decision for verdict in result.verdicts]
     assert "A/B: 5 interleaved pair(s) of fresh processes" in result.notes[-1]
 
@@ -76,11 +81,15 @@ def test_an_unchanged_matrix_is_decided_after_the_first_pairs(tmp_path, config):
 def test_the_cap_ends_it_inconclusive_with_what_the_noise_allows(tmp_path, config):
     noisy = [0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020]
     runner_a, runner_b, log = _runners(tmp_path, {MATMUL: noisy}, {MATMUL: noisy[1:] + noisy[:1]})
-    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, max_pairs=4)
-    assert pairs == 4 and len(log) == 8 and result.suspects == [MATMUL]
-    assert f"still inconclusive after 4 pairs (the cap, --max-pairs): {MATMUL}" in result.notes
-    assert any(note.startswith(f"{MATMUL}: its 4 baseline runs spread by") and "larger --max-pairs" in note
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, max_pairs=6)
+    assert pairs == 6 and len(log) == 12 and result.suspects == [MATMUL]
+    assert f"still inconclusive after 6 pairs (the cap, --max-pairs): {MATMUL}" in result.notes
+    assert any(note.startswith(f"{MATMUL}: its 6 baseline runs spread by") and "larger --max-pairs" in note
                for note in result.notes)
+    # What the noise allows is worked out at the A/B interval's level, with the cap's runs.
+    reach = smallest_convictable(log_spread(result.verdicts[0].baseline_values), 6, 6, threshold=0.1,
+                                 confidence=AB_CONFIDENCE)
+    assert any(f"convicts a slowdown from about {reach:.3g}× up" in note for note in result.notes)
 
 
 def test_a_disturbed_a_run_is_left_out_and_named(tmp_path, config):
@@ -206,3 +215,25 @@ def test_every_a_run_disturbed_at_the_cap_says_re_measure(tmp_path, config):
     assert pairs == 3 and verdict.decision is Decision.INCONCLUSIVE
     assert verdict.reason == "re-measure: every baseline run was measured on a disturbed machine"
     assert not any("spread by" in note for note in result.notes)  # no spread to speak of
+
+
+NOISY_A = [0.0150, 0.0162, 0.0141, 0.0158, 0.0146, 0.0155, 0.0139, 0.0160]
+
+
+def test_a_b_convicts_on_its_own_interval_level_where_the_saved_history_rule_would_not(tmp_path, config):
+    """A 1.17× slowdown under 5 % noise: significant, and above 10 % at the A/B level, not at the history's."""
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: NOISY_A}, {MATMUL: [v * 1.17 for v in NOISY_A[::-1]]})
+    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=8)
+    verdict = result.verdicts[0]
+    assert verdict.decision is Decision.REGRESSION and result.confidence == AB_CONFIDENCE < CONFIDENCE
+    # The interval is scipy's pooled t interval on the log values, at the A/B level.
+    reference = scipy_stats.ttest_ind(np.log(verdict.current_values), np.log(verdict.baseline_values), equal_var=True)
+    low, high = reference.confidence_interval(confidence_level=AB_CONFIDENCE)
+    comparison = verdict.comparison
+    assert (comparison.ci_low, comparison.ci_high) == pytest.approx((math.exp(low), math.exp(high)), rel=1e-9)
+    assert comparison.ci_low >= 1.1 and comparison.confidence == AB_CONFIDENCE
+    # The same runs judged at the saved-history level: significant too, but the interval reaches below 10 %.
+    history = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric)
+    assert history.verdicts[0].decision is Decision.INCONCLUSIVE and history.verdicts[0].comparison.ci_low < 1.1
+    assert history.verdicts[0].comparison.p_slower <= history.alpha
+    assert f"ratio [{AB_CONFIDENCE * 100:g}% CI]" in render_text(result).splitlines()[2]

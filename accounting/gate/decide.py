@@ -25,6 +25,7 @@ import numpy as np
 from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
 from accounting.gate.stats import (
     ALPHA,
+    CONFIDENCE,
     Comparison,
     Decision,
     compare_runs,
@@ -86,6 +87,8 @@ class GateResult:
     baseline_grows: bool = False
     """Re-measuring adds baseline runs too (``gate ab``: each pair brings an A run), so every
     inconclusive benchmark is worth re-measuring, not only those with a baseline spread."""
+    confidence: float = CONFIDENCE
+    """Two-sided level of each ratio's interval (the table's header says it)."""
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -116,7 +119,7 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
           load_guard: bool = True, metric: str = DEFAULT_METRIC, disturbed_baseline=(),
-          baseline_grows: bool = False) -> GateResult:
+          baseline_grows: bool = False, confidence: float = CONFIDENCE) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
@@ -127,6 +130,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     the default: :mod:`accounting.gate.stats`). ``disturbed_baseline``: baseline runs the load
     guard left out (``gate ab``'s A runs); a benchmark whose every baseline run is among them is
     *inconclusive*, not *not compared*. ``baseline_grows``: see :attr:`GateResult.baseline_grows`.
+    ``confidence``: the two-sided level of the ratio's interval (:func:`compare_runs`).
     """
     check_run_metric(metric)
     notes = list(notes)
@@ -179,7 +183,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         else:
             comparison = compare_runs(
                 row["baseline_values"], row["current_values"], threshold=threshold, alpha=alpha,
-                family=max(1, len(comparable)),
+                family=max(1, len(comparable)), confidence=confidence,
                 p_adjust=(lambda p_slower, p_faster, name=name: (slower[name], faster[name])) if name in slower else None)
             reason = comparison.reason
             if row["outlier_values"]:
@@ -187,7 +191,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
                            f"{', '.join(f'{value * 1e3:.3g} ms' for value in row['outlier_values'])})")
             verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
-                      tuple(run.label for run in current_runs), alpha, metric, baseline_grows)
+                      tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence)
 
 
 def noise_notes(result, *, current_runs: int, cap_option: str = "--max-extra-runs") -> list[str]:
@@ -202,7 +206,8 @@ def noise_notes(result, *, current_runs: int, cap_option: str = "--max-extra-run
             continue
         spread = log_spread(verdict.baseline_values)
         smallest = smallest_convictable(spread, len(verdict.baseline_values), current_runs,
-                                        threshold=verdict.threshold, alpha=result.alpha)
+                                        threshold=verdict.threshold, alpha=result.alpha,
+                                        confidence=result.confidence)
         reach = (f"convicts a slowdown from about {smallest:.3g}× up" if smallest is not None
                  else "cannot reach the significance level at all")
         lines.append(f"{verdict.name}: its {len(verdict.baseline_values)} baseline runs spread by {spread:.2g} (sd of "

@@ -31,7 +31,16 @@ LEGEND = ("+ regression (slower beyond doubt and by more than the threshold), - 
           "(re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not "
           "surely (not significant, or its interval reaches below the threshold). p: one-sided permutation "
           "test over runs, Holm-adjusted across the matrix.")
-HEADER = ["", "benchmark", "baseline", "current", "ratio [90% CI]", "p (slower)", "decision"]
+
+
+def header(result: GateResult) -> list[str]:
+    """The table's column names; the ratio's names its interval's level.
+
+    >>> header(GateResult((), (), (), (), confidence=0.8))[4]
+    'ratio [80% CI]'
+    """
+    return ["", "benchmark", "baseline", "current", f"ratio [{result.confidence * 100:g}% CI]", "p (slower)",
+            "decision"]
 
 
 def seconds(value: float | None) -> str:
@@ -74,7 +83,7 @@ def _ratio(verdict: Verdict) -> str:
 
 
 def rows(result: GateResult) -> list[list[str]]:
-    """The table's cells, one list per benchmark (the columns of :data:`HEADER`)."""
+    """The table's cells, one list per benchmark (the columns of :func:`header`)."""
     names = short_names(result.verdicts)
     cells = []
     for verdict in result.verdicts:
@@ -122,7 +131,7 @@ def _reasons(result: GateResult) -> list[str]:
 
 def render_text(result: GateResult) -> str:
     """The terminal version: headline, table, reasons, legend, notes."""
-    lines = [headline(result), "", table(HEADER, rows(result)), ""]
+    lines = [headline(result), "", table(header(result), rows(result)), ""]
     lines += _reasons(result)
     lines.append(f"Legend: {_legend(result)}")
     lines += [f"Note: {note}" for note in result.notes]
@@ -151,7 +160,7 @@ def render_markdown(result: GateResult) -> str:
     lines = ["### Benchmark regression gate", "",
              f"**{headline(result)}** ({_runs(len(result.baseline_runs)).replace('run', 'baseline run')}, "
              f"{_runs(len(result.current_runs)).replace('run', 'current run')})", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+             "| " + " | ".join(header(result)) + " |", "|" + "---|" * len(header(result))]
     for cells in rows(result):
         lines.append("| " + " | ".join(_markdown_cell(cell.strip()) for cell in cells) + " |")
     lines.append("")

@@ -324,7 +324,7 @@ class Comparison:
 
 
 def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, family: int = 1,
-                 p_adjust=None) -> Comparison:
+                 p_adjust=None, confidence: float = CONFIDENCE) -> Comparison:
     """Decide one benchmark from its run medians (seconds): baseline runs against current runs.
 
     - **regression**: p_slower ≤ ``alpha`` *and* the interval's lower end ≥ 1 + ``threshold``
@@ -336,6 +336,8 @@ def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, f
 
     ``family`` is the number of benchmarks judged together; ``p_adjust`` maps
     ``(p_slower, p_faster)`` to their Holm-adjusted values (see :mod:`accounting.gate.decide`).
+    ``confidence``: the interval's two-sided level (:data:`CONFIDENCE`; ``gate ab`` uses
+    :data:`accounting.gate.ab.AB_CONFIDENCE`).
 
     >>> compare_runs([0.015], [0.019], threshold=0.1).reason
     'cannot tell noise from change: 1 baseline run has no spread to compare with; save more baseline runs'
@@ -345,7 +347,7 @@ def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, f
     baseline = _positive(baseline, "baseline run medians")
     current = _positive(current, "current run medians")
     test = permutation_test(np.log(baseline), np.log(current))
-    interval = ratio_interval(baseline, current)
+    interval = ratio_interval(baseline, current, confidence=confidence)
     p_slower, p_faster = (test.p_greater, test.p_less) if p_adjust is None else p_adjust(test.p_greater, test.p_less)
     smallest = min_pvalue(baseline.size, current.size)
     common = dict(ratio=interval.ratio, ci_low=interval.low, ci_high=interval.high, confidence=interval.confidence,
