@@ -1,6 +1,10 @@
 """The error-rate script: the benchmark module it writes injects the slowdown it is asked for; its options."""
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -69,3 +73,36 @@ def test_bad_options_are_one_line(argv, message, capsys):
         error_rates.main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_a_jobs_time_leaves_out_the_scripts_own_checks_of_the_injected_factor():
+    from accounting.gate.decide import GateResult, Verdict
+    from accounting.gate.stats import Decision
+    from accounting.gate.storage import BenchmarkRun, SavedRun
+
+    def run(path, extra):
+        return SavedRun(path, {}, {"t::mm": BenchmarkRun("t::mm", (0.01,), {"device_kind": "cpu", **extra})})
+
+    checked = [run("a.json", {}), run("b1.json", {"check_seconds": 1.5, "injected_slowdown": 1.24}),
+               run("b2.json", {"check_seconds": 2.0, "injected_slowdown": 1.26})]
+    result = GateResult((Verdict("t::mm", "cpu", 0.1, Decision.REGRESSION, "slower"),), (), ("a.json",),
+                        ("b1.json", "b2.json"))
+    scenario = error_rates.Scenario(1.25)
+    scenario.add(result, 2, 10.0, checked)
+    assert scenario.seconds == [pytest.approx(10.0 - 1.5 - 2.0)] and scenario.injected == [1.24, 1.26]
+    assert (scenario.failed, scenario.decisions, scenario.processes) == (1, {"regression": 1}, [3])
+
+
+def test_the_written_module_records_how_long_its_check_took(tmp_path):
+    """The slowed run's benchmark stores the check's own seconds, a positive time, beside the factor it measured."""
+    (tmp_path / error_rates.MODULE_NAME).write_text(
+        error_rates.BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", error_rates.SLOWDOWN_ENV)
+        .replace("{ROUNDS}", "2").replace("{CHECK_PAIRS}", "1"))
+    saved = tmp_path / "run.json"
+    env = {**os.environ, error_rates.SLOWDOWN_ENV: "1.25", error_rates.SLOWDOWN_ENV + "_ROWS": "16"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-json",
+                           str(saved), error_rates.MODULE_NAME], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    extra = json.loads(saved.read_text())["benchmarks"][0]["extra_info"]
+    assert extra["check_seconds"] > 0 and extra["injected_slowdown"] > 0

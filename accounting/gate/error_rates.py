@@ -14,7 +14,8 @@ at a lower rate: ``(f − 1)·1024`` rows made a "1.25×" read 1.4–1.8× here)
 first calibrates the rows for each factor in its own process (:func:`calibrate_rows`), and
 every slowed run measures again, in-process and interleaved, the factor it really injected
 (the median of :data:`CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians);
-the summary prints it beside the intended one.
+the summary prints it beside the intended one. The time of those checks is left out of a gated
+run's time, which is the gate's own.
 
 With ``--ab`` it measures ``accounting gate ab`` instead (:mod:`accounting.gate.ab`): no
 baseline is saved; each gated job runs A (unchanged) and B (slowed, or not) in interleaved
@@ -61,6 +62,7 @@ BENCHMARK_MODULE = textwrap.dedent('''\
     """Written by accounting.gate.error_rates: a 1024^3 float32 matmul, slowed by ${SLOWDOWN_ENV}."""
     import os
     import statistics
+    import time
 
     import pytest
     import torch
@@ -93,9 +95,11 @@ BENCHMARK_MODULE = textwrap.dedent('''\
         flops_benchmark(fn, flops=case.flops, dtype="float32", device="cpu", shape=SHAPE, rounds={ROUNDS})
         flops_benchmark.benchmark.extra_info["intended_slowdown"] = factor
         if fn is not case.fn:  # the factor really injected, measured in-process, interleaved
+            started = time.perf_counter()
             ratios = [time_fn(fn, repeats=5, min_time_s=0).median / time_fn(case.fn, repeats=5, min_time_s=0).median
                       for _ in range({CHECK_PAIRS})]
             flops_benchmark.benchmark.extra_info["injected_slowdown"] = statistics.median(ratios)
+            flops_benchmark.benchmark.extra_info["check_seconds"] = time.perf_counter() - started
 ''')
 
 
@@ -170,6 +174,13 @@ class Scenario:
     """Current runs the load guard left out (measured on a disturbed machine)."""
 
     def add(self, result, extra: int, seconds: float, current) -> None:
+        """Count one gated job: ``seconds`` of wall time, less the in-process checks its slowed runs did.
+
+        The check of the injected factor (``check_seconds`` in a run's ``extra_info``) is this
+        script's, not the gate's: a real job does not do it, so its time is not the gate's either.
+        """
+        seconds -= sum(bench.extra_info.get("check_seconds", 0.0) for run in current
+                       for bench in run.benchmarks.values())
         decision = result.verdicts[0].decision if result.verdicts else None
         label = decision.value if decision is not None else "not compared"
         self.decisions[label] = self.decisions.get(label, 0) + 1
