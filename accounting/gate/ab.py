@@ -25,11 +25,12 @@ Why the pairs' runs are compared as two groups, not pair by pair: on this VM the
 lag-1 autocorrelation of consecutive processes' log fastest rounds was 0.28, 0.11 and −0.11
 in three busy-hour runs, so a neighbour predicts little of a process's luck and a paired
 (sign-flip) test would only lose power (its smallest p is 2⁻ⁿ against 1/binom(2n, n)).
-What interleaving removes is the drift over minutes. Replayed on those three runs' 130
-time-ordered unchanged processes (every window of 8 pairs, B = the odd positions times the
-factor): no false alarm, a 1.25× slowdown convicted in 126 of 130, a 1.10× one in 4 of 130
-(the rest inconclusive), after 5.5 pairs on average; the saved-history gate, live in such
-an hour, convicted a 1.25× slowdown in 6 of 20.
+What interleaving removes is the drift over minutes. Replayed on five kept runs' 220
+time-ordered unchanged processes (140 windows of 8 pairs, B = the odd positions times the
+factor, the interval at :data:`AB_CONFIDENCE`): no false alarm, a 1.25× slowdown convicted in
+137 of 140, a 1.10× one in 28 of 140 (the rest inconclusive), after 5.4 pairs on average; the
+saved-history gate, live in such an hour, convicted a 1.25× slowdown in 6 of 20. Live, in a
+moderately noisy hour (2026-11-23): 0 of 20 unchanged jobs failed, 17 of 20 at 1.25× (README).
 
 >>> from accounting.gate.stats import min_pvalue
 >>> min_pvalue(4, 4) > 0.01 >= min_pvalue(5, 5)   # 5 pairs are the fewest that can convict alone: 1/252
@@ -63,9 +64,9 @@ DEFAULT_START_PAIRS = 3
 """Pairs run for every benchmark before the first verdict: 3 A against 3 B can already exclude a
 slowdown (*no change*) on a quiet machine, though not yet convict one (smallest p 1/20)."""
 DEFAULT_MAX_PAIRS = 8
-"""Pairs in all, the re-measured suspects' included: 16 pytest processes, about 100 s for the
-quick CPU shapes on our 2-core VM. In the replay above, 6 pairs convicted 128 of 142 1.25×
-slowdowns, 8 pairs 126 of 130, 10 pairs 118 of 118."""
+"""Pairs in all, the re-measured suspects' included: 16 pytest processes, 90–130 s for the
+quick CPU shapes on our 2-core VM. In the replay above, a cap of 6 pairs convicted 143 of 160
+1.25× slowdowns, 8 pairs 137 of 140, 10 pairs 122 of 122."""
 
 
 @dataclass(frozen=True)
