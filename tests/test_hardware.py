@@ -20,6 +20,8 @@ from accounting.hardware import (
     PeakUnknownWarning,
     chip_row,
     cpu_flops_per_cycle,
+    cpu_matmul_path,
+    cpu_native_paths,
     cpu_peak_flops,
     device_peak_flops,
     find_chip,
@@ -596,3 +598,23 @@ def test_an_unknown_device_peak_warns_at_the_callers_line(info, dtype, monkeypat
         assert device_peak_flops(info, dtype) is None
     if "MUTANT_UNDER_TEST" not in os.environ:  # mutmut calls through a trampoline: one frame more
         assert [warning.filename for warning in record] == [__file__]
+
+
+CPUINFO_FLAGS = ["avx", "avx2", "fma", "avx512f", "avx512_vp2intersect", "avx512_bf16", "avx512_fp16", "avx512_vnni",
+                 "avx_vnni", "amx_tile", "amx_bf16", "amx_fp16", "amx_int8"]
+"""The ISA flags /proc/cpuinfo prints that decide a matmul path (Linux's names)."""
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "tf32", "bfloat16", "float16", "float8_e4m3fn", "int8"])
+def test_native_paths_are_the_paths_some_cpu_really_takes_natively(dtype):
+    """cpu_native_paths names exactly the native paths cpu_matmul_path picks over every flag set and vendor."""
+    import itertools
+
+    taken = set()
+    for count in range(len(CPUINFO_FLAGS) + 1):
+        for flags in itertools.combinations(CPUINFO_FLAGS, count):
+            for vendor in (None, "amd"):
+                path = cpu_matmul_path(dtype, set(flags), vendor=vendor)
+                if path is not None and path.native:
+                    taken.add(path.name.removesuffix(" (FP64)"))
+    assert set(cpu_native_paths(dtype)) == taken  # float64 runs on float32's units; tf32, fp8: no CPU path at all
