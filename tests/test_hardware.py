@@ -389,6 +389,9 @@ def test_a_cpu_without_a_clock_is_described_but_has_no_peak(fake_cpu, monkeypatc
     with pytest.warns(PeakUnknownWarning, match=r"^no clock for CPU 'Intel\(R\) Xeon\(R\) Processor' \(cannot find "
                                                 r"this CPU's clock .*\); pass override_tflops="):
         assert device_peak_flops(info, "float32") is None
+    # The hint names the dtype being measured: the override is that dtype's peak.
+    with pytest.warns(PeakUnknownWarning, match=r"to the device's dense bfloat16 TFLOP/s$"):
+        assert device_peak_flops(info, "bf16") is None
     assert device_peak_flops(info, "float32", override_tflops=1.0) == 1e12
 
 
@@ -618,3 +621,16 @@ def test_native_paths_are_the_paths_some_cpu_really_takes_natively(dtype):
                 if path is not None and path.native:
                     taken.add(path.name.removesuffix(" (FP64)"))
     assert set(cpu_native_paths(dtype)) == taken  # float64 runs on float32's units; tf32, fp8: no CPU path at all
+
+
+def test_a_cpus_peak_follows_its_own_flags_not_this_hosts(monkeypatch):
+    """AVX2+FMA: two 8-lane FMA units, 32 float32 FLOPs a cycle; AVX alone: an 8-lane add and multiply, 16.
+
+    The two devices differ only in their flags; this host can have at most one of the two sets,
+    so a peak read from the host's own flags would get one of them wrong.
+    """
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    fma = DeviceInfo("cpu", "some CPU", None, 2**30, cpu_flags=frozenset({"avx", "avx2", "fma"}), cores=4, clock_ghz=3.0)
+    avx = DeviceInfo("cpu", "some CPU", None, 2**30, cpu_flags=frozenset({"avx"}), cores=4, clock_ghz=3.0)
+    assert device_peak_flops(fma, "float32") == 4 * 3.0e9 * 32
+    assert device_peak_flops(avx, "float32") == 4 * 3.0e9 * 16
