@@ -241,7 +241,7 @@ def test_summary_before_the_window_ends_is_an_error():
 
 @pytest.mark.parametrize("interval", [0, -0.1, float("nan")])
 def test_a_bad_interval_is_named(interval):
-    with pytest.raises(AccountingError, match="interval_s"):
+    with pytest.raises(AccountingError, match=r"^interval_s must be .*, got "):
         Sampler("cpu", interval_s=interval)
 
 
