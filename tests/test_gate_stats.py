@@ -14,6 +14,7 @@ from scipy import stats as scipy_stats
 from accounting.errors import AccountingError
 from accounting.gate.stats import (
     ALPHA,
+    CONFIDENCE,
     Decision,
     compare_runs,
     holm,
@@ -281,3 +282,48 @@ def test_log_spread_is_the_sample_standard_deviation_of_the_logs(values):
 
 def test_one_run_has_no_spread():
     assert math.isnan(log_spread([0.015]))
+
+
+@pytest.mark.parametrize("baseline_size, current_size, alpha, confidence", [
+    pytest.param(2, 1, 0.5, CONFIDENCE, id="one-degree-of-freedom"),  # 3 runs reach p = 1/3 <= 0.5
+    pytest.param(5, 5, 1 / math.comb(10, 5), CONFIDENCE, id="smallest-p-exactly-alpha"),
+    pytest.param(6, 4, ALPHA, 0.80, id="another-interval-level"),
+])
+def test_the_edges_of_what_can_be_convicted_still_put_the_low_end_on_the_threshold(baseline_size, current_size, alpha,
+                                                                                   confidence):
+    """Truth as above: the t interval at ``confidence`` on runs with exactly that spread and that slowdown."""
+    spread, threshold = 0.05, 0.10
+    smallest = smallest_convictable(spread, baseline_size, current_size, threshold=threshold, alpha=alpha,
+                                    confidence=confidence)
+    assert smallest is not None
+    rng = np.random.default_rng(3)
+    base = _exact_spread(rng, baseline_size, spread)
+    # One current run adds no squares: the pooled spread is the baseline's alone.
+    current = (_exact_spread(rng, current_size, spread, centre=math.log(smallest)) if current_size > 1
+               else np.array([math.log(smallest)]))
+    interval = ratio_interval(np.exp(base), np.exp(current), confidence=confidence)
+    assert interval.low == pytest.approx(1 + threshold, rel=1e-9)
+
+
+def test_runs_without_noise_convict_exactly_beyond_the_threshold():
+    """Zero spread: the interval is the ratio itself, so 1 + threshold is the smallest slowdown convicted."""
+    smallest = smallest_convictable(0.0, 10, 5, threshold=0.10)
+    interval = ratio_interval([0.015] * 10, [0.015 * smallest] * 5)
+    assert smallest == pytest.approx(1.10) and interval.low == pytest.approx(1.10)
+
+
+def test_a_time_that_is_not_positive_is_named_in_the_spread():
+    with pytest.raises(AccountingError, match=r"^run values has a time that is not positive: \[0.015, 0.0\]$"):
+        log_spread([0.015, 0.0])
+
+
+def test_compare_runs_decides_at_the_interval_level_it_is_given():
+    """Truth: scipy's pooled t interval on the log values at each level; 1.14x on 5 % noise is beyond 10 % at 80 % only."""
+    base = [0.0150, 0.0162, 0.0141, 0.0158, 0.0146, 0.0155, 0.0139, 0.0160]
+    current = [value * 1.145 for value in base[::-1]]
+    reference = scipy_stats.ttest_ind(np.log(current), np.log(base), equal_var=True)
+    for confidence, decision in ((0.80, Decision.REGRESSION), (CONFIDENCE, Decision.INCONCLUSIVE)):
+        comparison = compare_runs(base, current, threshold=0.10, confidence=confidence)
+        low, high = reference.confidence_interval(confidence_level=confidence)
+        assert (comparison.ci_low, comparison.ci_high) == pytest.approx((math.exp(low), math.exp(high)), rel=1e-9)
+        assert comparison.decision is decision and comparison.confidence == confidence
