@@ -439,3 +439,18 @@ def test_a_run_exactly_a_thresholds_worth_slower_stays():
     assert threshold is not None, "log and log1p disagree on every dyadic threshold tried"
     assert slow_outliers([*history, 1 + threshold], threshold=threshold) == []
     assert slow_outliers([*history, float(np.nextafter(1 + threshold, 2.0))], threshold=threshold) == [6]
+
+
+def test_a_tie_lost_to_rounding_in_large_values_still_counts_as_a_tie():
+    """Truth: every split enumerated in exact decimal arithmetic (Fraction), where 0.1 + 0.2 = 0.3 + 0.0 is a tie.
+
+    In floats around 1e6 the two sums differ by about 2e-10, far above an absolute 1e-9-scale tolerance
+    divided by the values' size; the tolerance has to grow with them.
+    """
+    baseline_text, current_text = ["1000000.3", "1000000.0"], ["1000000.1", "1000000.2"]
+    pooled = [Fraction(Decimal(text)) for text in baseline_text + current_text]
+    observed = sum(pooled[2:])
+    sums = [sum(pooled[i] for i in chosen) for chosen in itertools.combinations(range(4), 2)]
+    result = permutation_test([float(text) for text in baseline_text], [float(text) for text in current_text])
+    assert result.p_greater == pytest.approx(sum(total >= observed for total in sums) / len(sums), rel=1e-12)
+    assert result.p_less == pytest.approx(sum(total <= observed for total in sums) / len(sums), rel=1e-12)
