@@ -50,6 +50,10 @@ def test_the_model_section_is_optional():
 @pytest.mark.parametrize("path, value, message", [
     pytest.param(("model",), [], r"model must be an object, got \[\]$", id="not-an-object"),
     pytest.param(("model", "tpu"), {}, r"model has unknown key\(s\) 'tpu'; known: cpu, cuda$", id="unknown-kind"),
+    pytest.param(("model", "cpu"), "small", r"model.cpu must be an object, got 'small'$", id="kind-not-an-object"),
+    pytest.param(("model", "cpu", "floors"), [0.02], r"model.cpu.floors must be an object, got \[0.02\]$",
+                 id="floors-not-an-object"),
+    pytest.param(("model", "cpu", "floors"), ..., r"model.cpu.floors has no floor for fp32, bf16$", id="no-floors"),
     pytest.param(("model", "cpu", "size"), "medium", r"model.cpu.size = 'medium': must be one of tiny, small, gpt2-small$",
                  id="unknown-size"),
     pytest.param(("model", "cpu", "quick_size"), ..., r"model.cpu.quick_size = None: must be one of", id="no-quick-size"),
