@@ -73,6 +73,18 @@ def test_chip_floors_override_by_row_or_device_name(chip, floor):
     assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=chip) == floor
 
 
+def test_a_chip_floor_keyed_by_any_table_row_applies_to_that_row():
+    """Rows such as "GB200 (per GPU)" are what chip_row answers for a device, though no device is named so."""
+    gb200 = find_chip("NVIDIA GB200").row
+    config = parse_benchmarks(edited(GOOD, ("cuda", "chip_floors", gb200), {"bfloat16": 0.5}))
+    assert config.floor("cuda", "bfloat16", chip=gb200) == 0.5
+
+
+def test_a_dtype_without_a_floor_is_named_with_the_file():
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: cpu.floors has no floor for float16$"):
+        parse_benchmarks(GOOD).floor("cpu", "fp16")
+
+
 def test_chip_floors_follow_the_rocm_arch_through_chip_row():
     radeon = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**30, arch="gfx942:sramecc+:xnack-")
     assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=chip_row(radeon)) == 0.4
@@ -98,6 +110,8 @@ def test_chip_floors_follow_the_rocm_arch_through_chip_row():
     pytest.param(("cpu", "floors", "float32"), -0.2, r"cpu.floors.float32 = -0.2: an MFU floor must be", id="floor-negative"),
     pytest.param(("cpu", "floors", "float32"), "high", r"cpu.floors.float32 = 'high': an MFU floor must be", id="floor-string"),
     pytest.param(("cpu", "floors", "float32"), ..., r"cpu.floors has no floor for float32$", id="floor-missing"),
+    pytest.param(("cpu", "floors", "float128"), 0.1, r"cpu.floors.float128 has unknown dtype 'float128'$",
+                 id="floor-of-an-unknown-dtype"),
     pytest.param(("cpu", "floors", "float16"), 0.1, r"cpu.floors.float16 is a floor for float16, which cpu.dtypes does not list",
                  id="floor-for-unlisted-dtype"),
     pytest.param(("cuda", "chip_floors", "MI300X", "bfloat16"), 2,

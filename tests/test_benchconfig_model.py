@@ -34,7 +34,8 @@ def test_a_good_model_section_parses():
     config = parse_benchmarks(GOOD)
     matrix = config.model("cpu")
     assert (matrix.size, matrix.quick_size, matrix.precisions, matrix.rounds) == ("small", "tiny", ("fp32", "bf16"), 2)
-    assert matrix.floors == {"fp32": 0.02, "bf16": 0.001}
+    assert matrix.floors == {"fp32": 0.02, "bf16": 0.001} and matrix.kind == "cpu"
+    assert parse_benchmarks(edited(GOOD, ("model", "cpu", "rounds"), 1)).model("cpu").rounds == 1  # the smallest
 
 
 def test_the_model_section_is_optional():
@@ -67,6 +68,7 @@ def test_the_model_section_is_optional():
                  r"model.cpu.floors.bf16-mixed is a floor for 'bf16-mixed', which model.cpu.precisions does not list",
                  id="floor-unlisted"),
     pytest.param(("model", "cpu", "rounds"), 0, r"model.cpu.rounds = 0: must be a positive integer$", id="rounds-zero"),
+    pytest.param(("model", "cpu", "rounds"), "2", r"model.cpu.rounds = '2': must be a positive integer$", id="rounds-text"),
     pytest.param(("model", "cpu", "shapes"), [[1, 1, 1]], r"model.cpu has unknown key\(s\) 'shapes'", id="matmul-key"),
 ])
 def test_a_bad_model_entry_is_named(path, value, message):

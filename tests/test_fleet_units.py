@@ -232,6 +232,7 @@ BASE = {"regression": {"metric": "median", "threshold_percent": 10},
 @pytest.mark.parametrize("fleet, message", [
     pytest.param({"straggler_fraction": 0}, r"fleet.straggler_fraction = 0: must be a number in \(0, 1\)$", id="zero"),
     pytest.param({"straggler_fraction": True}, r"fleet.straggler_fraction = True: must be", id="bool"),
+    pytest.param({"straggler_fraction": "0.9"}, r"fleet.straggler_fraction = '0.9': must be a number", id="text"),
     pytest.param({"median": 0.9}, r"fleet has unknown key\(s\) 'median'; known: straggler_fraction$", id="unknown-key"),
     pytest.param([0.9], r"fleet must be an object, got \[0.9\]$", id="not-an-object"),
 ])
@@ -243,6 +244,7 @@ def test_a_bad_fleet_section_is_named(fleet, message):
 def test_the_fleet_section_is_read_and_optional():
     assert parse_benchmarks({**BASE, "fleet": {"straggler_fraction": 0.8}}).fleet.straggler_fraction == 0.8
     assert parse_benchmarks(BASE).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION
+    assert parse_benchmarks({**BASE, "fleet": {}}).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION
 
 
 # ---- the command line ---------------------------------------------------------------------------------------
