@@ -55,7 +55,7 @@ def find_chip_row_exists(row: str) -> bool:
 def test_a_good_document_parses_with_canonical_names_and_defaults():
     config = parse_benchmarks(GOOD)
     cpu, cuda = config.device("cpu"), config.device("cuda")
-    assert cpu.dtypes == ("float32", "bfloat16") and cpu.rounds == 5
+    assert cpu.dtypes == ("float32", "bfloat16") and cpu.rounds == 5 and (cpu.kind, cuda.kind) == ("cpu", "cuda")
     assert cpu.quick_shapes == ((512, 256, 128),)  # default: the first shape
     assert cuda.dtypes == ("tf32", "bfloat16", "float8_e4m3fn") and cuda.rounds == 10
     assert cuda.quick_shapes == ((4096, 4096, 4096),)
@@ -110,6 +110,7 @@ def test_chip_floors_follow_the_rocm_arch_through_chip_row():
     pytest.param(("cpu", "floors", "float32"), -0.2, r"cpu.floors.float32 = -0.2: an MFU floor must be", id="floor-negative"),
     pytest.param(("cpu", "floors", "float32"), "high", r"cpu.floors.float32 = 'high': an MFU floor must be", id="floor-string"),
     pytest.param(("cpu", "floors", "float32"), ..., r"cpu.floors has no floor for float32$", id="floor-missing"),
+    pytest.param(("cpu", "floors"), ..., r"cpu.floors has no floor for float32, bfloat16$", id="no-floors"),
     pytest.param(("cpu", "floors", "float128"), 0.1, r"cpu.floors.float128 has unknown dtype 'float128'$",
                  id="floor-of-an-unknown-dtype"),
     pytest.param(("cpu", "floors", "float16"), 0.1, r"cpu.floors.float16 is a floor for float16, which cpu.dtypes does not list",
