@@ -49,7 +49,7 @@ def test_the_compare_fail_expression_is_one_pytest_benchmark_parses(percent):
 def test_a_fractional_default_threshold_is_refused_but_overrides_may_be_fractional():
     plain = copy.deepcopy(DOCUMENT)
     plain["regression"] = {"metric": "median", "threshold_percent": 7.5}
-    with pytest.raises(AccountingError, match=r"regression.threshold_percent = 7.5: must be a whole number of percent"):
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: regression.threshold_percent = 7.5: must be a whole number of percent"):
         parse_benchmarks(plain)
     plain["regression"] = {"metric": "median", "threshold_percent": 7, "per_kind": {"cpu": 7.5}}
     assert parse_benchmarks(plain).regression_threshold("cpu", "tests/t.py::test_x") == 7.5
