@@ -11,7 +11,7 @@ DOCUMENT = {
     "regression": {"metric": "median", "threshold_percent": 10,
                    "per_kind": {"cuda": 5, "_why": "notes are allowed"},
                    "per_benchmark": {"test_cpu_matmul[float16-1024x1024x1024]": 20,
-                                     "tests/test_other.py::test_copy": 30}},
+                                     "tests/test_other.py::test_copy": 30, "_why": "notes are allowed here too"}},
     "cpu": {"dtypes": ["float32"], "shapes": [[64, 64, 64]], "floors": {"float32": 0.1}},
 }
 
@@ -65,6 +65,8 @@ def test_a_fractional_default_threshold_is_refused_but_overrides_may_be_fraction
                  r"regression.per_benchmark.test_x = '5%': must be a percentage in \(0, 100\)$", id="text"),
     pytest.param("per_benchmark", {"test_x": True}, r"regression.per_benchmark.test_x = True: must be a percentage",
                  id="bool"),
+    pytest.param("per_benchmark", ["test_x"], r"regression.per_benchmark must be an object, got \['test_x'\]$",
+                 id="benchmarks-not-a-mapping"),
     pytest.param("per_benchmarks", {}, r"regression has unknown key\(s\) 'per_benchmarks'; known: metric, per_benchmark",
                  id="typo"),
 ])
