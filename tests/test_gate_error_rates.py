@@ -12,11 +12,16 @@ import torch
 from accounting.gate import error_rates
 
 
+def _module_source(rounds: int) -> str:
+    """The benchmark module the script writes, with ``rounds`` rounds and one check pair."""
+    return (error_rates.BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", error_rates.SLOWDOWN_ENV)
+            .replace("{ROUNDS}", str(rounds)).replace("{CHECK_PAIRS}", "1"))
+
+
 def _written_module(tmp_path, monkeypatch, factor):
     monkeypatch.setenv(error_rates.SLOWDOWN_ENV, str(factor))
     path = tmp_path / error_rates.MODULE_NAME
-    path.write_text(error_rates.BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", error_rates.SLOWDOWN_ENV)
-                    .replace("{ROUNDS}", "5").replace("{CHECK_PAIRS}", "1"))
+    path.write_text(_module_source(5))
     spec = importlib.util.spec_from_file_location("written_gate_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -95,9 +100,7 @@ def test_a_jobs_time_leaves_out_the_scripts_own_checks_of_the_injected_factor():
 
 def test_the_written_module_records_how_long_its_check_took(tmp_path):
     """The slowed run's benchmark stores the check's own seconds, a positive time, beside the factor it measured."""
-    (tmp_path / error_rates.MODULE_NAME).write_text(
-        error_rates.BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", error_rates.SLOWDOWN_ENV)
-        .replace("{ROUNDS}", "2").replace("{CHECK_PAIRS}", "1"))
+    (tmp_path / error_rates.MODULE_NAME).write_text(_module_source(2))
     saved = tmp_path / "run.json"
     env = {**os.environ, error_rates.SLOWDOWN_ENV: "1.25", error_rates.SLOWDOWN_ENV + "_ROWS": "16"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-json",

@@ -157,10 +157,11 @@ def render_markdown(result: GateResult) -> str:
     <BLANKLINE>
     - Note: no saved runs
     """
+    columns = header(result)
     lines = ["### Benchmark regression gate", "",
              f"**{headline(result)}** ({_runs(len(result.baseline_runs)).replace('run', 'baseline run')}, "
              f"{_runs(len(result.current_runs)).replace('run', 'current run')})", "",
-             "| " + " | ".join(header(result)) + " |", "|" + "---|" * len(header(result))]
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for cells in rows(result):
         lines.append("| " + " | ".join(_markdown_cell(cell.strip()) for cell in cells) + " |")
     lines.append("")
