@@ -5,7 +5,10 @@ One section per device kind (``cpu``, ``cuda``) and a ``regression`` section::
     {"regression": {"metric": "median", "threshold_percent": 10,
                     "per_kind": {"cuda": 5}, "per_benchmark": {"test_cpu_matmul[float16-1024x1024x1024]": 20}},
      "cpu": {"dtypes": ["float32"], "shapes": [[1024, 1024, 1024]], "quick_shapes": [[512, 512, 512]],
-             "floors": {"float32": 0.3}, "rounds": 10}}
+             "floors": {"float32": 0.3}, "rounds": 10, "min_time_s": 1.5}}
+
+``rounds`` are the timed rounds of each benchmark at least; ``min_time_s`` (optional, 0 when
+absent) asks for more until the rounds fill that many seconds (:func:`accounting.timing.rounds_for`).
 
 An optional ``model`` section holds the training-step benchmark
 (:mod:`accounting.model_mfu`) per device kind: the named ``size`` and ``quick_size``, the
@@ -53,9 +56,11 @@ KINDS = ("cpu", "cuda")
 METRICS = ("min", "max", "mean", "median", "stddev", "iqr")
 """Statistics ``--benchmark-compare-fail`` accepts."""
 DEFAULT_ROUNDS = 10
+MAX_MIN_TIME_S = 60.0
+"""The most ``min_time_s`` may ask of one benchmark: a minute of rounds (a larger value is a typo)."""
 DEFAULT_STRAGGLER_FRACTION = 0.9
 """``fleet.straggler_fraction`` when the file sets none (see benchmarks.json for the reasoning)."""
-_KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds"}
+_KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds", "min_time_s"}
 _REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
 _MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
 _FLEET_KEYS = {"straggler_fraction"}
@@ -72,6 +77,8 @@ class DeviceMatrix:
     floors: dict = field(default_factory=dict)
     chip_floors: dict = field(default_factory=dict)
     rounds: int = DEFAULT_ROUNDS
+    min_time_s: float = 0.0
+    """Seconds the timed rounds should fill at least (more rounds than ``rounds`` for fast shapes)."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +300,10 @@ def _kind(kind: str, value, source: str) -> DeviceMatrix:
     rounds = value.get("rounds", DEFAULT_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
         _fail(source, f"{kind}.rounds", f"= {rounds!r}: must be a positive integer")
-    return DeviceMatrix(kind, names, shapes, quick, floors, chip_floors, rounds)
+    min_time = value.get("min_time_s", 0.0)
+    if isinstance(min_time, bool) or not isinstance(min_time, numbers.Real) or not 0 <= min_time <= MAX_MIN_TIME_S:
+        _fail(source, f"{kind}.min_time_s", f"= {min_time!r}: must be a number of seconds in [0, {MAX_MIN_TIME_S:g}]")
+    return DeviceMatrix(kind, names, shapes, quick, floors, chip_floors, rounds, float(min_time))
 
 
 def _model_kind(kind: str, value, source: str) -> ModelMatrix:

@@ -28,7 +28,9 @@ What it adds:
 """
 
 import contextlib
+import math
 import re
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -55,7 +57,15 @@ from accounting.flop_count import FlopCount, count_flops as count_fn_flops, coun
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, PeakUnknownWarning, cpu_peak_flops, device_peak_flops, dtype_name
 from accounting.memory import format_name
 from accounting.native_dtypes import FP8_MIN_CAPABILITY, native_matmul  # noqa: F401 - the constant was defined here
-from accounting.timing import WARMUP_CALLS, achieved_mfu, fit_matmul_shape, flush_bytes, should_flush_l2, time_fn
+from accounting.timing import (
+    WARMUP_CALLS,
+    achieved_mfu,
+    fit_matmul_shape,
+    flush_bytes,
+    rounds_for,
+    should_flush_l2,
+    time_fn,
+)
 from accounting.validity import window_extra_info
 
 MARKERS = {
@@ -325,6 +335,12 @@ class FlopsBenchmark:
     ``flops=`` or there is a ``count_fn`` (a given ``flops=`` costs no extra call of ``fn``),
     ``True`` always, ``False`` never (``flops=`` then required).
 
+    Rounds: ``rounds`` at least, and with ``min_time_s`` > 0 as many more as fill that many
+    seconds (:func:`accounting.timing.rounds_for`, capped at its ``max_rounds``; benchmarks.json's
+    ``min_time_s`` per device kind). The count is fixed before the first round from the fastest of
+    the warm-up calls, which then run here (timed by :func:`warm_call_seconds`, at least one)
+    instead of inside ``pedantic``; ``extra_info["rounds"]`` records the count used.
+
     ``infos`` is the cache of detected devices; the fixture shares one across the session.
     """
 
@@ -341,7 +357,8 @@ class FlopsBenchmark:
 
     def __call__(self, fn, *, flops: int | None = None, dtype, device="cpu", shape=None, rounds: int = 10,
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
-                 operands=(), count_fn=None, count_flops: bool | None = None):
+                 operands=(), count_fn=None, count_flops: bool | None = None, min_time_s: float = 0.0):
+        min_time_s = check_non_negative(min_time_s, "min_time_s")
         refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
         device = as_device(device)
         count, given = self._count(fn, flops, count_fn, count_flops)  # untimed, before any round
@@ -368,6 +385,9 @@ class FlopsBenchmark:
             synchronize(device)  # see the class docstring: the host clock must wait for the device
             return result
 
+        if min_time_s:  # the warm-up calls run here, timed, to size the rounds (see the class docstring)
+            rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds, min_time_s=min_time_s)
+            warmup_rounds = 0
         window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
         with window as sampler:
             self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
@@ -392,6 +412,8 @@ class FlopsBenchmark:
             "device_kind": info.kind,
             "dtype": name,
             "shape": list(shape) if shape is not None else None,
+            "rounds": rounds,
+            "min_time_s": min_time_s,
         })
         if sampler is not None:
             self.benchmark.extra_info["telemetry"] = window_extra_info(
@@ -435,6 +457,26 @@ class FlopsBenchmark:
         })
         if mismatch and hasattr(self.config, "stash"):
             add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: FLOPs mismatch: {mismatch}")
+
+
+def warm_call_seconds(target, setup, calls: int) -> float:
+    """Run ``setup(); target()`` ``max(1, calls)`` times; the fastest ``target()`` in seconds (``perf_counter``).
+
+    ``target`` synchronizes the device itself (:class:`FlopsBenchmark`), so the host clock sees the
+    whole call. The first call of a run is the slowest (allocation, kernel choice): the fastest is
+    the estimate of a timed round.
+
+    >>> calls = []
+    >>> warm_call_seconds(lambda: calls.append("target"), lambda: calls.append("setup"), 2) > 0, calls
+    (True, ['setup', 'target', 'setup', 'target'])
+    """
+    fastest = math.inf
+    for _ in range(max(1, calls)):
+        setup()
+        started = time.perf_counter()
+        target()
+        fastest = min(fastest, time.perf_counter() - started)
+    return max(fastest, 1e-9)  # a call too short for the clock's resolution still counts as 1 ns
 
 
 def baseline_shape_mismatch(config, fullname, shape) -> str | None:

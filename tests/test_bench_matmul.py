@@ -85,7 +85,8 @@ def test_cpu_matmul(cpu_point, flops_benchmark, benchmark_config):
     peak = peak_or_skip(info, dtype, flops_benchmark.config)
     case = matmul_case(dtype, *shape, "cpu")
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device="cpu", shape=shape,
-                             rounds=benchmark_config.device("cpu").rounds, peak=peak)
+                             rounds=benchmark_config.device("cpu").rounds, peak=peak,
+                             min_time_s=benchmark_config.device("cpu").min_time_s)
     flops_benchmark.benchmark.extra_info["runs_as"] = case.runs_as
     _check_bounds(result, benchmark_config.floor("cpu", dtype), f"cpu {dtype} {shape}", flops_benchmark.config)
 
@@ -105,7 +106,8 @@ def test_gpu_matmul(gpu_point, gpu_device, flops_benchmark, benchmark_config):
     run_shape, note = fitted_shape(shape, dtype, device)
     case = matmul_case(dtype, *run_shape, device)
     result = flops_benchmark(case.fn, flops=case.flops, dtype=dtype, device=device, shape=run_shape,
-                             rounds=benchmark_config.device("cuda").rounds, peak=peak, operands=case.operands)
+                             rounds=benchmark_config.device("cuda").rounds, peak=peak, operands=case.operands,
+                             min_time_s=benchmark_config.device("cuda").min_time_s)
     flops_benchmark.benchmark.extra_info["runs_as"] = case.runs_as  # the fp8 variant that ran (fnuz on gfx942)
     flops_benchmark.benchmark.extra_info["cuda_device"] = gpu_device
     if note:

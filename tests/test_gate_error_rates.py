@@ -14,8 +14,7 @@ from accounting.gate import error_rates
 
 def _module_source(rounds: int) -> str:
     """The benchmark module the script writes, with ``rounds`` rounds and one check pair."""
-    return (error_rates.BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", error_rates.SLOWDOWN_ENV)
-            .replace("{ROUNDS}", str(rounds)).replace("{CHECK_PAIRS}", "1"))
+    return error_rates.module_source(rounds=rounds, min_time_s=0.0, check_pairs=1)
 
 
 def _written_module(tmp_path, monkeypatch, factor):

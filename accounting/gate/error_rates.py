@@ -92,7 +92,8 @@ BENCHMARK_MODULE = textwrap.dedent('''\
     @pytest.mark.cpu
     def test_matmul_1024(flops_benchmark):
         case, fn, factor = _work()
-        flops_benchmark(fn, flops=case.flops, dtype="float32", device="cpu", shape=SHAPE, rounds={ROUNDS})
+        flops_benchmark(fn, flops=case.flops, dtype="float32", device="cpu", shape=SHAPE, rounds={ROUNDS},
+                        min_time_s={MIN_TIME_S})
         flops_benchmark.benchmark.extra_info["intended_slowdown"] = factor
         if fn is not case.fn:  # the factor really injected, measured in-process, interleaved
             started = time.perf_counter()
@@ -257,12 +258,20 @@ def spread_text(values, metric: str) -> str:
             f"({len(values)} runs)")
 
 
+def module_source(*, rounds: int, min_time_s: float, check_pairs: int = CHECK_PAIRS) -> str:
+    """:data:`BENCHMARK_MODULE` filled in: its rounds (at least ``rounds``, filling ``min_time_s``) and check pairs.
+
+    >>> "rounds=3," in module_source(rounds=3, min_time_s=0.5) and "min_time_s=0.5)" in module_source(rounds=3, min_time_s=0.5)
+    True
+    """
+    return (BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds))
+            .replace("{MIN_TIME_S}", repr(min_time_s)).replace("{CHECK_PAIRS}", str(check_pairs)))
+
+
 def _write_module(folder: Path) -> list:
-    """The benchmark module in ``folder``; the pytest arguments that run it."""
-    rounds = load_benchmarks().device("cpu").rounds
-    module = BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds)).replace(
-        "{CHECK_PAIRS}", str(CHECK_PAIRS))
-    (folder / MODULE_NAME).write_text(module)
+    """The benchmark module in ``folder``, with the CPU rounds of benchmarks.json; the pytest arguments that run it."""
+    cpu = load_benchmarks().device("cpu")
+    (folder / MODULE_NAME).write_text(module_source(rounds=cpu.rounds, min_time_s=cpu.min_time_s))
     return ["-q", "-p", "no:cacheprovider", MODULE_NAME]
 
 
