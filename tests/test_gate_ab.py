@@ -66,7 +66,7 @@ def test_the_order_flips_each_pair_and_suspects_alone_get_the_extra_pairs(tmp_pa
     assert decisions == {MATMUL: Decision.REGRESSION, COPY: Decision.NO_CHANGE}
     # The verdict is judge's, with A as the baseline and B as the current runs.
     direct = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric,
-                   confidence=AB_CONFIDENCE)
+                   confidence=AB_CONFIDENCE, screen_current=True)
     assert [verdict.decision for verdict in direct.verdicts] == [verdict.decision for verdict in result.verdicts]
     assert "A/B: 5 interleaved pair(s) of fresh processes" in result.notes[-1]
 
@@ -237,3 +237,35 @@ def test_a_b_convicts_on_its_own_interval_level_where_the_saved_history_rule_wou
     assert history.verdicts[0].decision is Decision.INCONCLUSIVE and history.verdicts[0].comparison.ci_low < 1.1
     assert history.verdicts[0].comparison.p_slower <= history.alpha
     assert f"ratio [{AB_CONFIDENCE * 100:g}% CI]" in render_text(result).splitlines()[2]
+
+
+def _b_with_a_stray(factor, stray_at=1, stray=1.6):
+    values = [value * factor for value in A_VALUES[::-1]]
+    values[stray_at] *= stray
+    return values
+
+
+def test_a_slow_stray_b_run_is_set_aside_against_bs_own_median(tmp_path, config):
+    """Unchanged code with one B process hit by a neighbour: screened as A's strays are, it reads *no change*."""
+    b_values = _b_with_a_stray(1.0)
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: b_values})
+    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=5, max_pairs=5)
+    verdict = result.verdicts[0]
+    compared = [run.benchmarks[MATMUL].summary(result.metric) for run in b_runs]  # each B run's fastest round
+    assert verdict.decision is Decision.NO_CHANGE and verdict.current_outlier_values == (compared[1],)
+    assert verdict.current_values == tuple(compared[:1] + compared[2:])
+    assert f"1 slow outlier current run(s) set aside: {compared[1] * 1e3:.3g} ms" in verdict.reason
+    # Kept, the stray leaves a 10 % slowdown neither shown nor excluded: the saved-history rule for current runs.
+    kept = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric,
+                 confidence=AB_CONFIDENCE)
+    assert kept.verdicts[0].decision is Decision.INCONCLUSIVE and kept.verdicts[0].current_outlier_values == ()
+
+
+def test_a_regression_moves_bs_median_and_is_not_screened_away(tmp_path, config):
+    b_values = _b_with_a_stray(1.3)
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: b_values})
+    result, _, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=5, max_pairs=5)
+    verdict = result.verdicts[0]
+    compared = [run.benchmarks[MATMUL].summary(result.metric) for run in b_runs]
+    assert verdict.decision is Decision.REGRESSION and verdict.current_outlier_values == (compared[1],)
+    assert verdict.comparison.ratio == pytest.approx(1.3, rel=0.02)  # the slowed runs, not the stray, are compared

@@ -16,8 +16,9 @@ running A (the base revision) and B (the change) in the same job; this module do
   the host's speed during the job falls on both sides alike;
 - the verdict is the saved-history gate's own (:func:`accounting.gate.decide.judge`: the
   permutation test over runs, the ratio's interval, Holm across the matrix, the load guard,
-  slow outliers of A set aside), with A's runs as the baseline and B's as the current runs,
-  and an 80 % interval in place of 90 % (:data:`AB_CONFIDENCE`: why);
+  slow outliers set aside), with A's runs as the baseline and B's as the current runs, with
+  two differences: an 80 % interval in place of 90 % (:data:`AB_CONFIDENCE`: why), and slow
+  outliers set aside on *both* sides, each against its own median (below: why);
 - ``start_pairs`` pairs are run for every benchmark, then pairs of only the inconclusive
   ones (``-p accounting.gate._select``), up to ``max_pairs`` in all.
 
@@ -31,6 +32,16 @@ factor, the interval at :data:`AB_CONFIDENCE`): no false alarm, a 1.25× slowdow
 137 of 140, a 1.10× one in 28 of 140 (the rest inconclusive), after 5.4 pairs on average; the
 saved-history gate, live in such an hour, convicted a 1.25× slowdown in 6 of 20. Live, in a
 moderately noisy hour (2026-11-23): 0 of 20 unchanged jobs failed, 17 of 20 at 1.25× (README).
+
+Why both sides are screened for slow outliers (:func:`accounting.gate.stats.slow_outliers`),
+where the saved-history gate screens only its history: there the current runs are few and a
+slow one may be the regression itself; here B has as many runs as A, and a regression moves
+B's own median with it, so only B's strays are set aside. Screening A alone biased unchanged
+jobs upward: live, several read 1.05–1.18× with p 0.02–0.06 once A's slow runs were dropped
+and B's kept. Replayed as below (80 % interval, cap 8 pairs), screening both sides decided
+133 of 140 unchanged windows *no change* after 4.3 pairs on average, against 100 after 5.0
+with A screened alone; 1.25× convicted 136 times against 137, 1.05× 2 against 3, no false alarm
+either way.
 
 >>> from accounting.gate.stats import min_pvalue
 >>> min_pvalue(4, 4) > 0.01 >= min_pvalue(5, 5)   # 5 pairs are the fewest that can convict alone: 1/252
@@ -132,7 +143,7 @@ def _verdict(a_runs, b_runs, config, *, notes, load_guard, metric):
     used, left_out, skipped = _usable_a(a_runs, load_guard)
     return judge(used, b_runs, threshold_for=config.regression_threshold, alpha=ALPHA,
                  notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric,
-                 disturbed_baseline=left_out, baseline_grows=True, confidence=AB_CONFIDENCE)
+                 disturbed_baseline=left_out, baseline_grows=True, confidence=AB_CONFIDENCE, screen_current=True)
 
 
 def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIRS,

@@ -59,6 +59,8 @@ class Verdict:
     """... of each current run the load guard left out."""
     outlier_values: tuple = ()
     """... of each baseline run set aside as a slow outlier (:func:`accounting.gate.stats.slow_outliers`)."""
+    current_outlier_values: tuple = ()
+    """... of each current run set aside as a slow outlier (only where :func:`judge` screens them: ``gate ab``)."""
     comparison: Comparison | None = None
 
     @property
@@ -119,7 +121,7 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
           load_guard: bool = True, metric: str = DEFAULT_METRIC, disturbed_baseline=(),
-          baseline_grows: bool = False, confidence: float = CONFIDENCE) -> GateResult:
+          baseline_grows: bool = False, confidence: float = CONFIDENCE, screen_current: bool = False) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
@@ -131,6 +133,9 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     guard left out (``gate ab``'s A runs); a benchmark whose every baseline run is among them is
     *inconclusive*, not *not compared*. ``baseline_grows``: see :attr:`GateResult.baseline_grows`.
     ``confidence``: the two-sided level of the ratio's interval (:func:`compare_runs`).
+    ``screen_current``: set slow outliers of the current runs aside too, each side against its own
+    median (:func:`accounting.gate.stats.slow_outliers`); for ``gate ab``, where both sides are
+    interleaved runs of one job (why: :mod:`accounting.gate.ab`).
     """
     check_run_metric(metric)
     notes = list(notes)
@@ -150,13 +155,12 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         noisy = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path in disturbed]
         kind = next((bench.kind for bench in (*clean, *noisy, *base) if bench.kind), None)
         threshold = threshold_for(kind, name) / 100
-        values = [bench.summary(metric) for bench in base]
-        outliers = set(slow_outliers(values, threshold=threshold)) if values else set()
-        rows[name] = dict(kind=kind, threshold=threshold,
-                          baseline_values=tuple(value for index, value in enumerate(values) if index not in outliers),
-                          outlier_values=tuple(values[index] for index in sorted(outliers)),
-                          current_values=tuple(bench.summary(metric) for bench in clean),
-                          disturbed_values=tuple(bench.summary(metric) for bench in noisy))
+        kept, set_aside = _screened([bench.summary(metric) for bench in base], threshold)
+        current = [bench.summary(metric) for bench in clean]
+        current_kept, current_set_aside = _screened(current, threshold) if screen_current else (tuple(current), ())
+        rows[name] = dict(kind=kind, threshold=threshold, baseline_values=kept, outlier_values=set_aside,
+                          current_values=current_kept, disturbed_values=tuple(bench.summary(metric) for bench in noisy),
+                          current_outlier_values=current_set_aside)
     comparable = [name for name, row in rows.items() if len(row["baseline_values"]) >= 2 and row["current_values"]]
     raw = {}
     for name in comparable:
@@ -186,12 +190,24 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
                 family=max(1, len(comparable)), confidence=confidence,
                 p_adjust=(lambda p_slower, p_faster, name=name: (slower[name], faster[name])) if name in slower else None)
             reason = comparison.reason
-            if row["outlier_values"]:
-                reason += (f" ({len(row['outlier_values'])} slow outlier baseline run(s) set aside: "
-                           f"{', '.join(f'{value * 1e3:.3g} ms' for value in row['outlier_values'])})")
+            for side, key in (("baseline", "outlier_values"), ("current", "current_outlier_values")):
+                if row[key]:
+                    reason += (f" ({len(row[key])} slow outlier {side} run(s) set aside: "
+                               f"{', '.join(f'{value * 1e3:.3g} ms' for value in row[key])})")
             verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
                       tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence)
+
+
+def _screened(values, threshold: float) -> tuple[tuple, tuple]:
+    """``values`` split into (those kept, the slow outliers set aside), each in the order given.
+
+    >>> _screened([0.0241, 0.0242, 0.0249, 0.0253, 0.0370], 0.1)
+    ((0.0241, 0.0242, 0.0249, 0.0253), (0.037,))
+    """
+    outliers = set(slow_outliers(values, threshold=threshold)) if values else set()
+    return (tuple(value for index, value in enumerate(values) if index not in outliers),
+            tuple(values[index] for index in sorted(outliers)))
 
 
 def noise_notes(result, *, current_runs: int, cap_option: str = "--max-extra-runs") -> list[str]:

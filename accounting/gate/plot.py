@@ -3,8 +3,8 @@
 One panel per benchmark: a point per run at the value the gate compares (the run's
 ``metric`` round: its fastest by default), a thick bar over its interquartile range and a
 thin one from its fastest to its slowest round; baseline runs in blue, current runs in
-orange (hollow: left out by the load guard or, for a baseline run, set aside as a slow
-outlier), the baseline value dashed and the threshold
+orange (hollow: left out by the load guard, or set aside as a slow outlier: baseline runs
+always, current runs in ``gate ab``), the baseline value dashed and the threshold
 above it dotted; the title carries the decision and the
 ratio. matplotlib runs on the headless ``Agg`` backend, as the report's plot does.
 """
@@ -69,7 +69,8 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
                 position += 1
                 shown += 1
                 value = bench.summary(result.metric)
-                set_aside = run.path in disturbed or (colour == BASELINE_COLOUR and value in verdict.outlier_values)
+                outliers = verdict.outlier_values if colour == BASELINE_COLOUR else verdict.current_outlier_values
+                set_aside = run.path in disturbed or value in outliers
                 _draw_run(axes, position, bench.rounds, value, colour, hollow=set_aside)
                 ticks.append(position)
                 # saved runs by their number (0007_...), current ones in the order they ran
@@ -89,7 +90,7 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
         axes.grid(True, axis="y", alpha=0.3)
         axes.legend(fontsize="x-small", loc="best")
     figure.suptitle("Runs on this hardware: saved (blue; hollow: a slow outlier set aside), current (orange; "
-                    "hollow: disturbed)\n"
+                    "hollow: disturbed, or a slow outlier set aside in A/B)\n"
                     f"dot: the run's {result.metric} round (compared), thick bar: interquartile range, thin bar: "
                     "fastest to slowest",
                     fontsize="small")

@@ -395,8 +395,10 @@ def slow_outliers(baseline, *, threshold: float) -> list[int]:
     when its log value exceeds the median of the history's logs by more than
     ``max(log(1 + threshold), OUTLIER_SPREADS × 1.4826 × MAD)`` — slower than the history by a
     regression's worth *and* far outside its spread. Only slow runs: a fast one is no interference.
-    Current runs are never screened: a slow current run may be the regression itself, and the
-    permutation test already needs several of them to convict.
+    The saved-history gate never screens its current runs: a slow current run may be the
+    regression itself, and the permutation test already needs several of them to convict.
+    ``gate ab``, whose B side has as many runs as A, screens each side against its own median
+    (:mod:`accounting.gate.ab`).
 
     >>> slow_outliers([0.0241, 0.0242, 0.0249, 0.0249, 0.0253, 0.0256, 0.0263, 0.0323, 0.0328, 0.0370], threshold=0.1)
     [7, 8, 9]
