@@ -170,11 +170,7 @@ def time_fn(
     if not callable(fn):
         raise AccountingTypeError(f"fn must be callable, got {fn!r}")
     warmup = check_size(warmup, "warmup")
-    repeats = check_positive_size(repeats, "repeats")
-    max_repeats = check_positive_size(max_repeats, "max_repeats")
-    min_time_s = check_non_negative(min_time_s, "min_time_s")
-    if max_repeats < repeats:
-        raise AccountingError(f"max_repeats ({max_repeats}) is below repeats ({repeats})")
+    repeats, max_repeats, min_time_s = _repeat_rule(repeats, max_repeats, min_time_s, ("repeats", "max_repeats"))
     if count_flops is not None and not isinstance(count_flops, bool):
         raise AccountingTypeError(f"count_flops must be True, False or None, got {count_flops!r}")
     if count_flops is None:
@@ -216,6 +212,15 @@ def time_fn(
     return Timing.from_samples(samples, flops=flops, device=device, flop_count=count)
 
 
+def _repeat_rule(count, cap, min_time_s, names: tuple[str, str]) -> tuple[int, int, float]:
+    """The repeat rule's figures checked: at least ``count`` (≥ 1), at most ``cap`` (≥ ``count``), ``min_time_s`` ≥ 0."""
+    count = check_positive_size(count, names[0])
+    cap = check_positive_size(cap, names[1])
+    if cap < count:
+        raise AccountingError(f"{names[1]} ({cap}) is below {names[0]} ({count})")
+    return count, cap, check_non_negative(min_time_s, "min_time_s")
+
+
 def rounds_for(call_s: float, *, rounds: int, min_time_s: float, max_rounds: int = MAX_REPEATS) -> int:
     """Rounds of calls taking ``call_s`` each that :func:`time_fn`'s rule asks for, fixed up front.
 
@@ -236,12 +241,8 @@ def rounds_for(call_s: float, *, rounds: int, min_time_s: float, max_rounds: int
     >>> rounds_for(1.4, rounds=10, min_time_s=1.5)     # a 4096³ one: the count already fills the time
     10
     """
-    rounds = check_positive_size(rounds, "rounds")
-    max_rounds = check_positive_size(max_rounds, "max_rounds")
-    min_time_s = check_non_negative(min_time_s, "min_time_s")
+    rounds, max_rounds, min_time_s = _repeat_rule(rounds, max_rounds, min_time_s, ("rounds", "max_rounds"))
     call_s = check_positive(call_s, "call_s")
-    if max_rounds < rounds:
-        raise AccountingError(f"max_rounds ({max_rounds}) is below rounds ({rounds})")
     return max(rounds, min(max_rounds, math.ceil(min_time_s / call_s)))
 
 
