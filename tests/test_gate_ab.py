@@ -137,22 +137,33 @@ class CliRunner:
 
     plan, made = {}, []
 
-    def __init__(self, pytest_args, *, device, workdir, cwd=None, env=None, own_runs=None, threads=None, **_):
+    def __init__(self, pytest_args, *, device, workdir, cwd=None, env=None, own_runs=None, threads=None,
+                 fork_server=False, **_):
         self.pytest_args, self.workdir, self.cwd, self.env, self.own_runs = pytest_args, workdir, cwd, env, own_runs
-        self.notes, self.count = [], 0
+        self.notes, self.count, self.fork_server, self.events = [], 0, fork_server, []
         CliRunner.made.append(self)
+
+    def start(self):
+        self.events.append("start")
+        CliRunner.order.append((self.cwd, "start"))
+        return self
+
+    def close(self):
+        self.events.append("close")
 
     def run(self, name, *, only=None, storage=None):
         side = "A" if name.startswith("a-") else "B"
         names = only if only is not None else list(CliRunner.plan[side])
         medians = {bench: CliRunner.plan[side][bench][self.count] for bench in names}
         self.count += 1
+        self.events.append("run")
+        CliRunner.order.append((self.cwd, "run"))
         return Measured(write(Path(self.workdir), f"{name}.json", document(medians, guard=QUIET)), 0, 1.0, "1 passed")
 
 
 @pytest.fixture
 def cli_runner(monkeypatch):
-    CliRunner.made = []
+    CliRunner.made, CliRunner.order = [], []
     monkeypatch.setattr(cli, "Runner", CliRunner)
     return CliRunner
 
@@ -173,6 +184,20 @@ def test_the_command_runs_a_in_the_baseline_tree_and_exits_1_on_a_regression(tmp
     assert runner_a.own_runs is runner_b.own_runs
     assert runner_a.pytest_args == runner_b.pytest_args == ["-m", "cpu"]
     assert "pair 1, A: 1 passed" in err and "(10 pytest processes)" in out
+    # Both fork servers start before the first run (they import side by side) and end after the last.
+    assert runner_a.fork_server and runner_b.fork_server
+    assert runner_a.events == runner_b.events == ["start", *["run"] * 5, "close"]
+    assert CliRunner.order[:3] == [(str(base), "start"), (str(tmp_path), "start"), (str(base), "run")]
+
+
+def test_fresh_interpreters_turns_the_fork_server_off(tmp_path, cli_runner, capsys, monkeypatch):
+    (tmp_path / "base").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(cli.SUMMARY_ENV, raising=False)
+    cli_runner.plan = {"A": {MATMUL: A_VALUES}, "B": {MATMUL: A_VALUES[::-1]}}
+    status, _, _ = run_main(["gate", "ab", "--baseline-dir", "base", "--fresh-interpreters", "--", "-m", "cpu"],
+                            capsys)
+    assert status == 0 and [runner.fork_server for runner in cli_runner.made] == [False, False]
 
 
 def test_the_command_passes_unchanged_code(tmp_path, cli_runner, capsys, monkeypatch):

@@ -194,6 +194,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ab.add_argument("--max-pairs", metavar="M", type=positive_count, default=DEFAULT_MAX_PAIRS,
                     help="pairs in all; the pairs after the first N run only the inconclusive benchmarks. "
                          "Default: %(default)r")
+    ab.add_argument("--fresh-interpreters", dest="fork_server", action="store_false",
+                    help="start every pytest process as a new Python interpreter instead of forking it from a "
+                         "server that imported torch once (3-4 s more per process; accounting.gate.forkserver)")
     _verdict_arguments(ab)
     _measuring_arguments(ab, kept="the A and B runs")
     return parser
@@ -303,11 +306,16 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
     trees = Trees(args.baseline_dir).check()
     own_runs = []
     runners = [Runner(_pytest_args(args), device=_device(args), cwd=folder, workdir=workdir, threads=args.threads,
-                      env=tree_environment(folder, os.environ), own_runs=own_runs, **reader_options)
+                      env=tree_environment(folder, os.environ), own_runs=own_runs, fork_server=args.fork_server,
+                      **reader_options).start()  # both servers import at once
                for folder in (trees.baseline_dir, os.getcwd())]
-    result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs, max_pairs=args.max_pairs,
-                                            load_guard=args.load_guard, metric=args.metric,
-                                            progress=lambda text: _progress(stderr, text))
+    try:
+        result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs,
+                                                max_pairs=args.max_pairs, load_guard=args.load_guard,
+                                                metric=args.metric, progress=lambda text: _progress(stderr, text))
+    finally:
+        for runner in runners:
+            runner.close()
     _write_outputs(args, result, a_runs, b_runs, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({2 * pairs} pytest processes).", file=stdout)
     return EXIT_REGRESSION if result.regressions else EXIT_OK

@@ -286,7 +286,8 @@ def _calibrated_env(factor, threads, say) -> dict:
 
 
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int = DEFAULT_MAX_PAIRS,
-               load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr):
+               load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
+               fork_server: bool = True):
     """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
 
     A and B run the same module in the same folder; only B's environment injects the slowdown,
@@ -306,13 +307,16 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
         scenario = Scenario(factor)
         for rerun in range(1, runs + 1):
             own_runs, workdir_of_job = [], str(folder / f"ab{factor:g}-{rerun}")
-            runner_a = Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[1.0],
-                              threads=threads, own_runs=own_runs)
-            runner_b = Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[factor],
-                              threads=threads, own_runs=own_runs)
-            started = time.monotonic()
-            result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=start_pairs,
-                                                    max_pairs=max_pairs, load_guard=load_guard)
+            started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
+            runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
+                              threads=threads, own_runs=own_runs, fork_server=fork_server).start()
+                       for side in (1.0, factor)]
+            try:
+                result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=start_pairs,
+                                                        max_pairs=max_pairs, load_guard=load_guard)
+            finally:
+                for runner in runners:
+                    runner.close()
             seconds = time.monotonic() - started
             scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
             verdict = result.verdicts[0] if result.verdicts else None
@@ -397,6 +401,8 @@ def main(argv=None) -> int:
                         help="with --ab: the pairs cap of each job. Default: %(default)r")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
                         help="gate as `accounting gate check --no-load-guard` does (on a machine that is never quiet)")
+    parser.add_argument("--fresh-interpreters", dest="fork_server", action="store_false",
+                        help="with --ab: as `accounting gate ab --fresh-interpreters` (no fork server)")
     args = parser.parse_args(argv)
     workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-rates-")
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -405,7 +411,7 @@ def main(argv=None) -> int:
     try:
         if args.ab:
             scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
-                                   threads=args.threads, workdir=workdir)
+                                   threads=args.threads, workdir=workdir, fork_server=args.fork_server)
         else:
             scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
                                 load_guard=args.load_guard, threads=args.threads, workdir=workdir)
