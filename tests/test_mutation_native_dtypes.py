@@ -171,6 +171,16 @@ def test_every_cpu_answer_names_its_dtype_and_path(info, expected):
     assert native_dtypes(info, [torch.float64, *expected]) == ["float64", *expected]
 
 
+@pytest.mark.parametrize("info, expected", FAKE_CPUS)
+def test_every_cpu_answer_is_a_real_bool_for_the_dtype_asked(info, expected):
+    """``native`` is True or False, never None (JSON would write null, and ``is False`` checks would miss it)."""
+    for dtype in [*WIDE, "float64", "tf32", *FP8]:
+        answer = native_matmul(info, dtype)
+        assert answer.dtype == dtype
+        assert answer.native is (dtype in expected or dtype == "float64")
+        assert type(answer.emulated) is bool
+
+
 def test_zen4_names_its_half_width_avx512_units():
     """The vendor reaches the path: Zen 4's AVX-512 runs on 256-bit units (AMD's Zen 4 optimisation guide)."""
     assert native_matmul(ZEN4, "float32").path == "AVX-512 (Zen 4, 256-bit units)"
