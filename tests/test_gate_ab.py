@@ -148,6 +148,10 @@ class CliRunner:
         CliRunner.order.append((self.cwd, "start"))
         return self
 
+    def wait_ready(self):
+        self.events.append("ready")
+        CliRunner.order.append((self.cwd, "ready"))
+
     def close(self):
         self.events.append("close")
 
@@ -184,10 +188,11 @@ def test_the_command_runs_a_in_the_baseline_tree_and_exits_1_on_a_regression(tmp
     assert runner_a.own_runs is runner_b.own_runs
     assert runner_a.pytest_args == runner_b.pytest_args == ["-m", "cpu"]
     assert "pair 1, A: 1 passed" in err and "(10 pytest processes)" in out
-    # Both fork servers start before the first run (they import side by side) and end after the last.
+    # Both fork servers start, then both are ready, before the first run (an importing server is a
+    # neighbour to the other side's run); both end after the last.
     assert runner_a.fork_server and runner_b.fork_server
-    assert runner_a.events == runner_b.events == ["start", *["run"] * 5, "close"]
-    assert CliRunner.order[:3] == [(str(base), "start"), (str(tmp_path), "start"), (str(base), "run")]
+    assert runner_a.events == runner_b.events == ["start", "ready", *["run"] * 5, "close"]
+    assert [event for _, event in CliRunner.order[:5]] == ["start", "start", "ready", "ready", "run"]
 
 
 def test_fresh_interpreters_turns_the_fork_server_off(tmp_path, cli_runner, capsys, monkeypatch):

@@ -30,8 +30,10 @@ What interleaving removes is the drift over minutes. Replayed on five kept runs'
 time-ordered unchanged processes (140 windows of 8 pairs, B = the odd positions times the
 factor, the interval at :data:`AB_CONFIDENCE`): no false alarm, a 1.25× slowdown convicted in
 137 of 140, a 1.10× one in 28 of 140 (the rest inconclusive), after 5.4 pairs on average; the
-saved-history gate, live in such an hour, convicted a 1.25× slowdown in 6 of 20. Live, in a
-moderately noisy hour (2026-11-23): 0 of 20 unchanged jobs failed, 17 of 20 at 1.25× (README).
+saved-history gate, live in such an hour, convicted a 1.25× slowdown in 6 of 20. Live (2026-11-23,
+README): in a moderately noisy hour 0 of 20 unchanged jobs failed and 17 of 20 at 1.25×; later, with
+the fork server, 1.5 s of rounds per benchmark and B screened too, 0 of 20 and 19 of 20, every job
+within 78 s.
 
 Why both sides are screened for slow outliers (:func:`accounting.gate.stats.slow_outliers`),
 where the saved-history gate screens only its history: there the current runs are few and a
@@ -75,8 +77,8 @@ DEFAULT_START_PAIRS = 3
 """Pairs run for every benchmark before the first verdict: 3 A against 3 B can already exclude a
 slowdown (*no change*) on a quiet machine, though not yet convict one (smallest p 1/20)."""
 DEFAULT_MAX_PAIRS = 8
-"""Pairs in all, the re-measured suspects' included: 16 pytest processes, 90–130 s for the
-quick CPU shapes on our 2-core VM. In the replay above, a cap of 6 pairs convicted 143 of 160
+"""Pairs in all, the re-measured suspects' included: 16 pytest processes, about 75 s for the
+quick CPU shapes on our 2-core VM with the fork server (130 s with new interpreters). In the replay above, a cap of 6 pairs convicted 143 of 160
 1.25× slowdowns, 8 pairs 137 of 140, 10 pairs 122 of 122."""
 
 

@@ -310,6 +310,8 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
                       **reader_options).start()  # both servers import at once
                for folder in (trees.baseline_dir, os.getcwd())]
     try:
+        for runner in runners:
+            runner.wait_ready()  # both imported before the first run: an importing server is a neighbour
         result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs,
                                                 max_pairs=args.max_pairs, load_guard=args.load_guard,
                                                 metric=args.metric, progress=lambda text: _progress(stderr, text))

@@ -312,6 +312,8 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
                               threads=threads, own_runs=own_runs, fork_server=fork_server).start()
                        for side in (1.0, factor)]
             try:
+                for runner in runners:
+                    runner.wait_ready()  # as gate ab: both servers imported before the first run
                 result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=start_pairs,
                                                         max_pairs=max_pairs, load_guard=load_guard)
             finally:

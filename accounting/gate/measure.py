@@ -132,7 +132,12 @@ class Runner:
                 self._give_up_server(error)
         return self
 
-    def _server_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Start the fork server if it is not, and wait until it has imported (nothing without a server).
+
+        Call it for every runner of a job before the first run: a server still importing torch
+        is a neighbour to the other side's run (the load guard set aside every first A run when
+        B's server was left to import during it)."""
         self.start()
         if self._server is not None:
             try:
@@ -181,7 +186,7 @@ class Runner:
         own_before = guard.own_load(self.own_runs, guard.now())
         host_before, own_cpu_before = self.cpu_times(), _own_cpu_s()
         log = workdir / f"{name}.log"
-        self._server_ready()  # before the clock starts: a run's time is pytest's, not the server's imports
+        self.wait_ready()  # before the clock starts: a run's time is pytest's, not the server's imports
         started, cpu_started = guard.now(), _children_cpu_s()
         returncode, stdout, child_cpu = self._launch(command, {**env, **extra_env}, extra_env, log)
         ended = guard.now()
