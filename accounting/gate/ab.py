@@ -33,7 +33,7 @@ factor, the interval at :data:`AB_CONFIDENCE`): no false alarm, a 1.25× slowdow
 saved-history gate, live in such an hour, convicted a 1.25× slowdown in 6 of 20. Live (2026-11-23,
 README): in a moderately noisy hour 0 of 20 unchanged jobs failed and 17 of 20 at 1.25×; later, with
 the fork server, 1.5 s of rounds per benchmark and B screened too, 0 of 20 and 19 of 20, every job
-within 78 s.
+within 86 s.
 
 Why both sides are screened for slow outliers (:func:`accounting.gate.stats.slow_outliers`),
 where the saved-history gate screens only its history: there the current runs are few and a
