@@ -150,5 +150,6 @@ def test_benchmarks_json_min_time_defaults_to_zero_and_keeps_the_edges():
 
 @pytest.mark.parametrize("value", [-0.1, MAX_MIN_TIME_S + 0.5, float("nan"), True, "1.5", None])
 def test_benchmarks_json_min_time_refused_by_name(value):
-    with pytest.raises(AccountingError, match=r"cpu\.min_time_s = " + re.escape(repr(value)) + r": must be a number of seconds in \[0, 60\]"):
-        parse_benchmarks(_with_min_time(value))
+    with pytest.raises(AccountingError, match=r"^bench\.json: cpu\.min_time_s = " + re.escape(repr(value))
+                       + r": must be a number of seconds in \[0, 60\]$"):  # the file and the entry, named
+        parse_benchmarks(_with_min_time(value), "bench.json")
