@@ -27,7 +27,7 @@ from accounting.errors import AccountingError
 from accounting.gate.decide import judge, noise_notes
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, Trees, gate_ab, tree_environment
 from accounting.gate.guard import recorded_disturbances
-from accounting.gate.measure import Runner
+from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.render import render_markdown, render_text
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import (
@@ -307,17 +307,12 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
     own_runs = []
     runners = [Runner(_pytest_args(args), device=_device(args), cwd=folder, workdir=workdir, threads=args.threads,
                       env=tree_environment(folder, os.environ), own_runs=own_runs, fork_server=args.fork_server,
-                      **reader_options).start()  # both servers import at once
+                      **reader_options)
                for folder in (trees.baseline_dir, os.getcwd())]
-    try:
-        for runner in runners:
-            runner.wait_ready()  # both imported before the first run: an importing server is a neighbour
+    with servers_ready(*runners):
         result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs,
                                                 max_pairs=args.max_pairs, load_guard=args.load_guard,
                                                 metric=args.metric, progress=lambda text: _progress(stderr, text))
-    finally:
-        for runner in runners:
-            runner.close()
     _write_outputs(args, result, a_runs, b_runs, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({2 * pairs} pytest processes).", file=stdout)
     return EXIT_REGRESSION if result.regressions else EXIT_OK

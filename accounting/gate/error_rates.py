@@ -45,7 +45,7 @@ from accounting.errors import AccountingError
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, gate_ab
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
 from accounting.gate.guard import recorded_disturbances
-from accounting.gate.measure import Runner
+from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.stats import Decision, log_spread, smallest_convictable
 from accounting.gate.storage import load_run
 from accounting.report.cli import OneLineParser
@@ -309,16 +309,11 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
             own_runs, workdir_of_job = [], str(folder / f"ab{factor:g}-{rerun}")
             started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
             runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
-                              threads=threads, own_runs=own_runs, fork_server=fork_server).start()
+                              threads=threads, own_runs=own_runs, fork_server=fork_server)
                        for side in (1.0, factor)]
-            try:
-                for runner in runners:
-                    runner.wait_ready()  # as gate ab: both servers imported before the first run
+            with servers_ready(*runners):
                 result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=start_pairs,
                                                         max_pairs=max_pairs, load_guard=load_guard)
-            finally:
-                for runner in runners:
-                    runner.close()
             seconds = time.monotonic() - started
             scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
             verdict = result.verdicts[0] if result.verdicts else None

@@ -25,6 +25,7 @@ interpreter: the same process per run, 3–4 s sooner. Its CPU time then comes f
 from a neighbour's.
 """
 
+import contextlib
 import json
 import os
 import resource
@@ -135,9 +136,7 @@ class Runner:
     def wait_ready(self) -> None:
         """Start the fork server if it is not, and wait until it has imported (nothing without a server).
 
-        Call it for every runner of a job before the first run: a server still importing torch
-        is a neighbour to the other side's run (the load guard set aside every first A run when
-        B's server was left to import during it)."""
+        With several runners, :func:`servers_ready` does this for all of them before the first run."""
         self.start()
         if self._server is not None:
             try:
@@ -170,17 +169,16 @@ class Runner:
         workdir = Path(self.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         output = workdir / f"{name}.json"
-        command = [self.python, "-m", "pytest", *self.pytest_args, "--benchmark-save-data",
-                   f"--benchmark-json={output}"]
+        pytest_args = [*self.pytest_args, "--benchmark-save-data", f"--benchmark-json={output}"]
         env, extra_env = self._environment(), {}
         if only is not None:
             listing = workdir / f"{name}.only"
             listing.write_text("\n".join(only) + "\n")
-            command += ["-p", "accounting.gate._select"]
+            pytest_args += ["-p", "accounting.gate._select"]
             extra_env[ONLY_ENV] = str(listing)
         before_files = set()
         if storage is not None:
-            command += [f"--benchmark-storage={storage}", "--benchmark-autosave"]
+            pytest_args += [f"--benchmark-storage={storage}", "--benchmark-autosave"]
             before_files = set(run_files(storage))
         before = self._read()
         own_before = guard.own_load(self.own_runs, guard.now())
@@ -188,7 +186,8 @@ class Runner:
         log = workdir / f"{name}.log"
         self.wait_ready()  # before the clock starts: a run's time is pytest's, not the server's imports
         started, cpu_started = guard.now(), _children_cpu_s()
-        returncode, stdout, child_cpu = self._launch(command, {**env, **extra_env}, extra_env, log)
+        command = [self.python, "-m", "pytest", *pytest_args]
+        returncode, stdout, child_cpu = self._launch(pytest_args, {**env, **extra_env}, extra_env, log)
         ended = guard.now()
         forks_cpu = child_cpu if child_cpu is not None else 0.0  # the server's forks are not our children
         host = host_cpu_record(host_before, self.cpu_times(), _own_cpu_s() - own_cpu_before + forks_cpu,
@@ -220,14 +219,18 @@ class Runner:
             _add_guard(path, record)
         return Measured(str(path), returncode, duration, summary)
 
-    def _launch(self, command, env, extra_env, log: Path) -> tuple[int, str, float | None]:
-        """Run pytest: a fork of the server, else a new interpreter; (exit status, output, the fork's CPU s or None)."""
+    def _launch(self, pytest_args, env, extra_env, log: Path) -> tuple[int, str, float | None]:
+        """Run pytest: a fork of the server, else a new interpreter; (exit status, output, the fork's CPU s or None).
+
+        ``env``: a new interpreter's whole environment; ``extra_env``: what a fork adds to the server's.
+        """
         if self._server is not None:
             try:
-                child = self._server.run(command[3:], cwd=self.cwd or os.getcwd(), env=extra_env, log=str(log))
+                child = self._server.run(pytest_args, cwd=self.cwd or os.getcwd(), env=extra_env, log=str(log))
                 return child.returncode, log.read_text(encoding="utf8", errors="replace"), child.cpu_s
             except ForkServerError as error:
                 self._give_up_server(error)
+        command = [self.python, "-m", "pytest", *pytest_args]
         try:
             process = subprocess.run(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
@@ -235,6 +238,24 @@ class Runner:
             raise AccountingError(f"cannot start pytest ({command[0]}): {error.strerror or error}") from None
         log.write_text(process.stdout)
         return process.returncode, process.stdout, None
+
+
+@contextlib.contextmanager
+def servers_ready(*runners):
+    """Start every runner's fork server, wait until all have imported, yield, then end them all.
+
+    All before the first run: a server still importing torch is a neighbour to another runner's
+    run (in ``gate ab`` the load guard set aside every first A run while B's server imported).
+    """
+    try:
+        for runner in runners:
+            runner.start()  # side by side
+        for runner in runners:
+            runner.wait_ready()
+        yield runners
+    finally:
+        for runner in runners:
+            runner.close()
 
 
 def _add_guard(path: Path, record: dict) -> None:
