@@ -51,7 +51,7 @@ from accounting.device import (
     synchronize,
     tf32_flags,
 )
-from accounting._checks import check_non_negative
+from accounting._checks import check_non_negative, check_size
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, count_flops as count_fn_flops, counted_total, flops_mismatch
 from accounting.hardware import PEAK_TFLOPS_ENV, TERA, PeakUnknownWarning, cpu_peak_flops, device_peak_flops, dtype_name
@@ -359,6 +359,7 @@ class FlopsBenchmark:
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
                  operands=(), count_fn=None, count_flops: bool | None = None, min_time_s: float = 0.0):
         min_time_s = check_non_negative(min_time_s, "min_time_s")
+        warmup_rounds = check_size(warmup_rounds, "warmup_rounds")  # checked here: with min_time_s they run here
         refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
         device = as_device(device)
         count, given = self._count(fn, flops, count_fn, count_flops)  # untimed, before any round

@@ -124,10 +124,15 @@ def test_fixture_sizes_its_rounds_from_the_warm_calls(monkeypatch, min_time_s):
     assert runner.benchmark.extra_info["min_time_s"] == min_time_s
 
 
-def test_fixture_refuses_a_negative_min_time_before_running_anything():
+@pytest.mark.parametrize("options, message", [
+    pytest.param(dict(min_time_s=-0.5), r"min_time_s must be non-negative, got -0\.5", id="negative-time"),
+    pytest.param(dict(min_time_s=0.2, warmup_rounds=-1), r"warmup_rounds must be a non-negative integer, got -1",
+                 id="negative-warmup"),
+])
+def test_fixture_refuses_bad_timing_options_before_running_anything(options, message):
     ran = []
-    with pytest.raises(AccountingError, match=r"min_time_s must be non-negative, got -0\.5"):
-        _runner()(lambda: ran.append(1), flops=1, dtype="float32", rounds=2, min_time_s=-0.5)
+    with pytest.raises(AccountingError, match=message):
+        _runner()(lambda: ran.append(1), flops=1, dtype="float32", rounds=2, **options)
     assert ran == []
 
 
