@@ -217,18 +217,23 @@ def _suspect_result(**options):
     return result
 
 
-@pytest.mark.parametrize("options", [{}, dict(alpha=0.005, confidence=0.8, metric="median")])
+@pytest.mark.parametrize("options", [
+    pytest.param({}, id="defaults"),
+    pytest.param(dict(confidence=0.99, metric="median"), id="wider-interval"),  # 1.12x up, not 1.11x
+    pytest.param(dict(alpha=0.0002), id="out-of-reach"),  # 8 against 6 runs: the smallest p is 1/3003
+])
 def test_noise_notes_give_each_suspect_its_spread_and_the_smallest_slowdown_it_can_convict(options):
     result = _suspect_result(**options)
     lines = noise_notes(result, current_runs=6, cap_option="--max-pairs")
     spread = statistics.stdev(math.log(value) for value in BASE)
     smallest = smallest_convictable(spread, len(BASE), 6, threshold=0.1, alpha=options.get("alpha", ALPHA),
                                     confidence=options.get("confidence", CONFIDENCE))
-    assert smallest is not None
+    reach = (f"convicts a slowdown from about {smallest:.3g}× up" if smallest is not None
+             else "cannot reach the significance level at all")
     metric = options.get("metric", "min")
     assert lines == [f"{MATMUL}: its 8 baseline runs spread by {spread:.2g} (sd of the logs of their {metric}); with 6 "
-                     f"current runs the gate convicts a slowdown from about {smallest:.3g}× up. Less noise (a quieter "
-                     f"machine, --threads 1) or a larger --max-pairs lowers that"]
+                     f"current runs the gate {reach}. Less noise (a quieter machine, --threads 1) or a larger "
+                     f"--max-pairs lowers that"]
 
 
 def test_noise_notes_say_when_no_number_of_runs_can_reach_the_level():
