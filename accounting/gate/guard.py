@@ -149,9 +149,9 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
     ['other processes used 1 CPUs during the run (limit 0.1)']
     """
     reasons = []
-    foreign = foreign_cpu(host_cpu)
-    if foreign is not None:
-        others, stolen = foreign
+    cpu_time = foreign_cpu(host_cpu)
+    if cpu_time is not None:
+        others, stolen = cpu_time
         limit = foreign_cpu_limit(host_cpu.get("cpus"))
         if others > limit:
             reasons.append(f"other processes used {others:.2g} CPUs during the run (limit {limit:.2g})")
@@ -171,7 +171,7 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
             reasons.append(f"other processes held {memory / 2**30:.1f} GiB on the device {when} the run")
         load = _number(reading, "load_average_1m")
         cpus = _number(reading, "logical_cpus") or 1
-        if load is not None and foreign is None:
+        if load is not None and cpu_time is None:  # the load rule is the fallback, before and after alike
             foreign = load - own
             if foreign > FOREIGN_LOAD_PER_CPU * cpus:
                 reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
