@@ -1,0 +1,131 @@
+"""The load guard (``accounting.gate.guard``): what mutation testing found unchecked (issue 15).
+
+The truths: each limit is "more than" (a run *at* a limit is quiet, a hair above it is not, as the
+module's docstring and the limits' own say); the load average is linear in runnable threads, so the
+gate's own share of it from several runs is the sum of each run's share (the kernel adds each
+thread to the same damped count); a saved run's record must be judged as its readings are when
+handed over one by one.
+"""
+
+import pytest
+
+from accounting.errors import AccountingError
+from accounting.gate.guard import (
+    FOREIGN_CPU_LIMIT,
+    FOREIGN_LOAD_PER_CPU,
+    OTHER_MEMORY_LIMIT_BYTES,
+    STEAL_LIMIT,
+    OwnRun,
+    disturbances,
+    foreign_cpu,
+    own_load,
+    read,
+    recorded_disturbances,
+)
+
+QUIET = {"load_average_1m": 0.2, "logical_cpus": 2, "clock_mhz_mean": 3000.0, "throttle_reasons": []}
+
+
+def _host_cpu(others_cpus: float, stolen_cpus: float = 0.0, wall_s: float = 10.0, cpus: int = 2) -> dict:
+    """A run's ``host_cpu`` record in which other processes used ``others_cpus`` CPUs on average."""
+    own = 15.0
+    return {"busy_s": own + others_cpus * wall_s, "steal_s": stolen_cpus * wall_s, "own_s": own, "wall_s": wall_s,
+            "cpus": cpus}
+
+
+def test_other_processes_at_the_limit_leave_a_run_quiet_and_above_it_disturb_it():
+    assert foreign_cpu(_host_cpu(FOREIGN_CPU_LIMIT))[0] == FOREIGN_CPU_LIMIT  # the limit itself, exactly
+    assert disturbances(None, None, host_cpu=_host_cpu(FOREIGN_CPU_LIMIT)) == []
+    (reason,) = disturbances(None, None, host_cpu=_host_cpu(FOREIGN_CPU_LIMIT + 0.01))
+    assert reason == "other processes used 0.11 CPUs during the run (limit 0.1)"
+
+
+def test_stolen_time_at_the_limit_leaves_a_run_quiet_and_above_it_disturbs_it():
+    assert foreign_cpu(_host_cpu(0.0, STEAL_LIMIT))[1] == STEAL_LIMIT
+    assert disturbances(None, None, host_cpu=_host_cpu(0.0, STEAL_LIMIT)) == []
+    (reason,) = disturbances(None, None, host_cpu=_host_cpu(0.0, 0.06))
+    assert reason == "the hypervisor ran other guests for 0.06 CPUs of the run (limit 0.05)"
+
+
+def test_a_run_shorter_than_a_second_is_still_judged_by_its_cpu_time():
+    short = {"busy_s": 0.6, "steal_s": 0.0, "own_s": 0.5, "wall_s": 0.5, "cpus": 2}
+    assert foreign_cpu(short) == pytest.approx((0.2, 0.0))
+    assert disturbances(None, None, host_cpu=short) == ["other processes used 0.2 CPUs during the run (limit 0.1)"]
+
+
+def test_memory_of_other_processes_at_the_limit_leaves_a_run_quiet():
+    at_limit = dict(QUIET, other_process_memory_bytes=OTHER_MEMORY_LIMIT_BYTES)
+    assert disturbances(at_limit, None) == []
+    above = dict(QUIET, other_process_memory_bytes=OTHER_MEMORY_LIMIT_BYTES + 2**20)
+    assert disturbances(above, None) == ["other processes held 4.0 GiB on the device before the run"]
+
+
+def test_a_foreign_load_at_the_limit_leaves_a_run_quiet():
+    at_limit = dict(QUIET, load_average_1m=FOREIGN_LOAD_PER_CPU * 2)
+    assert disturbances(at_limit, at_limit) == []
+    above = dict(QUIET, load_average_1m=FOREIGN_LOAD_PER_CPU * 2 + 0.1)
+    assert disturbances(above, None) == ["load average 1.1 on 2 CPUs before the run (1.1 not from the gate; limit 1)"]
+
+
+def test_without_the_gates_own_share_all_of_the_load_is_foreign():
+    loaded_after = dict(QUIET, load_average_1m=1.5)
+    assert disturbances(QUIET, loaded_after) == [
+        "load average 1.5 on 2 CPUs after the run (1.5 not from the gate; limit 1)"]
+    assert disturbances(QUIET, loaded_after, own_after=1.0) == []
+
+
+def test_a_reading_without_a_cpu_count_is_judged_as_one_cpu():
+    unknown_cpus = {"load_average_1m": 0.8}
+    assert disturbances(unknown_cpus, None) == [
+        "load average 0.8 on 1 CPUs before the run (0.8 not from the gate; limit 0.5)"]
+
+
+def test_a_missing_before_reading_still_lets_the_after_reading_speak():
+    throttled = dict(QUIET, throttle_reasons=["hw_slowdown", "sw_power_cap"], busy_siblings=["cuda:1", "cuda:2"])
+    assert disturbances(None, throttled) == ["throttled after the run (hw_slowdown, sw_power_cap)",
+                                             "other GPUs busy after the run (cuda:1, cuda:2)"]
+
+
+def test_the_gates_own_share_of_the_load_adds_up_over_its_runs():
+    first = OwnRun(ended=40.0, duration_s=30.0, busy_threads=2.0)
+    second = OwnRun(ended=90.0, duration_s=45.0, busy_threads=1.5)
+    both = own_load([first, second], now=100.0)
+    assert both == pytest.approx(own_load([first], now=100.0) + own_load([second], now=100.0), rel=1e-12)
+    assert own_load([second], now=100.0) < both
+
+
+def test_a_reading_of_a_device_without_telemetry_names_it():
+    with pytest.raises(AccountingError, match="device 'meta' has no telemetry"):
+        read("meta")
+
+
+# A saved run's guard record: each of its parts must reach the rule it belongs to.
+LOADED_BEFORE = dict(QUIET, load_average_1m=1.9)
+LOADED_AFTER = dict(QUIET, load_average_1m=1.9)
+
+
+@pytest.mark.parametrize("record", [
+    pytest.param({"before": QUIET, "after": dict(QUIET, throttle_reasons=["hw_slowdown"])}, id="after-throttled"),
+    pytest.param({"before": LOADED_BEFORE, "after": QUIET, "own_before": 1.2}, id="own-share-before"),
+    pytest.param({"before": QUIET, "after": LOADED_AFTER, "own_after": 1.2}, id="own-share-after"),
+    pytest.param({"before": QUIET, "after": LOADED_AFTER}, id="no-own-share-after"),
+    pytest.param({"before": LOADED_BEFORE, "after": QUIET}, id="no-own-share-before"),
+    pytest.param({"before": QUIET, "after": QUIET, "host_cpu": _host_cpu(0.5)}, id="host-cpu"),
+    pytest.param({"before": QUIET, "after": QUIET, "host_cpu": _host_cpu(0.0)}, id="host-cpu-quiet"),
+])
+def test_a_saved_record_is_judged_as_its_readings_are(record):
+    expected = disturbances(record["before"], record["after"], own_before=record.get("own_before", 0.0),
+                            own_after=record.get("own_after", 0.0), host_cpu=record.get("host_cpu"))
+    assert recorded_disturbances(record) == expected
+
+
+def test_the_records_that_the_guard_must_read_part_by_part_are_not_all_quiet():
+    """The cases above would prove nothing if every one were quiet: these must be disturbed, those not."""
+    assert recorded_disturbances({"before": QUIET, "after": dict(QUIET, throttle_reasons=["hw_slowdown"])})
+    assert recorded_disturbances({"before": QUIET, "after": LOADED_AFTER})
+    assert recorded_disturbances({"before": LOADED_BEFORE, "after": QUIET})
+    assert recorded_disturbances({"before": QUIET, "after": QUIET, "host_cpu": _host_cpu(0.5)})
+    # The host's CPU time, where recorded, decides instead of the load average.
+    assert recorded_disturbances({"before": LOADED_BEFORE, "after": LOADED_AFTER, "host_cpu": _host_cpu(0.0)}) == []
+    assert recorded_disturbances({"before": LOADED_BEFORE, "after": QUIET, "own_before": 1.2}) == []
+    assert recorded_disturbances({"before": QUIET, "after": LOADED_AFTER, "own_after": 1.2}) == []
