@@ -94,7 +94,7 @@ def test_with_the_guard_off_loaded_runs_are_compared_as_they_are():
 
 def test_a_run_disturbed_for_two_reasons_names_both_in_one_note():
     slow_clock_and_loaded = {"before": dict(LOADED["before"], clock_mhz_mean=2500.0),
-                             "after": dict(LOADED["after"], clock_mhz_mean=2500.0), "own_before": 0.0,
+                             "after": dict(QUIET["after"], clock_mhz_mean=2500.0), "own_before": 0.0,
                              "own_after": 0.8}
     result = judge(_runs("base", {MATMUL: BASE}), _runs("odd", {MATMUL: [0.018]}, guard=slow_clock_and_loaded),
                    threshold_for=_ten)
