@@ -42,3 +42,18 @@ def test_the_smallest_counts_are_accepted_and_only_zero_refused():
     smallest = count_flops(lambda: one_by_one @ one_by_one)
     assert counted_total(smallest) == sum(_counted_by_torch(lambda: one_by_one @ one_by_one).values()) == 2
     assert counted_total(FlopCount(1, {"custom": 1})) == 1  # any positive count, however it was made
+
+
+def test_the_seconds_are_the_counted_calls_own_wall_time():
+    """Bracketed by the test's own clock: at least the time the function sleeps, at most the whole call."""
+    import time
+
+    a = torch.ones(4, 4)
+
+    def slow():
+        time.sleep(0.02)
+        return a @ a
+    before = time.perf_counter()
+    count = count_flops(slow)
+    after = time.perf_counter()
+    assert 0.02 <= count.seconds <= after - before
