@@ -147,6 +147,7 @@ def check_step_device(step: TrainingStep, device) -> torch.device:
     """``device`` as a torch device, if the step's model and batch are on it; else an error naming both."""
     device = as_device(device)
     for what, actual in (("model's parameters", step.device), ("tokens", step.tokens.device)):
-        if actual.type != device.type or (device.index is not None and actual.index != device.index):
+        # A CPU tensor's device has no index: "cpu:0" names the same device as "cpu".
+        if actual.type != device.type or (device.index is not None and (actual.index or 0) != device.index):
             raise AccountingError(f"the {what} are on {actual} but device={str(device)!r} was given")
     return device
