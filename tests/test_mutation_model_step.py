@@ -11,7 +11,7 @@ import torch
 from accounting.device import float32_matmul_mode
 from accounting.errors import AccountingError
 from accounting.model_mfu.sizes import model_size
-from accounting.model_mfu.step import TrainingStep, build_training_step, check_step_device
+from accounting.model_mfu.step import LEARNING_RATE, TrainingStep, build_training_step, check_step_device
 
 TINY = model_size("tiny", layers=1, seq=8)
 
@@ -39,7 +39,7 @@ def test_a_negative_seed_is_named():
 
 def test_the_model_and_batch_are_built_on_the_device_asked():
     step = build_training_step(TINY, device="meta")
-    assert step.device.type == "meta" and step.tokens.device.type == "meta"
+    assert step.device.type == "meta" and step.tokens.device.type == "meta" and step.targets.device.type == "meta"
     assert {p.device.type for p in step.model.parameters()} == {"meta"}
 
 
@@ -71,3 +71,18 @@ def test_a_batch_moved_off_the_models_device_is_named():
     with pytest.raises(AccountingError) as caught:
         check_step_device(moved, "cpu")
     assert str(caught.value) == "the tokens are on meta but device='cpu' was given"
+
+
+def test_tokens_and_targets_cover_the_whole_vocabulary():
+    step = build_training_step(model_size("tiny", layers=1, seq=8, vocabulary=2))  # 32 draws from {0, 1}
+    assert set(step.tokens.unique().tolist()) == {0, 1} and set(step.targets.unique().tolist()) == {0, 1}
+
+
+def test_the_first_update_moves_the_weights_by_the_learning_rate():
+    """Adam's first step is lr · m̂ / (√v̂ + ε) = lr · sign(gradient) for every weight with a gradient
+    (AdamW's decay adds lr · 0.01 · weight): the largest move is the learning rate the step was built with."""
+    step = build_training_step(TINY)
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step()
+    moved = max((after.detach() - was).abs().max().item() for after, was in zip(step.model.parameters(), before))
+    assert moved == pytest.approx(LEARNING_RATE, rel=0.05)
