@@ -11,7 +11,15 @@ import torch
 from accounting.device import float32_matmul_mode
 from accounting.errors import AccountingError
 from accounting.model_mfu.sizes import model_size
-from accounting.model_mfu.step import LEARNING_RATE, TrainingStep, build_training_step, check_step_device
+from accounting.model_mfu.step import (
+    LEARNING_RATE,
+    TrainingStep,
+    build_training_step,
+    check_fits,
+    check_step_device,
+    predicted_peak_bytes,
+)
+from accounting.timing import MEMORY_FRACTION
 
 TINY = model_size("tiny", layers=1, seq=8)
 
@@ -86,3 +94,19 @@ def test_the_first_update_moves_the_weights_by_the_learning_rate():
     step()
     moved = max((after.detach() - was).abs().max().item() for after, was in zip(step.model.parameters(), before))
     assert moved == pytest.approx(LEARNING_RATE, rel=0.05)
+
+
+def test_a_step_that_needs_exactly_the_usable_memory_fits_and_with_less_it_does_not():
+    size = model_size("tiny")
+    predicted = predicted_peak_bytes(size, "fp32")
+    free = predicted * 5 // 4  # MEMORY_FRACTION (0.8) of it is exactly the prediction
+    assert MEMORY_FRACTION * free == predicted
+    assert check_fits(size, "fp32", "cpu", free_bytes=free) == predicted
+    with pytest.raises(AccountingError, match="needs .* at its predicted peak, but cpu has"):
+        check_fits(size, "fp32", "cpu", free_bytes=free - 2)
+
+
+def test_a_negative_free_memory_is_named():
+    with pytest.raises(AccountingError) as caught:
+        check_fits(TINY, "fp32", "cpu", free_bytes=-1)
+    assert str(caught.value) == "free_bytes must be a non-negative integer, got -1"
