@@ -1,0 +1,49 @@
+"""Saved runs and the baseline chosen from them (``accounting.gate.storage``): what mutation testing found
+unchecked (issue 15).
+
+The truths: which identity fields the plugin's own ``machine_mismatch`` compares for the device
+kinds given (CPU benchmarks: the host CPU; GPU ones: the accelerator), pytest-benchmark's folder
+per machine id, and whole messages a user acts on.
+"""
+
+import pytest
+
+from accounting.errors import AccountingError
+from accounting.gate.storage import choose_baseline, hardware_difference, machine_id, run_files
+from accounting.pytest_plugin import machine_mismatch
+from tests.gate_runs import CPU, MATMUL, OTHER_CPU, document, write
+
+GPU_HOST = dict(CPU, accelerator="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132,
+                gpu_memory_bytes=80 * 2**30)
+SAME_GPU_OTHER_HOST = dict(OTHER_CPU, accelerator="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132,
+                           gpu_memory_bytes=80 * 2**30)
+
+
+def test_the_kinds_compared_decide_which_hardware_counts(tmp_path):
+    """The same GPU in another host: CPU benchmarks cannot use its runs, GPU benchmarks can."""
+    assert machine_mismatch(GPU_HOST, SAME_GPU_OTHER_HOST, {"cpu"}) and not machine_mismatch(
+        GPU_HOST, SAME_GPU_OTHER_HOST, {"cuda"})
+    assert hardware_difference(GPU_HOST, SAME_GPU_OTHER_HOST, {"cpu"}) == (
+        "cpu_model 'Intel Xeon', here 'AMD EPYC', cpu_cores 4, here 2")
+    assert hardware_difference(GPU_HOST, SAME_GPU_OTHER_HOST, {"cuda"}) == ""
+    paths = [write(tmp_path, "0001_run.json", document({MATMUL: 0.015}, machine=SAME_GPU_OTHER_HOST))]
+    assert [run.label for run in choose_baseline(paths, GPU_HOST, 1, kinds={"cuda"}).runs] == ["0001_run.json"]
+    with pytest.raises(AccountingError) as caught:
+        choose_baseline(paths, GPU_HOST, 1, kinds={"cpu"})
+    assert str(caught.value) == ("no usable baseline run: 0001_run.json: other hardware (cpu_model 'Intel Xeon', here "
+                                 "'AMD EPYC', cpu_cores 4, here 2); save baselines on this machine kind, on a quiet "
+                                 "machine, first")
+
+
+def test_a_baseline_of_one_run_is_the_newest(tmp_path):
+    paths = [write(tmp_path, f"{number:04}_run.json", document({MATMUL: 0.015})) for number in (1, 2, 3)]
+    assert [run.label for run in choose_baseline(paths, CPU, 1).runs] == ["0003_run.json"]
+
+
+def test_run_files_look_in_the_folder_of_the_machine_named(tmp_path):
+    other = "Other-Interpreter-64bit"
+    assert other != machine_id()
+    write(tmp_path / other, "0001_a.json", document({MATMUL: 0.015}))
+    write(tmp_path / machine_id(), "0001_here.json", document({MATMUL: 0.015}))
+    assert [path.name for path in run_files(tmp_path, other)] == ["0001_a.json"]
+    assert [path.name for path in run_files(tmp_path)] == ["0001_here.json"]
