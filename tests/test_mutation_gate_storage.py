@@ -9,7 +9,7 @@ per machine id, and whole messages a user acts on.
 import pytest
 
 from accounting.errors import AccountingError
-from accounting.gate.storage import choose_baseline, hardware_difference, machine_id, run_files
+from accounting.gate.storage import choose_baseline, hardware_difference, load_run, machine_id, run_files
 from accounting.pytest_plugin import machine_mismatch
 from tests.gate_runs import CPU, MATMUL, OTHER_CPU, document, write
 
@@ -47,3 +47,13 @@ def test_run_files_look_in_the_folder_of_the_machine_named(tmp_path):
     write(tmp_path / machine_id(), "0001_here.json", document({MATMUL: 0.015}))
     assert [path.name for path in run_files(tmp_path, other)] == ["0001_a.json"]
     assert [path.name for path in run_files(tmp_path)] == ["0001_here.json"]
+
+
+@pytest.mark.parametrize("stats", ["fast", [0.1, 0.2], None])
+def test_stats_that_are_not_a_mapping_are_named_as_missing_rounds(tmp_path, stats):
+    data = document({MATMUL: 0.015})
+    data["benchmarks"][0]["stats"] = stats
+    with pytest.raises(AccountingError) as caught:
+        load_run(write(tmp_path, "0001_run.json", data))
+    assert str(caught.value).endswith(f"0001_run.json: benchmark {MATMUL} has no raw rounds (stats.data); save runs "
+                                      "with --benchmark-save-data")
