@@ -57,3 +57,28 @@ def test_stats_that_are_not_a_mapping_are_named_as_missing_rounds(tmp_path, stat
         load_run(write(tmp_path, "0001_run.json", data))
     assert str(caught.value).endswith(f"0001_run.json: benchmark {MATMUL} has no raw rounds (stats.data); save runs "
                                       "with --benchmark-save-data")
+
+
+def test_a_run_keeps_its_date_each_benchmarks_name_and_drops_malformed_extras(tmp_path):
+    data = document({MATMUL: 0.015})
+    data["benchmarks"][0]["extra_info"] = "not a mapping"
+    data["accounting_gate"] = ["not", "a", "mapping"]
+    run = load_run(write(tmp_path, "0001_run.json", data))
+    assert run.datetime == data["datetime"] and run.guard is None
+    bench = run.benchmarks[MATMUL]
+    assert bench.name == MATMUL and bench.extra_info == {} and bench.kind is None
+
+
+@pytest.mark.parametrize("change, message", [
+    pytest.param(lambda data: data.update(machine_info=["x"]), "no machine_info['accounting'], so it cannot be shown to "
+                 "come from this hardware; save runs with the accounting package installed", id="machine-info-list"),
+    pytest.param(lambda data: data["benchmarks"].insert(0, "x"), "benchmarks[0] has no 'fullname'", id="entry-text"),
+    pytest.param(lambda data: data["benchmarks"][0].update(fullname=""), "benchmarks[0] has no 'fullname'",
+                 id="empty-fullname"),
+])
+def test_malformed_entries_are_named_whole(tmp_path, change, message):
+    data = document({MATMUL: 0.015})
+    change(data)
+    with pytest.raises(AccountingError) as caught:
+        load_run(write(tmp_path, "0001_run.json", data))
+    assert str(caught.value) == f"{tmp_path / '0001_run.json'}: {message}"
