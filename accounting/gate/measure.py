@@ -186,7 +186,6 @@ class Runner:
         log = workdir / f"{name}.log"
         self.wait_ready()  # before the clock starts: a run's time is pytest's, not the server's imports
         started, cpu_started = guard.now(), _children_cpu_s()
-        command = [self.python, "-m", "pytest", *pytest_args]
         returncode, stdout, child_cpu = self._launch(pytest_args, {**env, **extra_env}, extra_env, log)
         ended = guard.now()
         forks_cpu = child_cpu if child_cpu is not None else 0.0  # the server's forks are not our children
@@ -202,7 +201,7 @@ class Runner:
         summary = lines[-1].strip("= ") if lines else ""
         if returncode not in PYTEST_OK or not output.is_file():
             raise AccountingError(f"pytest exited {returncode} without benchmark results: {summary!r} (the "
-                                  f"command: {' '.join(command)}; its output: {log})")
+                                  f"command: {' '.join(self._command(pytest_args))}; its output: {log})")
         if returncode == 1:
             self.notes.append(f"{name}: some tests failed ({summary}); their benchmarks are not in the run")
         record = {"before": before, "after": after, "own_before": own_before, "own_after": own_after,
@@ -219,6 +218,10 @@ class Runner:
             _add_guard(path, record)
         return Measured(str(path), returncode, duration, summary)
 
+    def _command(self, pytest_args) -> list[str]:
+        """The new-interpreter command line for ``pytest_args`` (also what an error shows for a fork)."""
+        return [self.python, "-m", "pytest", *pytest_args]
+
     def _launch(self, pytest_args, env, extra_env, log: Path) -> tuple[int, str, float | None]:
         """Run pytest: a fork of the server, else a new interpreter; (exit status, output, the fork's CPU s or None).
 
@@ -230,7 +233,7 @@ class Runner:
                 return child.returncode, log.read_text(encoding="utf8", errors="replace"), child.cpu_s
             except ForkServerError as error:
                 self._give_up_server(error)
-        command = [self.python, "-m", "pytest", *pytest_args]
+        command = self._command(pytest_args)
         try:
             process = subprocess.run(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
