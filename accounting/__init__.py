@@ -72,8 +72,14 @@ from accounting.flop_count import FlopCount, count_flops
 from accounting.memory import DtypeInfo, dtype_info, format_name, same_storage, storage_bytes, tensor_bytes
 from accounting.strides import contiguous_strides, element_offset, is_contiguous, view_strides
 from accounting.live_memory import LiveTensorBytes
-from accounting.model_flops import TrainingTime, TransformerFlops, training_flops, training_time, transformer_flops
-from accounting.training import (
+from accounting.transformer_flops import (
+    TrainingTime,
+    TransformerFlops,
+    training_flops,
+    training_time,
+    transformer_flops,
+)
+from accounting.training_memory import (
     OPTIMIZERS,
     PRECISION_POLICIES,
     PrecisionPolicy,
@@ -88,7 +94,9 @@ from accounting.training import (
     transformer_training_memory,
 )
 from accounting.transformer import TransformerConfig
-from accounting.benchconfig import BenchConfig, load_benchmarks
-from accounting.device import DeviceInfo, detect_device, synchronize
-from accounting.hardware import PeakUnknownWarning, cpu_peak_flops, device_peak_flops, peak_bandwidth, peak_flops
+from accounting.bench.matrix import BenchConfig, load_benchmarks
+from accounting.hardware.devices import DeviceInfo, detect_device
+from accounting.hardware.clocks import synchronize
+from accounting.hardware.peaks import PeakUnknownWarning, device_peak_flops, peak_bandwidth, peak_flops
+from accounting.hardware.cpu_peak import cpu_peak_flops
 from accounting.timing import MatmulCase, Timing, matmul_case, time_fn, time_matmul

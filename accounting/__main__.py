@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+from accounting.console import OneLineParser
 from accounting.gate import cli as gate_cli
 from accounting.fleet import cli as fleet_cli
 from accounting.report import cli as report_cli
@@ -26,8 +27,8 @@ EXIT_BROKEN_PIPE = 141
 
 def build_parser():
     """``accounting`` with its sub-commands."""
-    parser = report_cli.OneLineParser(prog=report_cli.PROG, description="PyTorch resource accounting.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=report_cli.OneLineParser)
+    parser = OneLineParser(prog=report_cli.PROG, description="PyTorch resource accounting.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
     report = commands.add_parser("report", help="measure matmul FLOP/s and memory bandwidth; judge the machine",
                                  description=report_cli.DESCRIPTION, epilog=report_cli.EPILOG)

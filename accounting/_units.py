@@ -4,6 +4,11 @@
 ('16.00 GiB', '6.30e+24 FLOPs', '143.9 days')
 """
 
+TERA = 1e12
+"""FLOP/s per TFLOP/s (and bytes/s per TB/s): one definition for the package."""
+GB = 1e9
+"""Bytes per GB: bandwidths are quoted in decimal units, as vendors do."""
+
 _BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 _DURATIONS = (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60))

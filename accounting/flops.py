@@ -104,6 +104,17 @@ def mfu(flops, seconds, peak_flops_per_second) -> float:
     return flops / seconds / peak
 
 
+def achieved_mfu(flops: int, seconds: float, peak: float | None) -> float | None:
+    """MFU, or ``None`` when the peak is unknown (never a made-up figure).
+
+    >>> achieved_mfu(10**12, 1.0, 2e12), achieved_mfu(10**12, 1.0, None)
+    (0.5, None)
+    """
+    if peak is None or (isinstance(peak, float) and math.isnan(peak)):
+        return None
+    return mfu(flops, seconds, peak)
+
+
 # ---- einsum -------------------------------------------------------------------------
 
 _ELLIPSIS = "..."

@@ -4,7 +4,7 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 
 1. Warm up: the first calls create cuBLAS handles, pick kernels and fault pages in.
 2. Time each repetition separately with the device's clock
-   (:func:`accounting.device.clock_for`): CUDA events on a GPU, ``perf_counter``
+   (:func:`accounting.hardware.clocks.clock_for`): CUDA events on a GPU, ``perf_counter``
    after a synchronize on the CPU — never a host clock around unfinished GPU work.
    On a GPU a short spin is queued first, so the start event waits behind it and the
    host's launch of the call is not timed.
@@ -30,13 +30,15 @@ import torch
 from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
-from accounting.device import TIMED_KINDS, as_device, clock_for, detect_device, float32_matmul_mode, timed_device
+from accounting.hardware.devices import TIMED_KINDS, as_device, detect_device, timed_device
+from accounting.hardware.clocks import clock_for
+from accounting.hardware.precision import float32_matmul_mode
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops as count_fn_flops, counted_total, flops_mismatch
 from accounting.flops import matmul_flops, mfu
-from accounting.hardware import last_level_cache_bytes
+from accounting.hardware.peaks import last_level_cache_bytes
 from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
-from accounting.native_dtypes import native_matmul
+from accounting.hardware.native import native_matmul
 
 WARMUP_CALLS = 3
 """Untimed calls first: handle creation, kernel selection, page faults."""
@@ -147,9 +149,9 @@ def time_fn(
 ) -> Timing:
     """Time ``fn()`` on ``device``: warm-up calls, then each call timed on the device's clock.
 
-    ``clock`` defaults to :func:`accounting.device.clock_for` ``(device)``; anything with
+    ``clock`` defaults to :func:`accounting.hardware.clocks.clock_for` ``(device)``; anything with
     ``synchronize``, ``mark``, ``elapsed`` and ``flush_cache`` works (and ``occupy``, called
-    before each repetition, where it has one: see :class:`accounting.device.EventClock`).
+    before each repetition, where it has one: see :class:`accounting.hardware.clocks.EventClock`).
 
     FLOPs (:mod:`accounting.flop_count`): before any timing, one call is counted with
     ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta`` tensors, say),
@@ -293,7 +295,7 @@ def _float32_mode(device, *dtypes):
 def flush_bytes(device) -> int:
     """Bytes of cache a flush must overwrite on ``device``: its last-level cache (0 on a CPU).
 
-    :func:`accounting.hardware.last_level_cache_bytes` of the detected device: the L2 torch
+    :func:`accounting.hardware.peaks.last_level_cache_bytes` of the detected device: the L2 torch
     reports, or a larger cache the table knows (MI300X's 256 MB Infinity Cache behind a 4 MB L2).
 
     >>> flush_bytes("cpu")
@@ -328,7 +330,7 @@ class MatmulCase:
 
     ``fn()`` runs the product (float32 and tf32 on CUDA set the TF32 flag explicitly
     for the call and restore it); ``flops`` is its work; ``operands`` are the inputs.
-    ``runs_as`` is the dtype that actually runs (:attr:`accounting.native_dtypes.NativeMatmul.runs_as`):
+    ``runs_as`` is the dtype that actually runs (:attr:`accounting.hardware.native.NativeMatmul.runs_as`):
     the fp8 variant the device supports (``float8_e4m3fnuz`` on gfx942), else ``dtype``.
     """
 
@@ -401,7 +403,7 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
     - float8 (e4m3 or e5m2): ``torch._scaled_mm`` with its layout rules — mat2
       column-major, K and N divisible by 16, float32 scale tensors, ``out_dtype``
       bfloat16 — in the variant the device runs
-      (:func:`accounting.native_dtypes.native_matmul`): ``float8_e4m3fn``/``float8_e5m2``
+      (:func:`accounting.hardware.native.native_matmul`): ``float8_e4m3fn``/``float8_e5m2``
       on NVIDIA (and gfx950) and the CPU, the fnuz formats on gfx942 (MI300X), whatever
       variant was asked for; ``runs_as`` records it. A device with no fp8 matmul raises,
       saying why. e5m2 × e5m2 is not a cuBLASLt combination, so the e5m2 case is
@@ -466,14 +468,3 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
             return torch.matmul(a, b, out=out)
 
     return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, out), runs_as)
-
-
-def achieved_mfu(flops: int, seconds: float, peak: float | None) -> float | None:
-    """MFU, or ``None`` when the peak is unknown (never a made-up figure).
-
-    >>> achieved_mfu(10**12, 1.0, 2e12), achieved_mfu(10**12, 1.0, None)
-    (0.5, None)
-    """
-    if peak is None or (isinstance(peak, float) and math.isnan(peak)):
-        return None
-    return mfu(flops, seconds, peak)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from accounting.device import DeviceInfo
+from accounting.hardware.devices import DeviceInfo
 
 GIB = 2**30
 

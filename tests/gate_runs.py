@@ -4,7 +4,7 @@ import json
 
 CPU = {"accelerator": None, "torch": "2.13.0+cpu", "cpu_model": "AMD EPYC", "cpu_cores": 2}
 OTHER_CPU = dict(CPU, cpu_model="Intel Xeon", cpu_cores=4)
-MATMUL = "tests/test_bench_matmul.py::test_cpu_matmul[float32-1024x1024x1024]"
+MATMUL = "tests/benchmarks/test_matmul.py::test_cpu_matmul[float32-1024x1024x1024]"
 COPY = "tests/test_bench_copy.py::test_copy"
 
 

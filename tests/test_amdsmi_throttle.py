@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accounting._telemetry_gpu import (
+from accounting.telemetry.gpu import (
     AmdSmiBackend,
     decode_indep_throttle_status,
     decode_violation_status,
     open_gpu_backend,
 )
-from accounting.telemetry import Sampler, summarise
+from accounting.telemetry.sampler import Sampler, summarise
 from tests.fake_nvml import FakeTime
 
 # Bit positions written out from the Linux amdgpu header (drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h,

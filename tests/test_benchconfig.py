@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from accounting.benchconfig import BENCHMARKS_ENV, default_benchmarks_path, load_benchmarks, parse_benchmarks
+from accounting.bench.matrix import BENCHMARKS_ENV, default_benchmarks_path, load_benchmarks, parse_benchmarks
 from accounting.errors import AccountingError
-from accounting.device import DeviceInfo
-from accounting.hardware import chip_row, find_chip
+from accounting.hardware.devices import DeviceInfo
+from accounting.hardware.peaks import chip_row, find_chip
 from tests.cli_runs import edited
 
 SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
@@ -47,7 +47,7 @@ def test_the_shipped_file_is_valid_and_complete():
 
 
 def find_chip_row_exists(row: str) -> bool:
-    from accounting.hardware import _CHIPS
+    from accounting.hardware.peaks import _CHIPS
 
     return any(chip.row == row for chip in _CHIPS.values())
 
@@ -180,16 +180,16 @@ def test_default_path_honours_the_environment(tmp_path, monkeypatch):
 
 
 def test_default_path_falls_back_from_cwd_to_source_tree_to_installed_copy(tmp_path, monkeypatch):
-    import accounting.benchconfig as benchconfig
+    import accounting.bench.matrix as benchconfig
 
     monkeypatch.delenv(BENCHMARKS_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    source_tree = Path(benchconfig.__file__).resolve().parent.parent / "benchmarks.json"
+    source_tree = Path(benchconfig.__file__).resolve().parents[2] / "benchmarks.json"
     assert default_benchmarks_path() == source_tree  # a checkout or an editable install
     (tmp_path / "benchmarks.json").write_text("{}")
     assert default_benchmarks_path() == tmp_path / "benchmarks.json"  # the project you run in wins
     (tmp_path / "benchmarks.json").unlink()
-    monkeypatch.setattr(benchconfig, "__file__", str(tmp_path / "site-packages" / "accounting" / "benchconfig.py"))
+    monkeypatch.setattr(benchconfig, "__file__", str(tmp_path / "site-packages" / "accounting" / "bench" / "matrix.py"))
     assert default_benchmarks_path() == benchconfig.INSTALLED_BENCHMARKS  # a wheel install's data file
 
 

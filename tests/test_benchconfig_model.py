@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from accounting.benchconfig import load_benchmarks, parse_benchmarks
+from accounting.bench.matrix import load_benchmarks, parse_benchmarks
 from accounting.errors import AccountingError
 from accounting.model_mfu import MODEL_SIZES, STEP_POLICIES
 from tests.cli_runs import edited

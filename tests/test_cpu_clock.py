@@ -1,17 +1,17 @@
-"""accounting._cpu_clock: the clock under vector load, held against a measured FMA ceiling on this machine."""
+"""accounting.hardware.cpu_clock: the clock under vector load, held against a measured FMA ceiling on this machine."""
 
 import pytest
 
-from accounting import _cpu_clock
-from accounting._cpu_clock import (
+from accounting.hardware import cpu_clock as _cpu_clock
+from accounting.hardware.cpu_clock import (
     VectorClock,
     measure_fma_ceiling,
     measure_vector_clock,
     vector_clock_supported,
     vector_isa,
 )
-from accounting.device import cpu_flags, cpu_vendor
-from accounting.hardware import cpu_flops_per_cycle
+from accounting.hardware.cpu_facts import cpu_flags, cpu_vendor
+from accounting.hardware.cpu_peak import cpu_flops_per_cycle
 
 
 def test_the_vector_clock_peak_matches_a_measured_fma_ceiling_within_5_percent():

@@ -3,7 +3,7 @@ in the test id, so each GPU keeps its own baseline. Tested with faked device cou
 
 import pytest
 
-from accounting import pytest_plugin
+from accounting.bench import skips as pytest_plugin
 
 
 class FakeConfig:
@@ -44,7 +44,7 @@ def test_each_gpu_is_its_own_test_id(monkeypatch):
 
 def test_the_gpu_benchmarks_are_collected_once_per_device(pytestconfig, monkeypatch):
     """The matmul benchmark module's own parametrization, with three fake GPUs."""
-    import test_bench_matmul
+    from tests.benchmarks import test_matmul as test_bench_matmul
 
     monkeypatch.setattr(pytest_plugin, "cuda_device_names", lambda: ["GPU"] * 3)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting.__main__ import main
-from accounting.benchconfig import DEFAULT_STRAGGLER_FRACTION, parse_benchmarks
+from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION, parse_benchmarks
 from accounting.errors import AccountingError
 from accounting.fleet import collectives, launch, verdict
 from accounting.fleet.gather import hung_ranks
@@ -311,7 +311,7 @@ class _FakeProperties:
     pytest.param({}, (None, None), id="nothing"),
 ])
 def test_uuid_and_bus_id_from_torchs_device_properties(fields, expected, monkeypatch):
-    from accounting import device
+    from accounting.hardware import devices as device
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: _FakeProperties(**fields))
     monkeypatch.setattr(torch.version, "hip", None)

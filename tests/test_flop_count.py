@@ -15,10 +15,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from accounting import AccountingError, AccountingTypeError, einsum_flops, matmul_flops, time_fn
-from accounting import pytest_plugin as plugin
-from accounting.device import DeviceInfo, HostClock
+from accounting.bench import fixture as plugin
+from accounting.hardware.devices import DeviceInfo
+from accounting.hardware.clocks import HostClock
 from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops, flops_mismatch
-from accounting.pytest_plugin import FlopsBenchmark
+from accounting.bench.fixture import FlopsBenchmark
 from tests.strategies import einsum_cases
 from tests.test_plugin import FakeBenchmark
 from tests.test_timing import Recorder
@@ -173,7 +174,7 @@ def test_flops_benchmark_counts_a_meta_version_and_reports_a_mismatch():
     extra = runner.benchmark.extra_info
     assert extra["flops_source"] == "given" and extra["flops_counted"] == matmul_flops((32, 64), (64, 32))
     assert extra["flops_mismatch"].startswith("flops=10 given, but FlopCounterMode counted 131072 in count_fn")
-    summary = runner.config.stash[plugin._SUMMARY]
+    summary = runner.config.stash[plugin.SUMMARY]
     assert any("FLOPs mismatch: flops=10 given" in line for line in summary)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from accounting.benchconfig import load_benchmarks
+from accounting.bench.matrix import load_benchmarks
 from accounting.errors import AccountingError
 from accounting.gate import cli
 from accounting.gate.ab import AB_CONFIDENCE, Trees, gate_ab, tree_environment

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from accounting.benchconfig import parse_benchmarks
+from accounting.bench.matrix import parse_benchmarks
 from accounting.errors import AccountingError
 
 DOCUMENT = {
@@ -20,7 +20,7 @@ DOCUMENT = {
     pytest.param("cpu", None, 10.0, id="default"),
     pytest.param(None, "tests/t.py::test_x", 10.0, id="unknown-kind"),
     pytest.param("cuda", "tests/t.py::test_gpu_matmul[bfloat16-8192x8192x8192]", 5.0, id="per-kind"),
-    pytest.param("cpu", "tests/test_bench_matmul.py::test_cpu_matmul[float16-1024x1024x1024]", 20.0, id="by-name"),
+    pytest.param("cpu", "tests/benchmarks/test_matmul.py::test_cpu_matmul[float16-1024x1024x1024]", 20.0, id="by-name"),
     pytest.param("cuda", "tests/test_other.py::test_copy", 30.0, id="by-fullname-beats-kind"),
     pytest.param("cpu", "tests/elsewhere.py::test_copy", 10.0, id="fullname-is-exact"),
 ])

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from accounting.gate import error_rates
+from studies import gate_error_rates as error_rates
 
 
 def _module_source(rounds: int) -> str:

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from accounting import _telemetry_cpu
+from accounting.telemetry import cpu as _telemetry_cpu
 from accounting.gate import cli
 from accounting.gate.guard import FOREIGN_CPU_LIMIT, STEAL_LIMIT, disturbances, foreign_cpu, foreign_cpu_limit
 from accounting.gate.measure import THREAD_VARIABLES, Runner, host_cpu_record
 from accounting.gate.storage import GUARD_KEY, load_run
-from accounting.telemetry import host_cpu_times
+from accounting.telemetry.sampler import host_cpu_times
 from tests.cli_runs import run_main
 from tests.gate_runs import QUIET
 
@@ -176,10 +176,10 @@ def test_threads_option_reaches_the_runner_and_bad_counts_are_one_line(action, t
 
 def test_a_measured_vm_clock_decides_nothing_a_reported_one_does():
     """The FMA-timed clock of a VM swings with the host's other tenants; cpufreq/NVML clocks are the device's word."""
-    from accounting._telemetry_cpu import MEASURED_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE
+    from accounting.telemetry.cpu import WINDOW_VECTOR_CLOCK_SOURCE, WINDOW_SCALAR_CLOCK_SOURCE
     from accounting.gate.guard import clock_mismatch, run_clock_mhz
 
-    for source, counts in ((MEASURED_CLOCK_SOURCE, False), (SCALAR_CLOCK_SOURCE, False),
+    for source, counts in ((WINDOW_VECTOR_CLOCK_SOURCE, False), (WINDOW_SCALAR_CLOCK_SOURCE, False),
                            ("cpufreq scaling_cur_freq", True), (None, True)):
         before = dict(QUIET["before"], clock_mhz_mean=2037.0, clock_source=source)
         after = dict(QUIET["after"], clock_mhz_mean=2911.0, clock_source=source)

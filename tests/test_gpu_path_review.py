@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accounting import device as device_module
+from accounting.hardware import devices as device_module
 from accounting import timing
-from accounting.device import UNREPORTED_CACHE_BYTES, detect_device, l2_cache_bytes
+from accounting.hardware.devices import UNREPORTED_CACHE_BYTES, detect_device, l2_cache_bytes
 from accounting.report.measure import MatmulTimer
 
 GIB = 2**30
@@ -77,8 +77,8 @@ def test_out_of_memory_is_recognised_without_the_torch_2_5_alias(monkeypatch):
 
 # ---- items 4 and 6: TF32 set the new way (torch >= 2.9) ---------------------------------------
 
-from accounting.device import float32_matmul_mode, tf32_enabled  # noqa: E402
-from accounting.pytest_plugin import accounting_machine_info  # noqa: E402
+from accounting.hardware.precision import float32_matmul_mode, tf32_enabled  # noqa: E402
+from accounting.bench.identity import accounting_machine_info  # noqa: E402
 
 FP32_FLAGS = [("generic", "all")] + [(backend, op) for backend in ("cuda", "mkldnn") for op in ("all", "matmul", "conv", "rnn")]
 LINKED = (("cuda", "matmul"), ("mkldnn", "matmul"))  # what set_float32_matmul_precision writes (ATen Context.cpp)
@@ -163,8 +163,8 @@ def test_float32_matmul_mode_keeps_both_apis_consistent_and_restores_exactly(tf3
 
 import warnings  # noqa: E402
 
-from accounting.device import DeviceInfo  # noqa: E402
-from accounting.hardware import PeakUnknownWarning, chip_row, find_chip, peak_bandwidth, peak_flops  # noqa: E402
+from accounting.hardware.devices import DeviceInfo  # noqa: E402
+from accounting.hardware.peaks import PeakUnknownWarning, chip_row, find_chip, peak_bandwidth, peak_flops  # noqa: E402
 
 GFX942 = "gfx942:sramecc+:xnack-"
 
@@ -193,7 +193,7 @@ def test_rocm_arch_is_used_only_when_the_name_says_nothing(name, arch, row, bf16
 
 def test_every_gfx942_row_has_a_chip_floor_like_mi300x():
     """A healthy MI300A/MI325X (best bf16 about half of spec, as MI300X) must not read "below floor"."""
-    from accounting.benchconfig import load_benchmarks
+    from accounting.bench.matrix import load_benchmarks
 
     config = load_benchmarks()
     for row in ("MI300A", "MI325X"):
@@ -257,7 +257,7 @@ def test_blas_allocation_failures_count_as_out_of_memory(monkeypatch, message):
 
 
 def test_toggling_ecc_on_a_gddr_card_is_the_same_card():
-    from accounting.pytest_plugin import machine_mismatch
+    from accounting.bench.identity import machine_mismatch
 
     a10 = {"accelerator": "NVIDIA A10", "compute_capability": "8.6", "sm_count": 72, "gpu_memory_bytes": 24 * GIB}
     ecc_on = {**a10, "gpu_memory_bytes": 24 * GIB * 15 // 16}

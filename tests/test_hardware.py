@@ -8,26 +8,24 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accounting import device as device_module
-from accounting import hardware as hardware_module
-from accounting._cpu_clock import VectorClock, measure_cpu_ghz
-from accounting.device import cpu_flags
+from accounting.hardware import cpu_clock, cpu_facts, cpu_peak, devices, peaks
+from accounting.hardware.cpu_clock import VectorClock, measure_cpu_ghz
+from accounting.hardware.cpu_facts import cpu_flags
 from accounting.timing import time_matmul
-from accounting.device import DeviceInfo, cpu_clock_ghz, detect_device, physical_cores
+from accounting.hardware.devices import DeviceInfo, detect_device
+from accounting.hardware.cpu_clock import cpu_clock_ghz
+from accounting.hardware.cpu_facts import physical_cores
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.hardware import (
+from accounting.hardware.peaks import (
     PEAK_TFLOPS_ENV,
     PeakUnknownWarning,
     chip_row,
-    cpu_flops_per_cycle,
-    cpu_matmul_path,
-    cpu_native_paths,
-    cpu_peak_flops,
     device_peak_flops,
     find_chip,
     peak_bandwidth,
     peak_flops,
 )
+from accounting.hardware.cpu_peak import cpu_flops_per_cycle, cpu_matmul_path, cpu_native_paths, cpu_peak_flops
 
 # Every device-name string of the reference (shared/reference/accelerators.md), with the row it
 # belongs to and that row's FP32 / TF32 / BF16 / FP8 / INT8 dense figures (TFLOP/s, TOPS) and
@@ -240,16 +238,16 @@ def fake_cpu(tmp_path, monkeypatch):
              measured_ghz=None, vector=None):
         text = "\n".join(CPUINFO.format(p=p, model=model, core=p // 2, mhz=mhz[p]) for p in range(4))
         (tmp_path / "cpuinfo").write_text(text)
-        device_module._parsed_cpuinfo.cache_clear()  # parsed once per path and process: reread the new text
-        monkeypatch.setattr(device_module, "_PROC_CPUINFO", tmp_path / "cpuinfo")
+        cpu_facts._parsed_cpuinfo.cache_clear()  # parsed once per path and process: reread the new text
+        monkeypatch.setattr(cpu_facts, "PROC_CPUINFO", tmp_path / "cpuinfo")
         cpufreq = tmp_path / "cpuinfo_max_freq"
         if cpufreq_khz is not None:
             cpufreq.write_text(f"{cpufreq_khz}\n")
-        monkeypatch.setattr(device_module, "_CPUFREQ_MAX", cpufreq)
-        monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-        monkeypatch.delenv(device_module.CPU_GHZ_ENV, raising=False)
-        monkeypatch.setattr(device_module, "measured_cpu_ghz", lambda: measured_ghz)
-        monkeypatch.setattr(device_module, "measured_vector_clock", lambda: vector)
+        monkeypatch.setattr(cpu_clock, "_CPUFREQ_MAX", cpufreq)
+        monkeypatch.setattr(cpu_facts.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+        monkeypatch.delenv(cpu_clock.CPU_GHZ_ENV, raising=False)
+        monkeypatch.setattr(cpu_clock, "measured_cpu_ghz", lambda: measured_ghz)
+        monkeypatch.setattr(cpu_clock, "measured_vector_clock", lambda: vector)
     return make
 
 
@@ -260,13 +258,13 @@ def test_clock_prefers_cpufreq_max(fake_cpu):
 
 def test_clock_is_measured_where_cpufreq_is_hidden(fake_cpu):
     fake_cpu(model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", measured_ghz=3.456)
-    assert cpu_clock_ghz() == (3.46, device_module.MEASURED_CLOCK_SOURCE)
+    assert cpu_clock_ghz() == (3.46, cpu_clock.SCALAR_CLOCK_SOURCE)
 
 
 def test_clock_under_vector_load_comes_before_cpufreq_and_the_scalar_one_stays_beside_it(fake_cpu):
     vector = VectorClock(ghz=3.123, per_core_ghz=(3.1, 3.146), isa="AVX-512", latency_cycles=4)
     fake_cpu(cpufreq_khz=3900000, measured_ghz=3.456, vector=vector)
-    assert cpu_clock_ghz() == (3.12, device_module.VECTOR_CLOCK_SOURCE)
+    assert cpu_clock_ghz() == (3.12, cpu_clock.VECTOR_CLOCK_SOURCE)
     info = detect_device("cpu")
     assert (info.clock_ghz, info.scalar_clock_ghz) == (3.12, 3.46)
 
@@ -303,9 +301,9 @@ def test_clock_falls_back_to_the_highest_cpu_mhz(fake_cpu):
 
 def test_clock_override_from_environment(fake_cpu, monkeypatch):
     fake_cpu(cpufreq_khz=3900000)
-    monkeypatch.setenv(device_module.CPU_GHZ_ENV, "3.1")
+    monkeypatch.setenv(cpu_clock.CPU_GHZ_ENV, "3.1")
     assert cpu_clock_ghz() == (3.1, "$ACCOUNTING_CPU_GHZ")
-    monkeypatch.setenv(device_module.CPU_GHZ_ENV, "fast")
+    monkeypatch.setenv(cpu_clock.CPU_GHZ_ENV, "fast")
     with pytest.raises(AccountingError, match=r"^\$ACCOUNTING_CPU_GHZ must be a positive number of GHz, got 'fast'"):
         cpu_clock_ghz()
 
@@ -313,24 +311,24 @@ def test_clock_override_from_environment(fake_cpu, monkeypatch):
 def test_physical_cores_count_smt_siblings_once(fake_cpu, monkeypatch):
     fake_cpu()
     assert physical_cores() == 2
-    monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cpu_facts.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert physical_cores() == 1  # both allowed CPUs are threads of core 0
 
 
 def test_detection_reads_cpuinfo_and_asks_torch_once(fake_cpu, monkeypatch):
     fake_cpu()
     reads, probes = [], []
-    read = device_module._read
-    monkeypatch.setattr(device_module, "_read", lambda path: reads.append(path) or read(path))
+    read = cpu_facts.read_text
+    monkeypatch.setattr(cpu_facts, "read_text", lambda path: reads.append(path) or read(path))
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: probes.append(1) or {"avx2": True})
-    device_module._torch_cpu_capabilities.cache_clear()
+    cpu_facts._torch_cpu_capabilities.cache_clear()
     try:
         for _ in range(2):
             info = detect_device("cpu")
-        assert reads.count(device_module._PROC_CPUINFO) == 1 and probes == [1]
+        assert reads.count(cpu_facts.PROC_CPUINFO) == 1 and probes == [1]
         assert info.cores == 2 and "avx2" in info.cpu_flags
     finally:
-        device_module._torch_cpu_capabilities.cache_clear()  # forget the fake probe
+        cpu_facts._torch_cpu_capabilities.cache_clear()  # forget the fake probe
 
 
 def test_driver_version_asks_nvml_once(monkeypatch):
@@ -340,17 +338,17 @@ def test_driver_version_asks_nvml_once(monkeypatch):
     inits = []
     fake = SimpleNamespace(nvmlInit=lambda: inits.append(1), nvmlSystemGetDriverVersion=lambda: b"550.54.15")
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    device_module._driver_version.cache_clear()
+    devices._driver_version.cache_clear()
     try:
-        assert [device_module._driver_version() for _ in range(3)] == ["550.54.15"] * 3
+        assert [devices._driver_version() for _ in range(3)] == ["550.54.15"] * 3
         assert inits == [1]
     finally:
-        device_module._driver_version.cache_clear()  # forget the fake driver
+        devices._driver_version.cache_clear()  # forget the fake driver
 
 
 def test_detected_cpu_peak_uses_the_fake_machine(fake_cpu, monkeypatch):
     fake_cpu()
-    monkeypatch.setattr(device_module, "cpu_flags", lambda: frozenset({"avx2", "fma", "avx512f"}))
+    monkeypatch.setattr(devices, "cpu_flags", lambda: frozenset({"avx2", "fma", "avx512f"}))
     info = detect_device("cpu")
     assert (info.cores, info.clock_ghz, info.vendor) == (2, 2.7, "intel")
     assert device_peak_flops(info, "float32") == pytest.approx(2 * 2.7e9 * 64)
@@ -469,10 +467,10 @@ def detected_cpu(monkeypatch):
     calls = []
 
     def detect(flags, vendor, cores=3, clock=(2.5, "cpufreq cpuinfo_max_freq")):
-        monkeypatch.setattr(hardware_module, "cpu_flags", lambda: calls.append("flags") or frozenset(flags))
-        monkeypatch.setattr(hardware_module, "cpu_vendor", lambda: calls.append("vendor") or vendor)
-        monkeypatch.setattr(hardware_module, "physical_cores", lambda: calls.append("cores") or cores)
-        monkeypatch.setattr(hardware_module, "cpu_clock_ghz", lambda: calls.append("clock") or clock)
+        monkeypatch.setattr(cpu_peak, "cpu_flags", lambda: calls.append("flags") or frozenset(flags))
+        monkeypatch.setattr(cpu_peak, "cpu_vendor", lambda: calls.append("vendor") or vendor)
+        monkeypatch.setattr(cpu_peak, "physical_cores", lambda: calls.append("cores") or cores)
+        monkeypatch.setattr(cpu_peak, "cpu_clock_ghz", lambda: calls.append("clock") or clock)
         return calls
     return detect
 
@@ -546,15 +544,15 @@ INFINITY_CACHE_BYTES = 256 * 2**20
                  INFINITY_CACHE_BYTES, id="mi300x-known-only-by-arch"),
     pytest.param(DeviceInfo("cuda", "NVIDIA L40", 0, 2**30, l2_cache_bytes=96 * 2**20), 96 * 2**20,
                  id="unknown-chip-its-reported-l2"),
-    pytest.param(DeviceInfo("cuda", "NVIDIA L40", 0, 2**30), device_module.UNREPORTED_CACHE_BYTES,
+    pytest.param(DeviceInfo("cuda", "NVIDIA L40", 0, 2**30), devices.UNREPORTED_CACHE_BYTES,
                  id="nothing-reported-the-assumed-size"),
     pytest.param(CPU_INFO, 0, id="cpu-no-device-cache"),
 ])
 def test_last_level_cache_is_the_largest_known_cache(info, expected):
-    assert hardware_module.last_level_cache_bytes(info) == expected
+    assert peaks.last_level_cache_bytes(info) == expected
 
 
-@pytest.mark.parametrize("function", [hardware_module.last_level_cache_bytes, chip_row])
+@pytest.mark.parametrize("function", [peaks.last_level_cache_bytes, chip_row])
 def test_cache_and_row_lookups_reject_a_name_in_place_of_a_device_info(function):
     with pytest.raises(AccountingTypeError, match=r"^info must be a DeviceInfo \(see detect_device\), got 'NVIDIA L4'$"):
         function("NVIDIA L4")

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, strategies as st
 
-from accounting import pytest_plugin as plugin
-from accounting.benchconfig import MAX_MIN_TIME_S, parse_benchmarks
-from accounting.device import DeviceInfo
+from accounting.bench import fixture as plugin
+from accounting.bench.matrix import MAX_MIN_TIME_S, parse_benchmarks
+from accounting.hardware.devices import DeviceInfo
 from accounting.errors import AccountingError
-from accounting.pytest_plugin import FlopsBenchmark, warm_call_seconds
+from accounting.bench.fixture import FlopsBenchmark, warm_call_seconds
 from accounting.timing import rounds_for, time_fn
 
 

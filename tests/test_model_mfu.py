@@ -25,7 +25,7 @@ from accounting import (
     transformer_activation_bytes,
     transformer_flops,
 )
-from accounting.device import DeviceInfo
+from accounting.hardware.devices import DeviceInfo
 from accounting.model_mfu import (
     GPT,
     build_training_step,

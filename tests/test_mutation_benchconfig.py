@@ -1,7 +1,7 @@
 """benchmarks.json validation: the lists in its messages, the accepted side of the fleet bound, overrides by chip.
 
 Written to close what mutation testing (issue 15, README "Development") found unchecked in
-:mod:`accounting.benchconfig`: a message that lists several entries (two unknown keys, two missing
+:mod:`accounting.bench.matrix`: a message that lists several entries (two unknown keys, two missing
 floors, two sections) separates them so each one can be read back, the lookups fall back where a
 chip's override table lacks the dtype, and a class-scoped node id finds its ``per_benchmark`` entry.
 The truth is the document itself: what a message lists must be what the document holds or lacks.
@@ -9,7 +9,7 @@ The truth is the document itself: what a message lists must be what the document
 
 import pytest
 
-from accounting.benchconfig import BenchConfig, parse_benchmarks
+from accounting.bench.matrix import BenchConfig, parse_benchmarks
 from accounting.errors import AccountingError
 from tests.cli_runs import edited
 from tests.test_benchconfig import GOOD

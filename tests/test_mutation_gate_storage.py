@@ -10,7 +10,7 @@ import pytest
 
 from accounting.errors import AccountingError
 from accounting.gate.storage import choose_baseline, hardware_difference, load_run, machine_id, run_files
-from accounting.pytest_plugin import machine_mismatch
+from accounting.bench.identity import machine_mismatch
 from tests.gate_runs import CPU, MATMUL, OTHER_CPU, document, write
 
 GPU_HOST = dict(CPU, accelerator="NVIDIA H100 80GB HBM3", compute_capability="9.0", sm_count=132,

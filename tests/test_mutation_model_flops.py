@@ -1,4 +1,4 @@
-"""Model FLOPs and napkin training time (``accounting.model_flops``): what mutation testing found unchecked (issue 15).
+"""Model FLOPs and napkin training time (``accounting.transformer_flops``): what mutation testing found unchecked (issue 15).
 
 The truths: ``FlopCounterMode`` on the reference GPT (one sequence when no batch is given); the
 definition of the training time (FLOPs over devices × peak × MFU); and messages that name the

@@ -1,4 +1,4 @@
-"""The reference GPT of the model-MFU benchmark (``accounting.model_mfu.model``): what mutation testing found
+"""The reference GPT of the model-MFU benchmark (``accounting.model_mfu.gpt``): what mutation testing found
 unchecked (issue 15).
 
 The FLOP and memory tests see only shapes; these check the numbers. The truth is torch's own
@@ -12,7 +12,7 @@ from torch import nn
 
 from accounting import TransformerConfig
 from accounting.errors import AccountingTypeError
-from accounting.model_mfu.model import GPT, language_model_loss
+from accounting.model_mfu.gpt import GPT, language_model_loss
 
 CONFIG = TransformerConfig(layers=2, width=32, heads=4, sequence_length=12, vocabulary=40)
 

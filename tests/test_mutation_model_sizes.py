@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.model_mfu.model import GPT
+from accounting.model_mfu.gpt import GPT
 from accounting.model_mfu.sizes import MODEL_SIZES, model_size
 
 

@@ -8,7 +8,7 @@ precision as read inside the model's forward, and messages that name the offendi
 import pytest
 import torch
 
-from accounting.device import float32_matmul_mode
+from accounting.hardware.precision import float32_matmul_mode
 from accounting.errors import AccountingError
 from accounting.model_mfu.sizes import model_size
 from accounting.model_mfu.step import (

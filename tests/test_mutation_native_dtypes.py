@@ -1,7 +1,7 @@
 """The native-dtype rule, every field of its answer, on devices described by their published facts.
 
 Written to close what mutation testing (issue 15, README "Development") found unchecked in
-:mod:`accounting.native_dtypes`: the answer's ``dtype`` and ``path`` on every branch, the fp8
+:mod:`accounting.hardware.native`: the answer's ``dtype`` and ``path`` on every branch, the fp8
 variant's format family, the ROCm version bound, and the reasons of the branches no other test
 reaches. The truths are device facts (compute capabilities from NVIDIA's CUDA GPU table, ROCm
 architectures from AMD's GPU specification tables, ISA paths from :mod:`accounting.hardware`) and
@@ -11,10 +11,10 @@ torch's own dtypes (the fp8 formats' ranges from ``torch.finfo``).
 import pytest
 import torch
 
-from accounting.device import DeviceInfo
+from accounting.hardware.devices import DeviceInfo
 from accounting.errors import AccountingError
-from accounting.hardware import cpu_matmul_path
-from accounting.native_dtypes import kind_reason, native_dtypes, native_matmul, rocm_arch
+from accounting.hardware.cpu_peak import cpu_matmul_path
+from accounting.hardware.native import kind_reason, native_dtypes, native_matmul, rocm_arch
 from tests.fake_devices import FAKE_CPUS, GIB, ZEN3, ZEN4
 
 FP8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]

@@ -12,9 +12,10 @@ import types
 import pytest
 import torch
 
-from accounting import telemetry
+from accounting.telemetry import sampler as telemetry
 from accounting.errors import AccountingError
-from accounting.telemetry import CPU_INTERVAL_S, GPU_INTERVAL_S, NoBackend, Reading, Sampler, snapshot, summarise
+from accounting.telemetry.readings import CPU_INTERVAL_S, GPU_INTERVAL_S, NoBackend, Reading
+from accounting.telemetry.sampler import Sampler, snapshot, summarise
 
 
 class ScriptedBackend:

@@ -6,14 +6,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accounting import pytest_plugin, timing
+from accounting import timing
 from accounting.__main__ import main
-from accounting.benchconfig import load_benchmarks, parse_benchmarks
-from accounting.device import DeviceInfo, detect_device
+from accounting.bench.matrix import load_benchmarks, parse_benchmarks
+from accounting.hardware.devices import DeviceInfo, detect_device
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.hardware import cpu_matmul_path, cpu_native_paths, dtype_runs_on, peak_flops
-from accounting.native_dtypes import kind_reason, native_dtypes, native_matmul
-from accounting.pytest_plugin import gpu_skip_reason, native_skip_reason
+from accounting.hardware.cpu_peak import cpu_matmul_path, cpu_native_paths
+from accounting.hardware.native import kind_reason
+from accounting.hardware.peaks import peak_flops
+from accounting.hardware.native import kind_reason, native_dtypes, native_matmul
+from accounting.bench.skips import gpu_skip_reason, native_skip_reason
 from accounting.report import run
 from accounting.report.verdict import overall
 from tests.fake_devices import FAKE_CPUS, GIB, NATIVE_FLAGS, ZEN3
@@ -51,7 +53,7 @@ def test_cpu_native_dtypes_follow_the_isa_flags(info, expected):
 def test_no_cpu_has_tf32_or_fp8_units(info):
     tf32, fp8 = native_matmul(info, "tf32"), native_matmul(info, "fp8")
     assert not tf32.native and tf32.runs_as is None and tf32.label == "cannot run"
-    assert tf32.reason == kind_reason("cpu", "tf32") == dtype_runs_on("cpu", "tf32")
+    assert tf32.reason == kind_reason("cpu", "tf32") == kind_reason("cpu", "tf32")
     assert not fp8.native and fp8.emulated and fp8.runs_as == "float8_e4m3fn", "torch emulates _scaled_mm on a CPU"
 
 

@@ -10,19 +10,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accounting import pytest_plugin as plugin
-from accounting.device import MEASURED_CLOCK_SOURCES, DeviceInfo
-from accounting.pytest_plugin import (
-    FlopsBenchmark,
+from accounting.bench import fixture as plugin
+from accounting.bench import identity, shapes
+from accounting.bench import plugin as hooks
+from accounting.hardware.cpu_clock import MEASURED_CLOCK_SOURCES
+from accounting.hardware.devices import DeviceInfo
+from accounting.bench.fixture import FlopsBenchmark
+from accounting.bench.identity import (
     accounting_machine_info,
-    fitted_shape,
-    gpu_skip_reason,
     machine_mismatch,
-    plan_shape,
     pytest_benchmark_compare_machine_info,
     pytest_benchmark_update_machine_info,
-    shape_mode,
 )
+from accounting.bench.shapes import fitted_shape, plan_shape
+from accounting.bench.skips import gpu_skip_reason, shape_mode
 
 # ---- skip rules ------------------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ def test_collection_marks_gpu_items_skipped_and_leaves_others(monkeypatch):
             self.added.append(marker)
 
     gpu_item, cpu_item = Item(True), Item(False)
-    plugin.pytest_collection_modifyitems(None, [gpu_item, cpu_item])
+    hooks.pytest_collection_modifyitems(None, [gpu_item, cpu_item])
     assert cpu_item.added == []
     (marker,) = gpu_item.added
     assert marker.mark.name == "skip" and marker.mark.kwargs["reason"].startswith("no CUDA device")
@@ -104,14 +105,14 @@ def test_a_shape_that_fits_is_kept():
 
 
 def test_a_shape_is_shrunk_to_the_faked_free_memory(monkeypatch):
-    monkeypatch.setattr(plugin, "free_memory_bytes", lambda device: 2**29)  # 0.5 GiB "free"
+    monkeypatch.setattr(shapes, "free_memory_bytes", lambda device: 2**29)  # 0.5 GiB "free"
     shape, note = fitted_shape((16384, 16384, 16384), "float32", "cpu")
     assert shape == (4096, 4096, 4096)  # 3 × 64 MiB fits 0.8 × 512 MiB; 8192 (3 × 256 MiB) does not
     assert note == "shrunk from 16384x16384x16384 to fit 0.5 GiB free"
 
 
 def test_a_shape_that_cannot_fit_is_skipped_not_crashed(monkeypatch):
-    monkeypatch.setattr(plugin, "free_memory_bytes", lambda device: 2**18)  # 256 KiB "free": not even 256³ bf16 (384 KiB)
+    monkeypatch.setattr(shapes, "free_memory_bytes", lambda device: 2**18)  # 256 KiB "free": not even 256³ bf16 (384 KiB)
     with pytest.raises(pytest.skip.Exception, match=r"^8192x8192x8192 bfloat16 does not fit 0.0 GiB free, even shrunk"):
         fitted_shape((8192, 8192, 8192), "bf16", "cpu")
 
@@ -272,7 +273,7 @@ PROJECT_TEST = textwrap.dedent("""
 
 
 FAKE_A100_CONFTEST = textwrap.dedent("""
-    from accounting import pytest_plugin
+    from accounting.bench import identity as pytest_plugin
 
     _real = pytest_plugin.accounting_machine_info
 
@@ -372,7 +373,7 @@ def _baseline(*kinds):
     pytest.param(("cuda", "cpu"), {**H100, "sm_count": 114, "cpu_cores": 8}, ["sm_count", "cpu_cores"], id="both"),
 ])
 def test_compare_guard_compares_what_the_baselines_benchmarks_ran_on(kinds, saved, differing):
-    assert machine_mismatch(H100, saved, plugin.baseline_kinds({"benchmarks": _baseline(*kinds)})) == differing
+    assert machine_mismatch(H100, saved, identity.baseline_kinds({"benchmarks": _baseline(*kinds)})) == differing
 
 
 def test_cpu_benchmarks_saved_on_another_gpu_box_are_refused():
@@ -387,7 +388,7 @@ def test_cpu_benchmarks_saved_on_another_gpu_box_are_refused():
 
 def test_a_gpu_box_without_its_gpu_still_skips_gpu_baselines_quietly():
     here = {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 26}
-    assert machine_mismatch(here, H100, plugin.baseline_kinds({"benchmarks": _baseline("cuda")})) == []
+    assert machine_mismatch(here, H100, identity.baseline_kinds({"benchmarks": _baseline("cuda")})) == []
 
 
 def test_a_benchmark_timed_at_another_shape_than_its_baseline_is_refused():

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accounting.device import DeviceInfo
+from accounting.hardware.devices import DeviceInfo
 from accounting.errors import AccountingError
-from accounting.benchconfig import BENCHMARKS_ENV
-from accounting.hardware import PEAK_TFLOPS_ENV, PeakUnknownWarning, peak_flops
+from accounting.bench.matrix import BENCHMARKS_ENV
+from accounting.hardware.peaks import PEAK_TFLOPS_ENV, PeakUnknownWarning, peak_flops
 from accounting import timing
 from accounting.report import measure, run
 from accounting.report.measure import MatmulTimer, bandwidth_bytes, largest_square

@@ -18,9 +18,9 @@ from accounting.report.headlines import Candidate, Window, measure_headlines, so
 from accounting.report.render import render
 from accounting.report.results import BandwidthMeasurement, dtype_section
 from accounting.report.sweep import MatmulMeasurement
-from accounting.telemetry import snapshot
+from accounting.telemetry.sampler import snapshot
 from accounting.timing import Timing
-from accounting.validity import window_extra_info
+from accounting.telemetry.validity import window_extra_info
 from tests.fake_nvml import SW_POWER_CAP, FakeGpu, FakeNvml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,6 +312,6 @@ def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cp
 
 
 def phase_clock_measurable() -> bool:
-    from accounting._cpu_clock import vector_clock_supported
+    from accounting.hardware.cpu_clock import vector_clock_supported
 
     return vector_clock_supported()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from accounting.model_flops import transformer_flops
+from accounting.transformer_flops import transformer_flops
 from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size
 from accounting.report import cli
 from accounting.report.run import preview

@@ -6,7 +6,7 @@ from accounting import AccountingError
 from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import MatmulMeasurement
-from accounting.native_dtypes import native_matmul
+from accounting.hardware.native import native_matmul
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, HEALTHY, NOT_JUDGED, UNKNOWN, judge, not_judged, overall
 from tests.fake_devices import SAPPHIRE_RAPIDS, ZEN3
 

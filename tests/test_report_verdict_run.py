@@ -6,9 +6,9 @@ import json
 import pytest
 
 from accounting.__main__ import main
-from accounting.device import detect_device
-from accounting.hardware import device_peak_flops
-from accounting.native_dtypes import native_matmul
+from accounting.hardware.devices import detect_device
+from accounting.hardware.peaks import device_peak_flops
+from accounting.hardware.native import native_matmul
 from accounting.report import run
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import MatmulMeasurement

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from accounting.errors import AccountingError
-from accounting.report import search_ratio
-from accounting.report.search_ratio import RETIME_ROUNDS, TARGET_RATIO, SearchRatio, render, retime_winners, search_ratios
+from studies import search_ratio
+from studies.search_ratio import RETIME_ROUNDS, TARGET_RATIO, SearchRatio, render, retime_winners, search_ratios
 from accounting.report.sweep import MatmulMeasurement, Sweep, WaveGrid
 from tests.test_report_sweep import FakeDevice
 from tests.test_sweep_waves import sawtooth_rate
@@ -85,12 +85,12 @@ def test_bad_arguments_end_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         search_ratio.main(argv)
     assert exit_.value.code == 2
-    assert capsys.readouterr().err == f"python -m accounting.report.search_ratio: error: {message}\n"
+    assert capsys.readouterr().err == f"python -m studies.search_ratio: error: {message}\n"
 
 
 def test_an_unknown_dtype_is_a_one_line_error(capsys):
     assert search_ratio.main(["--short", "0.2", "--long", "0.4", "--device", "cpu", "--dtypes", "float13"]) == 2
-    assert capsys.readouterr().err.startswith("python -m accounting.report.search_ratio: error: --dtypes: ")
+    assert capsys.readouterr().err.startswith("python -m studies.search_ratio: error: --dtypes: ")
 
 
 def test_a_tiny_real_run_prints_both_budgets_and_a_ratio(capsys):

@@ -7,7 +7,7 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from accounting.device import DeviceInfo
+from accounting.hardware.devices import DeviceInfo
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.report import measure, run
 from accounting.report.sweep import (

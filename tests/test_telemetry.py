@@ -8,10 +8,13 @@ import time
 
 import pytest
 
-from accounting import _cpu_clock, _telemetry_cpu, telemetry
-from accounting._telemetry_gpu import NvmlBackend, decode_clock_event_reasons, open_gpu_backend
+from accounting.hardware import cpu_clock as _cpu_clock
+from accounting.telemetry import cpu as _telemetry_cpu
+from accounting.telemetry import sampler as telemetry
+from accounting.telemetry.gpu import NvmlBackend, decode_clock_event_reasons, open_gpu_backend
 from accounting.errors import AccountingError
-from accounting.telemetry import UNAVAILABLE, Reading, Sampler, Summary, snapshot, summarise
+from accounting.telemetry.readings import UNAVAILABLE, NoBackend, Reading, Summary
+from accounting.telemetry.sampler import Sampler, snapshot, summarise
 from tests.fake_nvml import (
     GPU_IDLE,
     HW_SLOWDOWN,
@@ -204,7 +207,7 @@ def test_without_nvml_or_amd_smi_every_gpu_reading_is_none_with_the_reason(monke
         time.sleep(0.02)
     summary = sampler.summary
     assert summary.backend is None and summary.clock_mhz_mean is None and summary.power_w_max is None
-    assert "pip install 'accounting[gpu]'" in summary.unavailable["clock_mhz_mean"]
+    assert "pip install 'pytest-accounting[gpu]'" in summary.unavailable["clock_mhz_mean"]
     assert "no AMD SMI" in summary.unavailable["energy_j"]
     assert summary.load_average_1m is not None and summary.logical_cpus >= 1  # the host is still read
     assert_every_missing_reading_has_a_reason(summary)
@@ -340,7 +343,7 @@ def test_a_vm_clock_is_measured_outside_the_window(fake_sysfs, monkeypatch):
     clock.t += 1.0
     middle = backend.read(edge=False)
     summary = summarise("cpu", backend, [first, middle, backend.read(edge=True)])
-    assert summary.clock_source == _telemetry_cpu.MEASURED_CLOCK_SOURCE
+    assert summary.clock_source == _telemetry_cpu.WINDOW_VECTOR_CLOCK_SOURCE
     assert (summary.clock_mhz_min, summary.clock_mhz_max) == (3100.0, 3400.0)
     assert summary.duration_s == pytest.approx(1.0)
 
@@ -349,7 +352,7 @@ def test_a_vm_clock_falls_back_to_the_scalar_chain_without_vector_fma(fake_sysfs
     monkeypatch.setattr(_cpu_clock, "vector_clock_supported", lambda: False)
     monkeypatch.setattr(_cpu_clock, "measure_cpu_ghz", lambda: 2.9)
     summary = snapshot("cpu")
-    assert (summary.clock_source, summary.clock_mhz_mean) == (_telemetry_cpu.SCALAR_CLOCK_SOURCE, 2900.0)
+    assert (summary.clock_source, summary.clock_mhz_mean) == (_telemetry_cpu.WINDOW_SCALAR_CLOCK_SOURCE, 2900.0)
 
 
 def test_a_vm_clock_not_measured_is_none_with_the_reason_not_the_nominal_one(fake_sysfs):
@@ -381,7 +384,7 @@ def test_thermal_throttle_counters_rising_name_the_reason(fake_sysfs):
 def test_summarise_folds_readings_independently_of_the_backend():
     readings = [Reading(0.0, clock_mhz=c, power_w=p, temperature_c=t)
                 for c, p, t in [(1000.0, 100.0, 50.0), (1500.0, 300.0, 70.0), (2000.0, 200.0, 60.0)]]
-    summary = summarise("cuda:0", telemetry.NoBackend("none here"), readings)
+    summary = summarise("cuda:0", NoBackend("none here"), readings)
     assert (summary.clock_mhz_min, summary.clock_mhz_mean, summary.clock_mhz_max) == (1000.0, 1500.0, 2000.0)
     assert (summary.power_w_mean, summary.power_w_max, summary.temperature_c_max) == (200.0, 300.0, 70.0)
     assert summary.energy_j is None and "snapshot" in summary.unavailable["energy_j"]

@@ -6,7 +6,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accounting.device import EventClock, HostClock, float32_matmul_mode, tf32_enabled
+from accounting.hardware.clocks import EventClock, HostClock
+from accounting.hardware.precision import float32_matmul_mode, tf32_enabled
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops
 from accounting import timing as timing_module

@@ -22,16 +22,9 @@ from accounting.fleet.plot import write_plot
 from accounting.fleet.render import render
 from accounting.fleet.run import FleetOptions, Hooks, run_fleet
 from accounting.memory import format_name
-from accounting.report.cli import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
-    EXIT_UNHEALTHY,
-    check_writable,
-    dtype_list,
-    positive_seconds,
-    write_outputs,
-)
-from accounting.report.plot import require_matplotlib
+from accounting.console import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNHEALTHY, check_writable
+from accounting.report.cli import dtype_list, positive_seconds, write_outputs
+from accounting.console import require_matplotlib
 
 DEFAULT_BUDGET_S = 60.0
 """Default ``--budget`` per rank: its own device, then its share of the collectives."""

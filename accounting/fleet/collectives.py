@@ -1,7 +1,7 @@
 """Collectives timed as nccl-tests times them: warm-up, device-synchronised timing, then a correctness check.
 
 For each collective and message size: warm-up calls, a barrier, ``iterations`` calls
-back to back between two marks of the device's clock (:func:`accounting.device.clock_for`:
+back to back between two marks of the device's clock (:func:`accounting.hardware.clocks.clock_for`:
 CUDA events on a GPU, ``perf_counter`` after a synchronize on the CPU), then — as
 nccl-tests does with its data check — fresh data, one more call, and every element of
 the result compared with the value it must have: a wrong element is counted (``wrong``,
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from accounting._checks import check_positive, check_positive_size
-from accounting.device import clock_for, synchronize
+from accounting.hardware.clocks import clock_for, synchronize
 
 # source: NVIDIA/nccl-tests doc/PERFORMANCE.md ("Bus bandwidth"); n ranks, each with one link of bandwidth B.
 BUSBW_FACTORS = {

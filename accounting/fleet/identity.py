@@ -3,7 +3,7 @@
 The fields compared for configuration drift are :data:`DRIFT_FIELDS`; the rest
 (UUID, PCI bus id, CPUs) say which physical device a figure belongs to.
 
->>> from accounting.device import detect_device
+>>> from accounting.hardware.devices import detect_device
 >>> me = identify(detect_device("cpu"), rank=0, local_rank=0, cpus=[0])
 >>> me["kind"], me["rank"], me["uuid"], me["torch"] == torch.__version__
 ('cpu', 0, None, True)
@@ -14,7 +14,7 @@ import socket
 
 import torch
 
-from accounting.device import DeviceInfo, cuda_uuid_and_bus_id
+from accounting.hardware.devices import DeviceInfo, cuda_uuid_and_bus_id
 
 DRIFT_FIELDS = ("name", "driver", "runtime", "torch")
 """Device model, GPU driver, CUDA/ROCm runtime and torch version: a rank differing from the majority in

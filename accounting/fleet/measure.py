@@ -11,7 +11,7 @@ import time
 import warnings
 
 from accounting.report.progress import ProgressBar
-from accounting.telemetry import Sampler
+from accounting.telemetry.sampler import Sampler
 from accounting.report.run import build_report, prepare
 
 

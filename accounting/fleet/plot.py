@@ -8,8 +8,8 @@ matplotlib runs headless (``Agg``), imported only when a plot is asked for, as t
 import statistics
 
 from accounting.fleet.verdict import STRAGGLER, best_by_dtype
-from accounting.report._format import TERA
-from accounting.report.plot import DPI, _pyplot
+from accounting._units import TERA
+from accounting.console import DPI, load_pyplot
 
 FIGURE_SIZE_IN = (9.0, 5.5)
 BAR_SPAN = 0.8
@@ -18,7 +18,7 @@ BAR_SPAN = 0.8
 
 def write_plot(document: dict, path: str) -> None:
     """Draw the ranks' best TFLOP/s per dtype from ``document`` into ``path`` as PNG."""
-    pyplot = _pyplot()
+    pyplot = load_pyplot()
     best = best_by_dtype(document["ranks"])
     fraction = document["settings"]["straggler_fraction"]
     stragglers = {(flag["rank"], flag["subject"]) for flag in document["flags"] if flag["kind"] == STRAGGLER}

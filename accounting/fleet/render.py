@@ -5,8 +5,9 @@ them, then notes and flags. Pure functions of the document (:mod:`accounting.fle
 — 2.50
 """
 
-from accounting.report._format import GB, NOT_KNOWN, fraction, tflops
-from accounting.report.render import table
+from accounting._units import GB
+from accounting.console import NOT_KNOWN, fraction, tflops
+from accounting.console import table
 
 MICRO = 1e6
 

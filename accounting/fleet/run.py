@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from accounting.benchconfig import DEFAULT_STRAGGLER_FRACTION, load_benchmarks
-from accounting.device import detect_device, free_memory_bytes
+from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION, load_benchmarks
+from accounting.hardware.devices import detect_device, free_memory_bytes
 from accounting.errors import AccountingError
-from accounting.fleet import collectives as timing
+from accounting.fleet import collectives
 from accounting.fleet.gather import RanksHung, checkpoint
 from accounting.fleet.identity import identify
 from accounting.fleet.launch import LAUNCH_HINT, Launch, device_backend, local_device, pin_cpu, process_groups
@@ -121,19 +121,19 @@ def _measure(options: FleetOptions, launch: Launch, device, hooks: Hooks, budget
 
 def _time_collectives(scope_name, ranks, group, device, *, budget_s, options, hooks, rank) -> dict:
     """Every collective on this rank's group in one scope; the same sizes on every rank of the group."""
-    local = timing.largest_message(device, free_memory_bytes(device))
+    local = collectives.largest_message(device, free_memory_bytes(device))
     if options.max_message_bytes is not None:
         local = min(local, options.max_message_bytes)
-    largest = int(-timing.shared_max([-local], group=group, device=device)[0])
-    sizes = timing.message_sizes(timing.MIN_MESSAGE_BYTES, max(largest, timing.MIN_MESSAGE_BYTES), ranks=len(ranks))
+    largest = int(-collectives.shared_max([-local], group=group, device=device)[0])
+    sizes = collectives.message_sizes(collectives.MIN_MESSAGE_BYTES, max(largest, collectives.MIN_MESSAGE_BYTES), ranks=len(ranks))
     corrupt = None
     if hooks.corrupt is not None:
         def corrupt(name, output):
             hooks.corrupt(rank, name, output)
     results = []
-    for name in timing.COLLECTIVES:
-        results += [done.as_dict() for done in timing.sweep_collective(
-            name, sizes, group=group, device=device, budget_s=budget_s / len(timing.COLLECTIVES), corrupt=corrupt)]
+    for name in collectives.COLLECTIVES:
+        results += [done.as_dict() for done in collectives.sweep_collective(
+            name, sizes, group=group, device=device, budget_s=budget_s / len(collectives.COLLECTIVES), corrupt=corrupt)]
     return {"ranks": list(ranks), "results": results}
 
 

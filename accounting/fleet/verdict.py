@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from accounting.fleet.collectives import algbw, busbw
 from accounting.fleet.identity import DRIFT_FIELDS
-from accounting.report._format import GB, TERA
+from accounting._units import GB, TERA
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR
 
 STRAGGLER = "straggler"

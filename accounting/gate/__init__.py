@@ -18,5 +18,5 @@ One module per job:
 - :mod:`~accounting.gate.measure` — running pytest: baselines, current runs, re-measurements;
 - :mod:`~accounting.gate.ab` — interleaved A/B: the base revision and this one in alternating processes;
 - :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab``;
-- :mod:`~accounting.gate.error_rates` — the gate's own false-alarm and detection rates, measured.
+- :mod:`~studies.gate_error_rates` — the gate's own false-alarm and detection rates, measured.
 """

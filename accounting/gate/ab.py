@@ -50,6 +50,7 @@ either way.
 True
 """
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,8 +109,6 @@ def tree_environment(folder: str, environ: dict) -> dict:
     >>> tree_environment("/ci/base", {})
     {'PYTHONPATH': '/ci/base'}
     """
-    import os
-
     existing = environ.get("PYTHONPATH")
     path = str(Path(folder).absolute())
     return {"PYTHONPATH": path if not existing else path + os.pathsep + existing}

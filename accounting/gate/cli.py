@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from accounting.benchconfig import BENCHMARKS_ENV, load_benchmarks
-from accounting.device import cuda_available
+from accounting.bench.matrix import BENCHMARKS_ENV, load_benchmarks
+from accounting.hardware.devices import cuda_available
 from accounting.errors import AccountingError
 from accounting.gate.decide import judge, noise_notes
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, Trees, gate_ab, tree_environment
@@ -39,8 +39,9 @@ from accounting.gate.storage import (
     machine_id,
     run_files,
 )
-from accounting.report.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, OneLineParser, check_writable
-from accounting.report.plot import require_matplotlib
+from accounting.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, OneLineParser, check_writable
+from accounting.console import require_matplotlib
+from accounting.gate.plot import write_history_plot
 
 EXIT_REGRESSION = 1
 DEFAULT_BASELINES = 10
@@ -267,8 +268,6 @@ def _write_outputs(args, result, baseline_runs, current, stdout):
         with open(summary, "a", encoding="utf8") as handle:
             handle.write(markdown + "\n")
     if args.plot:
-        from accounting.gate.plot import write_history_plot
-
         disturbed = {run.path for run in current if _reject(run)} if args.load_guard else set()
         write_history_plot(result, list(baseline_runs), current, args.plot, disturbed=disturbed)
         print(f"Plot written to {args.plot}", file=stdout)

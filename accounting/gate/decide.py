@@ -125,7 +125,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
-    (:meth:`accounting.benchconfig.BenchConfig.regression_threshold`); ``notes`` are
+    (:meth:`accounting.bench.matrix.BenchConfig.regression_threshold`); ``notes`` are
     carried into the result (e.g. the baseline runs that were passed over). ``load_guard=False``
     uses every current run whatever its readings say (and says so in the notes). ``metric``
     reduces each run's rounds to one number (:meth:`BenchmarkRun.summary`; why the minimum is

@@ -122,11 +122,11 @@ def _child(request: dict) -> None:
         for entry in reversed([part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep) if part]):
             if entry not in sys.path:
                 sys.path.insert(1, entry)
-        import pytest
+        import pytest  # deferred: the server imports only torch before it forks, each fork imports pytest anew
 
         code = int(pytest.main(request["args"]))
     except BaseException:  # noqa: B036 - the fork must report and exit, whatever happened
-        import traceback
+        import traceback  # deferred: needed only when a fork fails
 
         traceback.print_exc()
     finally:

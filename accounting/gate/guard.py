@@ -49,6 +49,9 @@ import math
 import time
 from dataclasses import dataclass
 
+from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
+from accounting.telemetry.sampler import snapshot
+
 FOREIGN_LOAD_PER_CPU = 0.5
 """Load average from other work, per logical CPU, above which a run is disturbed: on our 2
 cores, one other busy thread (load 1) already moves a 2-thread matmul's median by tens of %."""
@@ -98,9 +101,7 @@ def own_load(runs, now: float) -> float:
 
 def _reported_clock(reading: dict | None):
     """The reading's mean clock where the device reported it, ``None`` where it was measured or is unknown."""
-    from accounting._telemetry_cpu import MEASURED_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE
-
-    if reading and reading.get("clock_source") in (MEASURED_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE):
+    if reading and reading.get("clock_source") in WINDOW_MEASURED_CLOCK_SOURCES:
         return None
     return _number(reading, "clock_mhz_mean")
 
@@ -206,8 +207,6 @@ def clock_mismatch(current_mhz: float | None, baseline_mhz: float | None) -> str
 
 def read(device: str) -> dict:
     """One telemetry reading of ``device`` now, as plain JSON values (stored with the run)."""
-    from accounting.telemetry import snapshot
-
     return snapshot(device).to_dict()
 
 

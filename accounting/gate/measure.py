@@ -40,7 +40,7 @@ from accounting.gate._select import ONLY_ENV
 from accounting.gate import forkserver
 from accounting.gate.forkserver import ForkServer, ForkServerError
 from accounting.gate.storage import GUARD_KEY, run_files
-from accounting.telemetry import host_cpu_times
+from accounting.telemetry.sampler import host_cpu_times
 
 PYTEST_OK = (0, 1)
 """pytest's exit statuses after which the benchmarks that ran are usable: all passed, some tests failed."""
@@ -79,7 +79,7 @@ def host_cpu_record(before, after, own_s: float, wall_s: float) -> dict | None:
     ``own_s``: the gate's own CPU seconds in between (its pytest process included).
     ``None`` where either reading is missing.
 
-    >>> from accounting._telemetry_cpu import HostCpuTimes
+    >>> from accounting.telemetry.cpu import HostCpuTimes
     >>> host_cpu_record(HostCpuTimes(100.0, 5.0, 2), HostCpuTimes(121.0, 5.5, 2), own_s=19.5, wall_s=10.0)
     {'busy_s': 21.0, 'steal_s': 0.5, 'own_s': 19.5, 'wall_s': 10.0, 'cpus': 2}
     """

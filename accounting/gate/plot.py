@@ -14,7 +14,7 @@ import statistics
 
 from accounting.gate.decide import GateResult
 from accounting.gate.render import MARKS, short_names
-from accounting.report.plot import _pyplot
+from accounting.console import load_pyplot
 
 COLUMNS = 2
 PANEL_SIZE_IN = (6.0, 3.2)
@@ -46,7 +46,7 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
 
     ``disturbed``: paths of the current runs the load guard left out (drawn hollow).
     """
-    pyplot = _pyplot()
+    pyplot = load_pyplot()
     verdicts = [verdict for verdict in result.verdicts if verdict.baseline_values or verdict.current_values
                 or verdict.disturbed_values]
     names = short_names(result.verdicts)

@@ -23,7 +23,7 @@ Legend: + regression (slower beyond doubt and by more than the threshold), - imp
 
 from accounting.gate.decide import GateResult, Verdict
 from accounting.gate.stats import Decision
-from accounting.report.render import table
+from accounting.console import table
 
 MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE: " ",
          Decision.INCONCLUSIVE: "?", None: "x"}

@@ -173,7 +173,7 @@ def smallest_convictable(spread: float, baseline_size: int, current_size: int, *
     >>> smallest_convictable(0.02, 10, 1, threshold=0.10) is None   # one current run never reaches p <= 0.01
     True
     """
-    from scipy import stats as scipy_stats
+    from scipy import stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
 
     if not math.isfinite(spread) or spread < 0:
         raise AccountingError(f"spread must be a finite standard deviation of log values, got {spread!r}")
@@ -259,7 +259,7 @@ def ratio_interval(baseline, current, *, confidence: float = CONFIDENCE) -> Rati
     >>> round(interval.ratio, 3), round(interval.low, 3), round(interval.high, 3)
     (1.203, 0.97, 1.493)
     """
-    from scipy import stats as scipy_stats
+    from scipy import stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
 
     log_base = np.log(_positive(baseline, "baseline"))
     log_current = np.log(_positive(current, "current"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.pytest_plugin import MACHINE_INFO_KEY, machine_mismatch
+from accounting.bench.identity import MACHINE_INFO_KEY, machine_mismatch
 
 DEFAULT_STORAGE = ".benchmarks"
 """pytest-benchmark's default ``--benchmark-storage``."""
@@ -125,6 +125,27 @@ def _rounds(bench: dict, name: str, source: str) -> tuple[float, ...]:
     return tuple(rounds)
 
 
+MOVED_BENCHMARK_FILES = {
+    "tests/test_bench_matmul.py::": "tests/benchmarks/test_matmul.py::",
+    "tests/test_bench_model.py::": "tests/benchmarks/test_model.py::",
+}
+"""This suite's own benchmark files, moved into ``tests/benchmarks/``: old node id prefix -> new one."""
+
+
+def current_name(fullname: str) -> str:
+    """The node id a benchmark has now: a run saved before this suite's benchmarks moved compares as one after.
+
+    >>> current_name("tests/test_bench_matmul.py::test_matmul_flops[cpu-float32-1024x1024x1024]")
+    'tests/benchmarks/test_matmul.py::test_matmul_flops[cpu-float32-1024x1024x1024]'
+    >>> current_name("tests/test_mine.py::test_mm")
+    'tests/test_mine.py::test_mm'
+    """
+    for old, new in MOVED_BENCHMARK_FILES.items():
+        if fullname.startswith(old):
+            return new + fullname[len(old):]
+    return fullname
+
+
 def parse_run(data, source: str) -> SavedRun:
     """Check one loaded pytest-benchmark document; ``source`` (the file) names it in every error."""
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
@@ -139,6 +160,7 @@ def parse_run(data, source: str) -> SavedRun:
         name = bench.get("fullname") if isinstance(bench, dict) else None
         if not isinstance(name, str) or not name:
             raise AccountingError(f"{source}: benchmarks[{position}] has no 'fullname'")
+        name = current_name(name)
         if name in benchmarks:
             raise AccountingError(f"{source}: benchmark {name} appears twice")
         extra = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
@@ -163,7 +185,7 @@ def load_run(path) -> SavedRun:
 
 def machine_id() -> str:
     """pytest-benchmark's directory name for this interpreter (``Linux-CPython-3.11-64bit``)."""
-    from pytest_benchmark.utils import get_machine_id
+    from pytest_benchmark.utils import get_machine_id  # deferred: only this name needs pytest-benchmark
 
     return get_machine_id()
 
@@ -190,7 +212,7 @@ def hardware_difference(current: dict, saved: dict, kinds=None) -> str:
     """The identity fields in which ``saved`` differs from ``current``, for a message (empty: same hardware).
 
     ``kinds``: the device kinds of the benchmarks compared (CPU benchmarks compare the host CPU,
-    GPU ones the accelerator; :func:`accounting.pytest_plugin.machine_mismatch`).
+    GPU ones the accelerator; :func:`accounting.bench.identity.machine_mismatch`).
 
     >>> hardware_difference({"accelerator": None, "cpu_model": "EPYC", "cpu_cores": 2},
     ...                     {"accelerator": None, "cpu_model": "Xeon", "cpu_cores": 2})

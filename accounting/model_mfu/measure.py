@@ -22,17 +22,17 @@ from dataclasses import dataclass
 
 from accounting._checks import check_non_negative, check_positive_size
 from accounting._units import readable_bytes
-from accounting.device import detect_device
+from accounting.hardware.devices import detect_device
 from accounting.errors import AccountingError
-from accounting.flops import MFU_CEILING
-from accounting.hardware import device_peak_flops
+from accounting.flops import MFU_CEILING, achieved_mfu
+from accounting.hardware.peaks import device_peak_flops
 from accounting.memory import storage_bytes
-from accounting.model_flops import transformer_flops
+from accounting.transformer_flops import transformer_flops
 from accounting.model_mfu._peak_memory import PeakMemory
 from accounting.model_mfu.sizes import ModelSize
 from accounting.model_mfu.step import TrainingStep, check_fits, check_step_device, predicted_peak_bytes
 from accounting.timing import time_fn
-from accounting.training import precision_policy
+from accounting.training_memory import precision_policy
 
 PEAK_MEMORY_BAND = (0.95, 1.3)
 """Accepted measured/predicted peak-memory ratio. Below: the prediction's lower bound allows 5 %
@@ -99,11 +99,11 @@ class ModelMeasurement:
 
     @property
     def mfu(self) -> float | None:
-        return None if self.peak_flops is None else self.model_flops / self.median_s / self.peak_flops
+        return achieved_mfu(self.model_flops, self.median_s, self.peak_flops)
 
     @property
     def hfu(self) -> float | None:
-        return None if self.peak_flops is None else self.hardware_flops / self.median_s / self.peak_flops
+        return achieved_mfu(self.hardware_flops, self.median_s, self.peak_flops)
 
     @property
     def memory_ratio(self) -> float:

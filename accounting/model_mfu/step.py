@@ -1,6 +1,6 @@
-"""One training step of :class:`~accounting.model_mfu.model.GPT` under a precision policy, as a callable.
+"""One training step of :class:`~accounting.model_mfu.gpt.GPT` under a precision policy, as a callable.
 
-Policies (:data:`accounting.training.PRECISION_POLICIES`), each laid out in memory as
+Policies (:data:`accounting.training_memory.PRECISION_POLICIES`), each laid out in memory as
 :func:`accounting.transformer_training_memory` predicts it:
 
 - ``fp32``: fp32 weights, gradients and AdamW state (on CUDA, plain FP32 matmuls: TF32 off).
@@ -28,12 +28,13 @@ import torch
 
 from accounting._checks import check_choice, check_size
 from accounting._units import readable_bytes
-from accounting.device import as_device, float32_matmul_mode, free_memory_bytes
+from accounting.hardware.devices import as_device, free_memory_bytes
+from accounting.hardware.precision import float32_matmul_mode
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.model_mfu.model import GPT, language_model_loss
+from accounting.model_mfu.gpt import GPT, language_model_loss
 from accounting.model_mfu.sizes import ModelSize
 from accounting.timing import MEMORY_FRACTION
-from accounting.training import precision_policy, transformer_training_memory
+from accounting.training_memory import precision_policy, transformer_training_memory
 
 STEP_POLICIES = ("fp32", "bf16-mixed", "bf16")
 """Precision policies a training step can run (``fp16-mixed`` would need loss scaling)."""

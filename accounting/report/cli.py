@@ -10,31 +10,28 @@ dtype is not healthy, 2 for bad input, 130 when interrupted.
 """
 
 import argparse
-import os
 import sys
 import time
 import warnings
 
 from accounting._checks import positive_number_from_text
-from accounting.benchconfig import BENCHMARKS_ENV
-from accounting.device import CPU_GHZ_ENV
+from accounting.console import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNHEALTHY, OneLineParser,  # noqa: F401
+                                check_writable)
+from accounting.bench.matrix import BENCHMARKS_ENV
+from accounting.hardware.cpu_clock import CPU_GHZ_ENV
 from accounting.errors import AccountingError
-from accounting.hardware import PEAK_TFLOPS_ENV
-from accounting.report.plot import require_matplotlib, write_plot
+from accounting.hardware.peaks import PEAK_TFLOPS_ENV
+from accounting.console import require_matplotlib
+from accounting.report.plot import write_plot
 from accounting.report.progress import ProgressBar
 from accounting.model_mfu.sizes import MODEL_SIZES
-from accounting.report.model import MODEL_ARGUMENTS, check_model, measure_model_section, size_from_args
+from accounting.report.model_section import MODEL_ARGUMENTS, check_model, measure_model_section, size_from_args
 from accounting.report.render import render_header, render_results
 from accounting.report.results import write_json
 from accounting.report.run import build_report, prepare, preview
 
 DEFAULT_BUDGET_S = 60.0
 """Default ``--budget``: about a minute for the whole report."""
-
-EXIT_OK = 0
-EXIT_UNHEALTHY = 1
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 PROG = "accounting"
 
@@ -49,13 +46,6 @@ EPILOG = (
     f"Environment: {PEAK_TFLOPS_ENV} (a peak to use instead of the table or CPU estimate), "
     f"{CPU_GHZ_ENV} (the CPU clock for its estimate), {BENCHMARKS_ENV} (another benchmarks.json)."
 )
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line (``prog: error: message``), exit status 2."""
-
-    def error(self, message):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def positive_seconds(text: str) -> float:
@@ -106,29 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         model.add_argument(f"--{name}", metavar="N", type=int, default=None,
                            help=f"replace the {name} of --model SIZE")
     return parser
-
-
-def check_writable(path: str, option: str) -> str:
-    """Make sure ``path`` can be written, by creating it (and removing it again) now.
-
-    Raises :class:`~accounting.AccountingError` naming the option and the path otherwise.
-
-    >>> check_writable("/nonexistent-dir/report.json", "--json")
-    Traceback (most recent call last):
-    ...
-    accounting.errors.AccountingError: --json '/nonexistent-dir/report.json' cannot be written: No such file or directory
-    """
-    if os.path.isdir(path):
-        raise AccountingError(f"{option} {path!r} cannot be written: it is a directory")
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as error:
-        raise AccountingError(f"{option} {path!r} cannot be written: {error.strerror or error}") from None
-    if not existed:
-        os.remove(path)
-    return path
 
 
 def write_outputs(document: dict, args: argparse.Namespace, *, write_plot, prog: str, stdout, stderr) -> bool:

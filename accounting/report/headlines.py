@@ -31,7 +31,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
-from accounting.validity import validity_tags
+from accounting.telemetry.validity import validity_tags
 
 BURST_CLOCK_FRACTION = 0.97
 BURST_REPEATS = 5

@@ -4,7 +4,7 @@ Both go through the shared timing code (:func:`accounting.timing.time_fn`, which
 device's own clock) and the shared matmul cases (:func:`accounting.timing.matmul_case`);
 this module only chooses how long to spend on each.
 
->>> from accounting.device import detect_device
+>>> from accounting.hardware.devices import detect_device
 >>> timer = MatmulTimer(detect_device("cpu"), target_s=0.01)
 >>> done = timer("float32", 128, 128, 128)
 >>> done.shape, done.flops, done.seconds > 0
@@ -18,12 +18,14 @@ import time
 import torch
 
 from accounting._checks import check_positive, check_positive_size, check_size
-from accounting.device import DeviceInfo, free_memory_bytes, release_cached_memory, synchronize
-from accounting.hardware import last_level_cache_bytes
+from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
+from accounting.hardware.clocks import synchronize
+from accounting.hardware.peaks import last_level_cache_bytes
 from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import CPU_TILE, GPU_TILE, SIZE_MULTIPLE, MatmulMeasurement, WaveGrid
 from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
+from accounting.telemetry.sampler import Sampler
 
 MIN_REPEATS = 3
 """Timed calls per shape at least (a median of fewer says little)."""
@@ -43,7 +45,7 @@ BANDWIDTH_MEMORY_FRACTION = 0.25
 """At most this share of free memory for source plus destination."""
 BANDWIDTH_CACHE_MULTIPLE = 8
 """On a GPU the copy's source is at least this many times the last-level cache
-(:func:`accounting.hardware.last_level_cache_bytes`), so at most an eighth of it could come from cache;
+(:func:`accounting.hardware.peaks.last_level_cache_bytes`), so at most an eighth of it could come from cache;
 with less free memory than that takes, the bandwidth is not measured (a note says why) rather than
 read above spec."""
 BANDWIDTH_REPEATS = 10
@@ -124,8 +126,6 @@ class MatmulTimer:
     def _sampler(self, *, measure_clock: bool):
         if self.telemetry is None:
             return contextlib.nullcontext(None)
-        from accounting.telemetry import Sampler
-
         return Sampler(self.telemetry, measure_clock=measure_clock)
 
     @staticmethod

@@ -5,9 +5,9 @@ matplotlib is imported here only, on the headless ``Agg`` backend, so the report
 without a display and without matplotlib unless a plot is asked for.
 """
 
-from accounting.errors import AccountingError
-from accounting.report._format import TERA
-from accounting.report.model import draw_model_panel
+from accounting._units import TERA
+from accounting.report.model_section import draw_model_panel
+from accounting.console import DPI, load_pyplot
 LOG_Y_RATIO = 20.0
 """Use a log y-axis when the largest value plotted is this many times the smallest."""
 
@@ -16,26 +16,8 @@ X_MARGIN = 1.15
 """The x-axis reaches this factor beyond the smallest and largest size."""
 PEAK_DASH = 5
 """Length (points) of one dash of a peak line."""
-DPI = 120
 HEADLINE_MARKERS = {"burst": "^", "sustained": "D"}
 """Marker of each headline kind (:mod:`accounting.report.headlines`): ▲ burst, ◆ sustained."""
-
-
-def require_matplotlib():
-    """matplotlib, or an :class:`AccountingError` saying how to get it (checked before a long sweep)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise AccountingError("--plot needs matplotlib: pip install matplotlib") from None
-    return matplotlib
-
-
-def _pyplot():
-    matplotlib = require_matplotlib()
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as pyplot
-
-    return pyplot
 
 
 def _peak_dashes(position: int, count: int):
@@ -76,7 +58,7 @@ def _published_headlines(section: dict) -> list[dict]:
 
 def write_plot(report: dict, path: str) -> None:
     """Draw ``report`` (:func:`draw_plot`) into ``path`` as PNG."""
-    pyplot = _pyplot()
+    pyplot = load_pyplot()
     figure = draw_plot(report)
     figure.savefig(path, format="png")
     pyplot.close(figure)
@@ -91,8 +73,8 @@ def draw_plot(report: dict):
     sustained headlines are a ▲ and a ◆ of its colour at their shapes, listed with their clocks
     in a legend inside the plot. The caller closes the figure.
     """
-    pyplot = _pyplot()
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+    pyplot = load_pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # deferred: only a plot needs it
 
     if report.get("model"):  # accounting report --model SIZE: a second panel below the sweep
         width, height = FIGURE_SIZE_IN

@@ -7,38 +7,15 @@ float32     0.237
 bfloat16     1.93
 """
 
-import re
-
 from accounting._units import readable_bytes
-from accounting.device import MEASURED_CLOCK_SOURCE
-from accounting.report._format import GB, NOT_KNOWN, fraction, tflops
-from accounting.report.model import model_lines
+from accounting.hardware.cpu_clock import SCALAR_CLOCK_SOURCE
+from accounting._units import GB
+from accounting.console import NOT_KNOWN, fraction, table, tflops
+from accounting.report.model_section import model_lines
 
 MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
                     "amx_tile", "amx_bf16", "amx_fp16", "amx_int8")
 """CPU flags shown on the terminal: the ones matmul speed depends on (the JSON has them all)."""
-
-_NUMERIC = re.compile(r"^[0-9.]+(×[0-9]+)*$")
-
-
-def table(header: list[str], rows: list[list[str]], *, indent: str = "") -> str:
-    """Columns padded to their widest cell; cells that look like numbers are right-aligned."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
-
-    def numeric(cell: str) -> bool:
-        return bool(_NUMERIC.match(cell)) or cell == NOT_KNOWN
-
-    def line(cells, align_numbers=True):
-        parts = []
-        for cell, width in zip(cells, widths):
-            cell = str(cell)
-            parts.append(cell.rjust(width) if align_numbers and numeric(cell) else cell.ljust(width))
-        return (indent + "  ".join(parts)).rstrip()
-
-    lines = [line(header, align_numbers=False), indent + "  ".join("-" * width for width in widths)]
-    lines += [line(row) for row in rows]
-    return "\n".join(lines)
-
 
 def shape(row: dict) -> str:
     """``m×k×n`` of a measurement row."""
@@ -63,8 +40,8 @@ def _device_lines(report: dict) -> list[str]:
         lines.append("  ISA flags for matmuls: " + (" ".join(shown) or "none of " + " ".join(MATMUL_CPU_FLAGS)))
     if device.get("clock_ghz"):
         lines.append(f"  clock {device['clock_ghz']:g} GHz ({device.get('clock_source') or 'source unknown'})")
-    if device.get("scalar_clock_ghz") and device.get("clock_source") != MEASURED_CLOCK_SOURCE:
-        lines.append(f"  clock under scalar load {device['scalar_clock_ghz']:g} GHz ({MEASURED_CLOCK_SOURCE})")
+    if device.get("scalar_clock_ghz") and device.get("clock_source") != SCALAR_CLOCK_SOURCE:
+        lines.append(f"  clock under scalar load {device['scalar_clock_ghz']:g} GHz ({SCALAR_CLOCK_SOURCE})")
     machine = report["machine"]
     lines.append(f"  torch {machine['torch']}, Python {machine['python']}, {machine['platform']}")
     return lines

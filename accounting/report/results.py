@@ -8,12 +8,12 @@ cannot disagree. Its fields (``SCHEMA`` names the version):
 - ``machine``: ``platform``, ``python``, ``torch``, ``accounting``, ``logical_cpus``,
   ``load_average_1min`` (before measuring), ``device`` (``kind``, ``name``, ``index``,
   ``memory_bytes``, ``compute_capability``, ``cpu_flags``, ``cores``, ``clock_ghz``, … as
-  :class:`accounting.device.DeviceInfo` has them)
+  :class:`accounting.hardware.devices.DeviceInfo` has them)
 - ``bandwidth``: ``bytes_moved``, ``seconds``, ``iqr_s``, ``repeats``, ``measured_bytes_per_s``,
   ``spec_bytes_per_s`` (``null`` where no spec figure is known, as for CPUs), ``fraction_of_spec``
 - ``dtypes``: per dtype ``native``, ``judged``, ``emulated``, ``not_native_reason``, ``runs_as``
   (the dtype that ran: the fp8 variant on gfx942), ``matmul_path`` and ``mfu_against``
-  (:mod:`accounting.native_dtypes`; a dtype that is not native is measured, never judged),
+  (:mod:`accounting.hardware.native`; a dtype that is not native is measured, never judged),
   ``peak_flops_per_s``, ``peak_source``, ``floor``, ``ridge_flop_per_byte``,
   ``ridge_basis``, ``best`` (a measurement), ``median_flops_per_s``, ``median_tflops``,
   ``mfu`` (best ÷ peak), ``median_mfu``, ``measurements`` (each: ``m``, ``k``, ``n``, ``size``,
@@ -26,7 +26,7 @@ cannot disagree. Its fields (``SCHEMA`` names the version):
   the judged dtypes only
 
 Telemetry (:mod:`accounting.telemetry`) adds: per measurement ``clock_mhz``, ``power_w``
-and validity ``tags`` (:mod:`accounting.validity`); per dtype ``headlines`` (``burst`` and
+and validity ``tags`` (:mod:`accounting.telemetry.validity`); per dtype ``headlines`` (``burst`` and
 ``sustained``, each with TFLOP/s, shape, clock, power, energy, ``j_per_tflop``, tags,
 whether published and why not, and a command that reproduces it), ``j_per_tflop`` (from
 the sustained window) and the verdict's ``tags``; at the top ``telemetry`` (the run's
@@ -40,13 +40,16 @@ import os
 import platform
 from dataclasses import dataclass
 
-from accounting.flops import mfu as model_flops_utilisation
-from accounting.hardware import PEAK_TFLOPS_ENV
-from accounting.report._format import TERA
+import torch
+
+from accounting.flops import achieved_mfu
+from accounting.hardware.peaks import PEAK_TFLOPS_ENV
+from accounting._units import TERA
+from accounting.console import DISTRIBUTION
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall
-from accounting.validity import validity_tags
+from accounting.telemetry.validity import validity_tags
 
 SCHEMA = "accounting-report/1"
 
@@ -87,7 +90,7 @@ def _measurement_row(done, peak, ridge, run_max_power_w=None) -> dict:
         "m": done.m, "k": done.k, "n": done.n, "size": done.size,
         "flops": done.flops, "seconds": done.seconds, "iqr_s": done.iqr_s, "repeats": done.repeats,
         "flops_per_s": done.flops_per_second, "tflops": done.flops_per_second / TERA,
-        "mfu": None if peak is None else model_flops_utilisation(done.flops, done.seconds, peak),
+        "mfu": achieved_mfu(done.flops, done.seconds, peak),
         "arithmetic_intensity": intensity,
         "bound": None if ridge is None else bound(intensity, ridge),
         "phase": done.phase,
@@ -102,7 +105,7 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     """Everything the report says about one dtype.
 
     ``bandwidth`` is the measured bytes/s (or ``None``); ``reason`` explains a missing
-    peak in the verdict. ``native`` is :func:`accounting.native_dtypes.native_matmul`'s
+    peak in the verdict. ``native`` is :func:`accounting.hardware.native.native_matmul`'s
     answer (``None``: taken as native); a dtype that is not native is measured and
     shown with its MFU against ``mfu_against`` (the float32 path's peak, for a CPU
     that emulates it) but gets no floor and a ``not judged`` verdict.
@@ -185,10 +188,8 @@ def bandwidth_section(measured: "BandwidthMeasurement | None", spec_bytes_per_s:
 
 def machine_section(device: dict, *, load_average: float | None = None) -> dict:
     """Versions, platform and the load before measuring (1-minute average), around the device's description."""
-    import torch
-
     try:
-        accounting_version = importlib.metadata.version("accounting")
+        accounting_version = importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
         accounting_version = None
     return {

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 
 
-from accounting.benchconfig import BENCHMARKS_ENV, load_benchmarks
-from accounting.device import (
-    CPU_GHZ_ENV,
+from accounting.bench.matrix import BENCHMARKS_ENV, load_benchmarks
+from accounting.hardware.cpu_clock import CPU_GHZ_ENV
+from accounting.hardware.devices import (
     DeviceInfo,
     cuda_device_names,
     detect_device,
@@ -21,20 +21,21 @@ from accounting.device import (
     release_cached_memory,
 )
 from accounting.errors import AccountingError
-from accounting.hardware import (
+from accounting.hardware.peaks import (
     PEAK_TFLOPS_ENV,
     chip_row,
-    cpu_matmul_path,
     device_peak_flops,
     find_chip,
     peak_bandwidth,
     peak_override_tflops,
 )
+from accounting.hardware.cpu_peak import cpu_matmul_path
 from accounting.memory import format_name
-from accounting.native_dtypes import NativeMatmul, native_matmul
+from accounting.hardware.native import NativeMatmul, native_matmul
 from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
-from accounting.report._format import GB, tflops
+from accounting._units import GB
+from accounting.console import tflops
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
 from accounting.report.sweep import Sweep
 from accounting.timing import MEMORY_FRACTION, matmul_case
@@ -78,7 +79,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     load_average: float | None = None
     native: dict = field(default_factory=dict)
-    """Per dtype, :func:`accounting.native_dtypes.native_matmul`'s answer (judged only when native)."""
+    """Per dtype, :func:`accounting.hardware.native.native_matmul`'s answer (judged only when native)."""
 
     @property
     def settings(self) -> dict:
@@ -175,7 +176,7 @@ def prepare(*, device=None, dtypes=None, budget_s: float) -> Plan:
     """Detect the device, settle the dtypes and look up their peaks and floors.
 
     The default dtypes (``benchmarks.json``) are those the device runs natively
-    (:func:`accounting.native_dtypes.native_matmul`); each one dropped gets a note saying
+    (:func:`accounting.hardware.native.native_matmul`); each one dropped gets a note saying
     why and how to time it anyway. A dtype asked for with ``dtypes`` that the device
     only emulates is measured, and judged against no floor.
 

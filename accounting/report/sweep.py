@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from accounting._checks import check_positive, check_positive_size
 from accounting.errors import AccountingTypeError
+from accounting.memory import storage_dtype
 
 SIZE_MULTIPLE = 128
 """Ramp sizes are multiples of this (tensor-core and SIMD tile sizes divide it)."""
@@ -495,8 +496,6 @@ class Sweep:
 
 
 def _storage_bytes(dtype: str) -> int:
-    from accounting.memory import storage_dtype
-
     return storage_dtype(dtype).itemsize
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from accounting._checks import check_non_negative
 from accounting.flops import MFU_CEILING
-from accounting.hardware import PEAK_TFLOPS_ENV
-from accounting.report._format import tflops
+from accounting.hardware.peaks import PEAK_TFLOPS_ENV
+from accounting.console import tflops
 
 HEALTHY = "healthy"
 BELOW_FLOOR = "below floor"

@@ -1,4 +1,4 @@
-"""How much of a long sweep's best the report's default budget finds: ``python -m accounting.report.search_ratio``.
+"""How much of a long sweep's best the report's default budget finds: ``python -m studies.search_ratio``.
 
 Runs the report's own matmul sweep (:func:`accounting.report.run.make_sweep`: the same
 timer, wave grid, size limits and share of the budget as ``accounting report --budget S``)
@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 from accounting._checks import positive_number_from_text
 from accounting.errors import AccountingError
-from accounting.report._format import TERA
-from accounting.report.cli import EXIT_BAD_INPUT, EXIT_OK, OneLineParser, dtype_list
+from accounting._units import TERA
+from accounting.console import EXIT_BAD_INPUT, EXIT_OK, OneLineParser
+from accounting.report.cli import dtype_list
 from accounting.report.sweep import summarise
 
 TARGET_RATIO = 0.97
@@ -171,7 +172,7 @@ def ratio_row(ratio: SearchRatio) -> list[str]:
 
 def render(ratios: list[SearchRatio], *, short_s: float, long_s: float) -> str:
     """The ratios as a plain-text table."""
-    from accounting.report.render import table
+    from accounting.console import table
 
     header = ["dtype", f"{short_s:g} s TFLOP/s", "shape", f"{long_s:g} s TFLOP/s", "shape", "swept ratio",
               f"re-timed ratio ({RETIME_ROUNDS} rounds)", f"target ≥ {TARGET_RATIO:g}"]
@@ -188,7 +189,7 @@ def _seconds(option: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m accounting.report.search_ratio",
+    parser = OneLineParser(prog="python -m studies.search_ratio",
                            description="Best matmul FLOP/s of the report's sweep with a short and a long budget, "
                                        "and their ratio per dtype.")
     parser.add_argument("--short", metavar="SECONDS", type=_seconds("--short"), default=DEFAULT_SHORT_S,

@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.hardware import CHIP_ROWS, find_chip
+from accounting.hardware.peaks import CHIP_ROWS, find_chip
 from accounting.memory import format_name
-from accounting.native_dtypes import kind_reason
+from accounting.hardware.native import kind_reason
 from accounting.timing import FP8_ALIGNMENT
+from accounting.model_mfu.sizes import MODEL_SIZES
+from accounting.model_mfu.step import STEP_POLICIES
 
 BENCHMARKS_ENV = "ACCOUNTING_BENCHMARKS"
 """Environment variable naming the benchmarks file to load instead of the default."""
@@ -307,9 +309,6 @@ def _kind(kind: str, value, source: str) -> DeviceMatrix:
 
 
 def _model_kind(kind: str, value, source: str) -> ModelMatrix:
-    from accounting.model_mfu.sizes import MODEL_SIZES  # the model package imports torch models: only when asked
-    from accounting.model_mfu.step import STEP_POLICIES
-
     where = f"model.{kind}"
     value = _mapping(value, source, where)
     _check_keys(value, _MODEL_KEYS, source, where)
@@ -420,7 +419,7 @@ def default_benchmarks_path() -> Path:
     override = os.environ.get(BENCHMARKS_ENV)
     if override:
         return Path(override)
-    for candidate in (Path.cwd() / BENCHMARKS_FILE, Path(__file__).resolve().parent.parent / BENCHMARKS_FILE):
+    for candidate in (Path.cwd() / BENCHMARKS_FILE, Path(__file__).resolve().parents[2] / BENCHMARKS_FILE):
         if candidate.is_file():
             return candidate
     return INSTALLED_BENCHMARKS

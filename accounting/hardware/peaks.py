@@ -1,4 +1,4 @@
-"""Peak FLOP/s and memory bandwidth: published accelerator figures and a CPU estimate.
+"""Peak FLOP/s and memory bandwidth of a device: published accelerator figures, the CPU estimate, an override.
 
 Accelerators: a table keyed by chip, then dtype, of *dense* vendor peaks (sparse
 datasheet figures halved), from ``shared/reference/accelerators.md``. Names are
@@ -13,10 +13,10 @@ uses them), ``float32`` (plain FP32, no tensor cores), ``"tf32"`` (float32 matmu
 tensor cores), ``bfloat16``, ``float16``, ``float8_e4m3fn`` and ``float8_e5m2`` (one FP8
 rate, which AMD's fnuz variants ``float8_e4m3fnuz``/``float8_e5m2fnuz`` read too), ``int8``
 (TOPS, as FLOP/s). Which of them a given device runs natively is
-:mod:`accounting.native_dtypes`' question.
+:mod:`accounting.hardware.native`'s question.
 
-CPUs: physical cores × clock × FLOPs per cycle per core for the best ISA path the
-flags allow (:func:`cpu_peak_flops`).
+:func:`device_peak_flops` is the one lookup for a detected device: the user's override,
+else the table (GPUs), else the CPU estimate (:mod:`accounting.hardware.cpu_peak`).
 
 >>> peak_flops("NVIDIA H100 80GB HBM3", "bf16")
 989400000000000.0
@@ -24,8 +24,6 @@ flags allow (:func:`cpu_peak_flops`).
 989.4
 >>> peak_bandwidth("NVIDIA A100-SXM4-80GB") / 1e12
 2.039
->>> cpu_peak_flops("float32", flags={"avx512f", "fma"}, cores=2, ghz=2.5, vendor="intel") / 1e9
-320.0
 """
 
 import os
@@ -33,21 +31,20 @@ import re
 import warnings
 from dataclasses import dataclass
 
-import torch
+from accounting._checks import check_positive, positive_number_from_text
+from accounting._units import TERA
+from accounting.errors import AccountingTypeError
+from accounting.hardware.cpu_peak import cpu_peak_flops
+from accounting.hardware.devices import UNREPORTED_CACHE_BYTES, DeviceInfo
+from accounting.hardware.dtypes import FP8, INT8, peak_column
+from accounting.hardware.native import kind_reason
+from accounting.memory import TF32
 
-from accounting._checks import check_positive, check_positive_size, positive_number_from_text
-from accounting.device import UNREPORTED_CACHE_BYTES, DeviceInfo, cpu_clock_ghz, cpu_flags, cpu_vendor, physical_cores
-from accounting.errors import AccountingError, AccountingTypeError
-from accounting.memory import TF32, format_name
-
-TERA = 1e12
 PEAK_TFLOPS_ENV = "ACCOUNTING_PEAK_TFLOPS"
 """Environment variable: the dense peak, in TFLOP/s, to use instead of the table or CPU estimate."""
 
-INT8 = "int8"
-_FP8 = "fp8"  # the one column both float8 formats read
-_COLUMNS = ("float64", "float32", TF32, "bfloat16", "float16", _FP8, INT8)
-_SPARSE_DTYPES = frozenset({TF32, "bfloat16", "float16", _FP8, INT8})
+_COLUMNS = ("float64", "float32", TF32, "bfloat16", "float16", FP8, INT8)
+_SPARSE_DTYPES = frozenset({TF32, "bfloat16", "float16", FP8, INT8})
 """Dtypes whose tensor-core rate doubles with 2:4 structured sparsity."""
 
 
@@ -223,7 +220,7 @@ def last_level_cache_bytes(info: DeviceInfo) -> int:
 
     The larger of the L2 torch reports and the table row's ``cache_mib`` (MI300X: the L2 that torch
     reports is one XCD's 4 MB; the 256 MB Infinity Cache behind it is the table's), else
-    :data:`accounting.device.UNREPORTED_CACHE_BYTES` (torch < 2.5 reports no L2).
+    :data:`accounting.hardware.devices.UNREPORTED_CACHE_BYTES` (torch < 2.5 reports no L2).
 
     >>> mi300x = DeviceInfo("cuda", "AMD Instinct MI300X", 0, 192 * 2**30, l2_cache_bytes=4 * 2**20)
     >>> last_level_cache_bytes(mi300x) // 2**20
@@ -248,39 +245,6 @@ def _override_hint(dtype: str) -> str:
     )
 
 
-def dtype_name(dtype) -> str:
-    """Canonical name of a matmul dtype: a floating-point format (:func:`accounting.memory.format_name`) or ``"int8"``.
-
-    >>> dtype_name(torch.int8), dtype_name("bf16"), dtype_name("fp8")
-    ('int8', 'bfloat16', 'float8_e4m3fn')
-    """
-    if dtype in (torch.int8, INT8):
-        return INT8
-    return format_name(dtype)
-
-
-def _column(dtype) -> str:
-    """The table column for a dtype given as a torch dtype or a name (``int8`` included)."""
-    name = dtype_name(dtype)
-    return _FP8 if name.startswith("float8") else name
-
-
-def dtype_runs_on(kind: str, dtype) -> str | None:
-    """Why no device of ``kind`` (``"cpu"`` or ``"cuda"``) has a native ``dtype`` matmul; ``None`` when some do.
-
-    The kind-wide part of :func:`accounting.native_dtypes.native_matmul`, which answers
-    for one device (its ISA flags, compute capability, ROCm arch): ask that.
-
-    >>> dtype_runs_on("cpu", "tf32")
-    'tf32 is a CUDA tensor-core mode; a CPU has no tf32 matmul units'
-    >>> dtype_runs_on("cpu", "fp8"), dtype_runs_on("cuda", "tf32"), dtype_runs_on("cpu", "bf16")
-    ('a CPU has no fp8 matmul units', None, None)
-    """
-    from accounting.native_dtypes import kind_reason  # that module builds on this one
-
-    return kind_reason(kind, dtype)
-
-
 def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | None = None) -> float | None:
     """Dense peak FLOP/s of a named accelerator for a dtype (2:4-sparse rate if ``sparse``).
 
@@ -292,7 +256,7 @@ def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | Non
     >>> peak_flops("NVIDIA H100 80GB HBM3", "fp8") == peak_flops("NVIDIA H100 80GB HBM3", "float8_e5m2")
     True
     """
-    column = _column(dtype)
+    column = peak_column(dtype)
     chip = find_chip(device_name, arch=arch)
     if chip is None:
         ambiguous = _AMBIGUOUS.get(_normalise(device_name))
@@ -328,144 +292,6 @@ def peak_bandwidth(device_name: str, *, arch: str | None = None) -> float | None
     return chip.bandwidth_tbs * TERA
 
 
-# ---- CPU estimate ------------------------------------------------------------------------
-
-# FLOPs per cycle per core, best path first: (required flags, FLOPs/cycle, path name).
-# A vector FMA unit of w lanes does 2·w FLOPs a cycle; server cores have two.
-FP32_AVX512_FLOPS_PER_CYCLE = 64  # 2 units × 16 lanes × 2
-FP32_AVX512_HALF_WIDTH_FLOPS_PER_CYCLE = 32  # AMD Zen 4: 512-bit ops split on 256-bit units
-FP32_AVX2_FMA_FLOPS_PER_CYCLE = 32  # 2 units × 8 lanes × 2
-FP32_AVX_FLOPS_PER_CYCLE = 16  # one 8-lane add and one 8-lane multiply port
-FP32_SSE_FLOPS_PER_CYCLE = 8  # one 4-lane add and one 4-lane multiply port
-AMX_BF16_FLOPS_PER_CYCLE = 1024  # TDPBF16PS: 16×16×32 multiply-adds per 16 cycles
-AMX_FP16_FLOPS_PER_CYCLE = 1024  # TDPFP16PS, same shape
-AMX_INT8_OPS_PER_CYCLE = 2048
-AVX512_BF16_FLOPS_PER_CYCLE = 128  # VDPBF16PS: 16 lanes × 2 pairs × 2, two units
-AVX512_FP16_FLOPS_PER_CYCLE = 128  # 32 fp16 lanes × 2, two units
-AVX512_VNNI_OPS_PER_CYCLE = 256  # VPDPBUSD: 16 lanes × 4 multiply-adds × 2, two units
-AVX_VNNI_OPS_PER_CYCLE = 128
-
-_CPU_PATHS = {
-    "float32": [
-        ({"avx512f", "avx512_vp2intersect"}, FP32_AVX512_FLOPS_PER_CYCLE, "AVX-512"),
-        ({"avx512f", "amd"}, FP32_AVX512_HALF_WIDTH_FLOPS_PER_CYCLE, "AVX-512 (Zen 4, 256-bit units)"),
-        ({"avx512f"}, FP32_AVX512_FLOPS_PER_CYCLE, "AVX-512"),
-        ({"avx2", "fma"}, FP32_AVX2_FMA_FLOPS_PER_CYCLE, "AVX2+FMA"),
-        ({"avx"}, FP32_AVX_FLOPS_PER_CYCLE, "AVX"),
-        (set(), FP32_SSE_FLOPS_PER_CYCLE, "SSE"),
-    ],
-    "bfloat16": [
-        ({"amx_bf16", "amx_tile"}, AMX_BF16_FLOPS_PER_CYCLE, "AMX-BF16"),
-        ({"avx512_bf16"}, AVX512_BF16_FLOPS_PER_CYCLE, "AVX512-BF16"),
-    ],
-    "float16": [
-        ({"amx_fp16", "amx_tile"}, AMX_FP16_FLOPS_PER_CYCLE, "AMX-FP16"),
-        ({"avx512_fp16"}, AVX512_FP16_FLOPS_PER_CYCLE, "AVX512-FP16"),
-    ],
-    INT8: [
-        ({"amx_int8", "amx_tile"}, AMX_INT8_OPS_PER_CYCLE, "AMX-INT8"),
-        ({"avx512_vnni"}, AVX512_VNNI_OPS_PER_CYCLE, "AVX512-VNNI"),
-        ({"avx_vnni"}, AVX_VNNI_OPS_PER_CYCLE, "AVX-VNNI"),
-    ],
-}
-
-
-@dataclass(frozen=True)
-class CpuPath:
-    """The best matmul path a CPU's flags allow for a dtype.
-
-    ``native`` is ``False`` when the dtype has no path of its own on these flags: torch
-    converts it and computes on the float32 path, whose name and rate these are.
-    """
-
-    flops_per_cycle: int
-    name: str
-    native: bool
-
-
-def cpu_native_paths(dtype) -> tuple[str, ...]:
-    """Names of the ISA paths that compute ``dtype`` natively on some CPU, best first (empty: none).
-
-    >>> cpu_native_paths("bf16")
-    ('AMX-BF16', 'AVX512-BF16')
-    """
-    column = _column(dtype)
-    return tuple(path for _flags, _rate, path in _CPU_PATHS.get("float32" if column == "float64" else column, []))
-
-
-def cpu_matmul_path(dtype, flags, *, vendor: str | None = None) -> CpuPath | None:
-    """The path ``dtype`` matmuls take on a CPU with these ISA flags; ``None`` for a dtype no CPU has units for.
-
-    ``float64`` is half the ``float32`` rate. bfloat16, float16 and int8 without a
-    native path run at the float32 rate (torch converts and computes in float32).
-    ``vendor="amd"`` with AVX-512 but no VP2INTERSECT is Zen 4, whose 512-bit ops
-    run on 256-bit units; any other vendor is taken to have full-width units, which
-    can only overstate the peak (MFU low, never above 1).
-
-    >>> cpu_matmul_path("bf16", {"avx2", "fma"})
-    CpuPath(flops_per_cycle=32, name='AVX2+FMA', native=False)
-    >>> print(cpu_matmul_path("tf32", {"avx2", "fma"}))
-    None
-    """
-    column = _column(dtype)
-    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
-        raise AccountingTypeError(f"flags must be a collection of flag names, got {flags!r}")
-    lookup = "float32" if column == "float64" else column
-    if lookup not in _CPU_PATHS:
-        return None
-    have = {flag.lower() for flag in flags}
-    if vendor == "amd":
-        have.add("amd")
-    for required, per_cycle, path in _CPU_PATHS[lookup]:
-        if required <= have:
-            if column == "float64":
-                return CpuPath(per_cycle // 2, f"{path} (FP64)", True)
-            return CpuPath(per_cycle, path, True)
-    fallback = cpu_matmul_path("float32", flags, vendor=vendor)
-    return CpuPath(fallback.flops_per_cycle, fallback.name, False)
-
-
-def cpu_flops_per_cycle(dtype, flags, *, vendor: str | None = None) -> tuple[int, str]:
-    """FLOPs per cycle per core for ``dtype`` on a CPU with these ISA flags, and the path's name (for display).
-
-    :func:`cpu_matmul_path` chooses the path; a dtype computed on the float32 path
-    has ``" (via float32)"`` added to the name. Whether a dtype is native is
-    :func:`accounting.native_dtypes.native_matmul`'s answer, not this string's.
-
-    >>> cpu_flops_per_cycle("bfloat16", {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
-    (1024, 'AMX-BF16')
-    >>> cpu_flops_per_cycle("float64", {"avx2", "fma"})
-    (16, 'AVX2+FMA (FP64)')
-    """
-    path = cpu_matmul_path(dtype, flags, vendor=vendor)
-    if path is None:
-        raise AccountingError(f"no CPU computes {_column(dtype)} matmuls natively; there is no CPU peak for {dtype!r}")
-    return path.flops_per_cycle, path.name if path.native else f"{path.name} (via float32)"
-
-
-def cpu_peak_flops(dtype, *, flags=None, cores=None, ghz=None, vendor=None) -> float:
-    """Estimated peak FLOP/s of this CPU (or of one described by the arguments) for ``dtype``.
-
-    physical cores × clock × FLOPs/cycle/core (:func:`cpu_flops_per_cycle`). Anything
-    not given is detected: flags from ``/proc/cpuinfo`` and torch's CPUID probe, cores
-    from the affinity mask, the clock as :func:`accounting.device.cpu_clock_ghz`
-    explains (override with ``ghz=`` or ``$ACCOUNTING_CPU_GHZ``).
-
-    >>> cpu_peak_flops("bf16", flags={"amx_bf16", "amx_tile"}, cores=2, ghz=2.7) / 1e12
-    5.5296
-    """
-    if flags is None:
-        flags = cpu_flags()
-        vendor = vendor if vendor is not None else cpu_vendor()
-    per_cycle, _path = cpu_flops_per_cycle(dtype, flags, vendor=vendor)
-    cores = physical_cores() if cores is None else check_positive_size(cores, "cores")
-    ghz = cpu_clock_ghz()[0] if ghz is None else check_positive(ghz, "ghz")
-    return cores * ghz * 1e9 * per_cycle
-
-
-# ---- the device in use -------------------------------------------------------------------
-
-
 def peak_override_tflops(override_tflops=None) -> float | None:
     """The user's peak override in TFLOP/s: the argument, else ``$ACCOUNTING_PEAK_TFLOPS``, else ``None``."""
     if override_tflops is not None:
@@ -497,8 +323,8 @@ def device_peak_flops(info: DeviceInfo, dtype, *, override_tflops=None, sparse: 
         return override * TERA
     if info.kind == "cuda":
         return peak_flops(info.name, dtype, sparse=sparse, arch=info.arch)
-    column = _column(dtype)
-    reason = dtype_runs_on("cpu", column)
+    column = peak_column(dtype)
+    reason = kind_reason("cpu", column)
     if reason:
         warnings.warn(f"{reason}, so no {column} peak", PeakUnknownWarning, stacklevel=2)
         return None

@@ -4,7 +4,7 @@
   bare metal without cpufreq, their ``cpu MHz`` in ``/proc/cpuinfo``; in a VM (the
   ``hypervisor`` flag, no cpufreq) that line is only the nominal TSC clock, so the
   clock is measured under vector load on every core at the window's edges
-  (:func:`accounting._cpu_clock.measure_vector_clock`; the scalar imul chain where
+  (:func:`accounting.cpu_clock.measure_vector_clock`; the scalar imul chain where
   the CPU has no AVX2+FMA).
 - Energy and power: the RAPL package counters ``/sys/class/powercap/intel-rapl:N/energy_uj``
   (AMD exposes its own under the same name), where readable (root-only since Linux
@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from accounting import _cpu_clock
-from accounting.device import parse_cpuinfo
-from accounting.telemetry import CPU_INTERVAL_S, Reading
+from accounting.hardware import cpu_clock
+from accounting.hardware.cpu_facts import parse_cpuinfo, read_text
+from accounting.telemetry.readings import CPU_INTERVAL_S, Reading
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 PROC_STAT = Path("/proc/stat")
@@ -44,22 +44,17 @@ _KHZ_PER_MHZ = 1e3
 _UJ_PER_J = 1e6
 _MILLI = 1e3
 
-MEASURED_CLOCK_SOURCE = "measured under vector load before and after the window (FMA chains, all cores)"
+WINDOW_VECTOR_CLOCK_SOURCE = "measured under vector load before and after the window (FMA chains, all cores)"
 """``clock_source`` where a VM shows only a nominal clock and the clock is measured at the window's edges."""
-SCALAR_CLOCK_SOURCE = "measured under scalar load before and after the window (imul chain, one core)"
+WINDOW_SCALAR_CLOCK_SOURCE = "measured under scalar load before and after the window (imul chain, one core)"
 """The same, on a CPU without AVX2+FMA or of unknown FMA latency."""
+WINDOW_MEASURED_CLOCK_SOURCES = (WINDOW_VECTOR_CLOCK_SOURCE, WINDOW_SCALAR_CLOCK_SOURCE)
+"""Window clocks measured by this backend at the window's edges (the measuring is CPU work of its own)."""
 _EDGE_REPEATS = 10  # runs per core at each edge (~0.1 s): the window's neighbours, not the peak
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
 def _read_number(path: Path) -> float | None:
-    text = _read_text(path)
+    text = read_text(path)
     try:
         return float(text) if text is not None else None
     except ValueError:
@@ -92,7 +87,7 @@ def read_host_cpu_times(path: Path | None = None) -> HostCpuTimes | None:
     >>> times is None or (times.busy_s > 0 and times.steal_s >= 0 and times.cpus >= 1)
     True
     """
-    text = _read_text(path or PROC_STAT)
+    text = read_text(path or PROC_STAT)
     if text is None:
         return None
     lines = text.splitlines()
@@ -152,7 +147,7 @@ def _rapl_domains() -> tuple[list[_RaplDomain], str | None]:
 def _temperature_inputs() -> list[Path]:
     inputs = []
     for sensor in sorted(HWMON.glob("hwmon*")) if HWMON.is_dir() else []:
-        if (_read_text(sensor / "name") or "").strip() in _CPU_SENSOR_DRIVERS:
+        if (read_text(sensor / "name") or "").strip() in _CPU_SENSOR_DRIVERS:
             inputs.extend(sorted(sensor.glob("temp*_input")))
     return inputs
 
@@ -196,7 +191,7 @@ class CpuBackend:
     def _choose_clock(self) -> str | None:
         if all((SYS_CPU / f"cpu{cpu}" / "cpufreq" / "scaling_cur_freq").exists() for cpu in self._cpus):
             return "cpufreq scaling_cur_freq"
-        blocks = parse_cpuinfo(_read_text(PROC_CPUINFO) or "")
+        blocks = parse_cpuinfo(read_text(PROC_CPUINFO) or "")
         virtual = bool(blocks) and "hypervisor" in blocks[0].get("flags", "").split()
         if not virtual and blocks and blocks[0].get("cpu MHz"):
             return "/proc/cpuinfo cpu MHz"
@@ -208,9 +203,9 @@ class CpuBackend:
                 "a VM shows only the nominal clock and the measurement was not asked for (measure_clock=False)"
             )
             return None
-        if _cpu_clock.vector_clock_supported():
-            return MEASURED_CLOCK_SOURCE
-        return SCALAR_CLOCK_SOURCE
+        if cpu_clock.vector_clock_supported():
+            return WINDOW_VECTOR_CLOCK_SOURCE
+        return WINDOW_SCALAR_CLOCK_SOURCE
 
     def _clock_mhz(self, *, edge: bool) -> float | None:
         if self.clock_source == "cpufreq scaling_cur_freq":
@@ -218,15 +213,15 @@ class CpuBackend:
             khz = [value for value in khz if value is not None]
             return sum(khz) / len(khz) / _KHZ_PER_MHZ if khz else None
         if self.clock_source == "/proc/cpuinfo cpu MHz":
-            blocks = parse_cpuinfo(_read_text(PROC_CPUINFO) or "")
+            blocks = parse_cpuinfo(read_text(PROC_CPUINFO) or "")
             mhz = [float(b["cpu MHz"]) for b in blocks if b.get("cpu MHz") and int(b.get("processor", -1)) in self._cpus]
             return sum(mhz) / len(mhz) if mhz else None
-        if self.clock_source in (MEASURED_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE) and edge:
-            if self.clock_source == MEASURED_CLOCK_SOURCE:
-                vector = _cpu_clock.measure_vector_clock(repeats=_EDGE_REPEATS)
+        if self.clock_source in WINDOW_MEASURED_CLOCK_SOURCES and edge:
+            if self.clock_source == WINDOW_VECTOR_CLOCK_SOURCE:
+                vector = cpu_clock.measure_vector_clock(repeats=_EDGE_REPEATS)
                 ghz = vector.ghz if vector is not None else None
             else:
-                ghz = _cpu_clock.measure_cpu_ghz()
+                ghz = cpu_clock.measure_cpu_ghz()
             if ghz is None:
                 self.unavailable["clock_mhz_mean"] = "a VM shows only the nominal clock and it cannot be measured here"
                 return None

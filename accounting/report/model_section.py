@@ -14,7 +14,7 @@ The section runs after the matmul sweep, outside ``--budget``.
 'Model training step (tiny: 2 layers, width 64, 4 heads, 64 tokens x batch 4, vocabulary 256; AdamW):'
 """
 
-from accounting.benchconfig import load_benchmarks
+from accounting.bench.matrix import load_benchmarks
 from accounting.errors import AccountingError
 from accounting.model_mfu import (
     PEAK_MEMORY_BAND,
@@ -24,6 +24,7 @@ from accounting.model_mfu import (
     measure_training_step,
     model_size,
 )
+from accounting.console import table
 
 WARMUP_STEPS = 1
 REPEATS = 3
@@ -95,8 +96,6 @@ def _number(value, digits=3) -> str:
 
 def model_lines(section: dict) -> list[str]:
     """The section as text: one row per step, MFU beside HFU, memory measured over predicted."""
-    from accounting.report.render import table  # render imports nothing of this module: no cycle
-
     lines = [f"Model training step ({section['describe']}; AdamW):"]
     header = ["precision", "recompute", "tokens/s", "TFLOP/s", "MFU", "HFU", "floor", "peak memory", "predicted",
               "ratio"]

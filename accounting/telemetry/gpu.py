@@ -1,6 +1,6 @@
 """The GPU backends of :mod:`accounting.telemetry`: NVML (``nvidia-ml-py``) and AMD SMI (``amdsmi``).
 
-Neither library comes with torch: ``pip install 'accounting[gpu]'`` brings
+Neither library comes with torch: ``pip install 'pytest-accounting[gpu]'`` brings
 ``nvidia-ml-py`` (module ``pynvml``); ROCm installs ``amdsmi`` with the driver stack.
 Without them every GPU reading is ``None`` with the reason, never an error.
 
@@ -28,7 +28,7 @@ import warnings
 
 import torch
 
-from accounting.telemetry import GPU_INTERVAL_S, NoBackend, Reading
+from accounting.telemetry.readings import GPU_INTERVAL_S, NoBackend, Reading
 
 NVML_CLOCK_EVENT_REASONS = {
     0x1: "gpu_idle",
@@ -344,7 +344,7 @@ def _open_nvml(index: int):
     try:
         nvml = _import_quietly("pynvml")
     except ImportError:
-        return None, "no NVML: pip install 'accounting[gpu]' (nvidia-ml-py)"
+        return None, "no NVML: pip install 'pytest-accounting[gpu]' (nvidia-ml-py)"
     try:
         nvml.nvmlInit()
     except Exception as error:  # noqa: BLE001 - no driver, no library

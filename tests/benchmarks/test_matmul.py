@@ -13,12 +13,13 @@ import pytest
 import torch
 import torch.utils.benchmark
 
-from accounting.benchconfig import load_benchmarks
-from accounting.device import release_cached_memory
+from accounting.bench.matrix import load_benchmarks
+from accounting.hardware.devices import release_cached_memory
 from accounting.flops import MFU_CEILING
-from accounting.hardware import chip_row
-from accounting.pytest_plugin import (add_summary_line, fitted_shape, gpu_device_params, gpu_skip_reason,
-                                      native_skip_reason, peak_or_skip, shape_mode)
+from accounting.hardware.peaks import chip_row
+from accounting.bench.fixture import add_summary_line
+from accounting.bench.shapes import fitted_shape
+from accounting.bench.skips import gpu_device_params, gpu_skip_reason, native_skip_reason, peak_or_skip, shape_mode
 from accounting.timing import matmul_case, time_matmul
 
 TIMER_AGREEMENT = (0.9, 1.1)

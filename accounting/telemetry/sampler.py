@@ -1,26 +1,9 @@
-"""Device readings beside a timed window: clock, power, energy, temperature, throttling, neighbours.
+"""Sampling a device beside a timed window: :class:`Sampler` in a background thread, :func:`snapshot` once.
 
-A TFLOP/s figure without the clock and power behind it cannot be compared: a
-throttled GPU reads "slow", a boosting one "fast". This module is the one place the
-package reads them; the report, the regression gate and the fleet all use it.
-
-- :func:`snapshot` takes one reading now (a :class:`Summary` of duration 0).
-- :class:`Sampler` samples in a background thread while the ``with`` block runs and
-  leaves a :class:`Summary` of the window in ``sampler.summary``.
-
-Backends (chosen by the device; see :mod:`accounting._telemetry_gpu` and
-:mod:`accounting._telemetry_cpu`): NVML through ``nvidia-ml-py`` (``pip install
-'accounting[gpu]'``) for CUDA devices, AMD SMI (``amdsmi``) on ROCm, and on CPUs what
-the machine exposes (cpufreq or ``cpu MHz``, RAPL energy, hwmon temperature; in a VM
-that shows only a nominal clock, the clock measured just before and after the window).
-A reading the backend cannot give is ``None`` (:data:`UNAVAILABLE`) and
-``Summary.unavailable`` says why; nothing is invented and nothing crashes.
-
-Sampling intervals: GPUs every 20 ms (50 Hz, NVML calls are ~10 µs each and the
-timed work runs on the GPU, not on the sampling core); CPUs every 250 ms, because
-there the sampler competes for the very cores being timed, and nothing it reads
-changes faster than that matters (``loadavg`` moves every 5 s, RAPL and cpufreq are
-read as counters or averages, a RAPL counter wraps no sooner than ~20 s at 200 W).
+The backend is chosen by the device (:mod:`accounting.telemetry.gpu` for CUDA and ROCm,
+:mod:`accounting.telemetry.cpu` for the CPU); every backend returns
+:class:`accounting.telemetry.readings.Reading`, and a window becomes one
+:class:`accounting.telemetry.readings.Summary`.
 
 >>> summary = snapshot("cpu")
 >>> summary.device, summary.backend, summary.duration_s
@@ -31,109 +14,20 @@ True
 True
 """
 
-import dataclasses
+
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 
 import torch
 
 from accounting._checks import check_positive
-from accounting.device import as_device
 from accounting.errors import AccountingError
-
-UNAVAILABLE = None
-"""The value of every reading a backend cannot give; ``Summary.unavailable`` holds the reason."""
-
-GPU_INTERVAL_S = 0.02
-"""Default sampling interval on GPUs (50 Hz)."""
-CPU_INTERVAL_S = 0.25
-"""Default sampling interval on CPUs (4 Hz: the sampler shares the timed cores; see the module docstring)."""
-ENERGY_COUNTER_MIN_WINDOW_S = 1.0
-"""A GPU's total-energy counter is used only over windows at least this long; shorter ones use power × time."""
-
-_READING_FIELDS = (
-    "clock_mhz_min",
-    "clock_mhz_mean",
-    "clock_mhz_max",
-    "power_w_mean",
-    "power_w_max",
-    "energy_j",
-    "temperature_c_max",
-    "load_average_1m",
-    "other_process_memory_bytes",
-)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One instantaneous reading of a device, as a backend returns it (``None``: not read).
-
-    ``energy_j`` is the backend's cumulative energy counter (joules since some origin,
-    wrap-around already undone); ``throttle_reasons`` are decoded names.
-    """
-
-    time_s: float
-    clock_mhz: float | None = None
-    power_w: float | None = None
-    energy_j: float | None = None
-    temperature_c: float | None = None
-    throttle_reasons: tuple[str, ...] = ()
-    other_process_memory_bytes: int | None = None
-    busy_siblings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Device readings over a window (see the module docstring); ``None`` fields have a reason in ``unavailable``.
-
-    ``clock_*``: the GPU's SM clock, or the CPU's clock (``clock_source`` says from
-    where). ``energy_source`` is ``"counter"`` (a GPU's total-energy counter),
-    ``"rapl"`` (the CPU's RAPL counter) or ``"power×time"`` (mean power × duration).
-    ``throttle_reasons``: every reason seen during the window that held the clock
-    down (idle and display-clock reasons are left out: they do not slow work).
-    ``busy_siblings``: other GPUs more than 10 % utilised or holding more than 4 GiB.
-
-    >>> s = Summary(device="cpu", backend=None, duration_s=0.0, samples=0, logical_cpus=2,
-    ...             unavailable={"clock_mhz_mean": "no backend"})
-    >>> s.to_dict()["unavailable"], s.throttled
-    ({'clock_mhz_mean': 'no backend'}, False)
-    """
-
-    device: str
-    backend: str | None
-    duration_s: float
-    samples: int
-    logical_cpus: int
-    clock_mhz_min: float | None = None
-    clock_mhz_mean: float | None = None
-    clock_mhz_max: float | None = None
-    clock_source: str | None = None
-    power_w_mean: float | None = None
-    power_w_max: float | None = None
-    energy_j: float | None = None
-    energy_source: str | None = None
-    temperature_c_max: float | None = None
-    throttle_reasons: tuple[str, ...] = ()
-    load_average_1m: float | None = None
-    other_process_memory_bytes: int | None = None
-    busy_siblings: tuple[str, ...] = ()
-    unavailable: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def throttled(self) -> bool:
-        """Whether any throttle reason was seen during the window."""
-        return bool(self.throttle_reasons)
-
-    def to_dict(self) -> dict:
-        """The summary as plain JSON values (tuples become lists)."""
-        out = dataclasses.asdict(self)
-        out["throttle_reasons"] = list(self.throttle_reasons)
-        out["busy_siblings"] = list(self.busy_siblings)
-        out["unavailable"] = dict(self.unavailable)
-        return out
-
+from accounting.hardware.devices import as_device
+from accounting.telemetry.cpu import CpuBackend, read_host_cpu_times
+from accounting.telemetry.gpu import open_gpu_backend
+from accounting.telemetry.readings import CPU_INTERVAL_S  # noqa: F401 - sample_cost_s's example reads it
+from accounting.telemetry.readings import ENERGY_COUNTER_MIN_WINDOW_S, GPU_INTERVAL_S, Reading, Summary
 
 def _device_name(device) -> str:
     """``device`` as the string a summary carries (``"cpu"``, ``"cuda:0"``); raises for devices without telemetry."""
@@ -151,32 +45,8 @@ def _device_name(device) -> str:
 def _open_backend(device_name: str, *, measure_clock: bool):
     """The backend that reads ``device_name`` (never raises: a missing one is a :class:`NoBackend`)."""
     if device_name == "cpu":
-        from accounting._telemetry_cpu import CpuBackend
-
         return CpuBackend(measure_clock=measure_clock)
-    from accounting._telemetry_gpu import open_gpu_backend
-
     return open_gpu_backend(int(device_name.split(":")[1]))
-
-
-class NoBackend:
-    """The backend of a device nothing can read: every reading ``None``, each with ``reason``."""
-
-    name = None
-    default_interval_s = GPU_INTERVAL_S
-    energy_source = None
-    energy_update_period_s = 0.0
-
-    def __init__(self, reason: str):
-        self.unavailable = {
-            name: reason for name in (*_READING_FIELDS, "throttle_reasons") if name != "load_average_1m"
-        }
-
-    def read(self, *, edge: bool) -> Reading:  # noqa: ARG002 - same signature as the real backends
-        return Reading(time_s=time.perf_counter())
-
-    def close(self) -> None:
-        pass
 
 
 def _load_average() -> float | None:
@@ -218,6 +88,7 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
     """Fold ``readings`` (the first and last are the window's edges) into a :class:`Summary`.
 
     >>> readings = [Reading(0.0, clock_mhz=1400.0, power_w=300.0), Reading(2.0, clock_mhz=1200.0, power_w=500.0)]
+    >>> from accounting.telemetry.readings import NoBackend
     >>> s = summarise("cuda:0", NoBackend("test"), readings)
     >>> s.clock_mhz_min, s.clock_mhz_mean, s.power_w_max, s.energy_j, s.energy_source
     (1200.0, 1300.0, 500.0, 800.0, 'power×time')
@@ -374,7 +245,7 @@ def snapshot(device="cpu", *, measure_clock: bool = True) -> Summary:
 
 
 def host_cpu_times():
-    """The whole machine's busy and stolen CPU seconds now (:class:`accounting._telemetry_cpu.HostCpuTimes`).
+    """The whole machine's busy and stolen CPU seconds now (:class:`accounting.telemetry.cpu.HostCpuTimes`).
 
     ``None`` where the system does not say (no ``/proc/stat``). Two readings around a
     window, less the CPU time of one's own processes, give the CPU time everyone else
@@ -384,8 +255,6 @@ def host_cpu_times():
     >>> times is None or times.cpus >= 1
     True
     """
-    from accounting._telemetry_cpu import read_host_cpu_times
-
     return read_host_cpu_times()
 
 

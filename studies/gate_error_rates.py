@@ -1,4 +1,4 @@
-"""Measure the gate's own error rates on this machine: ``python -m accounting.gate.error_rates``.
+"""Measure the gate's own error rates on this machine: ``python -m studies.gate_error_rates``.
 
 K baseline runs of one benchmark (the CPU quick shape, a float32 1024³ matmul through the
 project's ``flops_benchmark`` fixture and :func:`accounting.timing.matmul_case`), then N
@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accounting.benchconfig import load_benchmarks
+from accounting.bench.matrix import load_benchmarks
 from accounting.errors import AccountingError
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, gate_ab
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
@@ -48,8 +48,8 @@ from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.stats import Decision, log_spread, smallest_convictable
 from accounting.gate.storage import load_run
-from accounting.report.cli import OneLineParser
-from accounting.report.render import table
+from accounting.console import OneLineParser
+from accounting.console import table
 
 SLOWDOWN_ENV = "ACCOUNTING_GATE_SLOWDOWN"
 CHECK_PAIRS = 5
@@ -59,7 +59,7 @@ DEFAULT_FACTORS = (1.25, 1.10)
 MODULE_NAME = "test_gate_error_rates.py"
 
 BENCHMARK_MODULE = textwrap.dedent('''\
-    """Written by accounting.gate.error_rates: a 1024^3 float32 matmul, slowed by ${SLOWDOWN_ENV}."""
+    """Written by studies.gate_error_rates: a 1024^3 float32 matmul, slowed by ${SLOWDOWN_ENV}."""
     import os
     import statistics
     import time
@@ -376,7 +376,7 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(prog="python -m accounting.gate.error_rates",
+    parser = OneLineParser(prog="python -m studies.gate_error_rates",
                            description="Measure how often the regression gate fails unchanged code (false alarms) "
                                        "and catches injected slowdowns, on this machine.")
     parser.add_argument("--runs", type=_count, default=DEFAULT_RUNS, metavar="N",

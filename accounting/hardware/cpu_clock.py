@@ -45,9 +45,28 @@ import os
 import threading
 import mmap
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+from accounting._checks import positive_number_from_text
+from accounting.errors import AccountingError
+from accounting.hardware.cpu_facts import cpu_flags, cpu_vendor, cpuinfo_blocks, read_text
+
+CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
+"""Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
+SCALAR_CLOCK_SOURCE = "imul-chain measurement"
+"""Where the peak's clock came from when it was measured under scalar load (:func:`measure_cpu_ghz`)."""
+VECTOR_CLOCK_SOURCE = "FMA-chain measurement, all cores under vector load"
+"""Where the peak's clock came from when it was measured under vector FMA load (:func:`measure_vector_clock`)."""
+MEASURED_CLOCK_SOURCES = (VECTOR_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE)
+"""Clock sources that are measurements (they jitter by a few percent from run to run)."""
+
+_CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+_KHZ_PER_GHZ = 1e6
+_MHZ_PER_GHZ = 1e3
 
 IMUL_LATENCY_CYCLES = 3
 _MULTIPLIES_PER_ITERATION = 4
@@ -262,9 +281,7 @@ def _compiled(code: bytes):
 
 def _cpu_facts():
     """``(flags, vendor, family, model, one logical CPU per physical core)`` of this machine."""
-    from accounting import device  # here, not at the top: device imports this module
-
-    blocks = device._cpuinfo_blocks()
+    blocks = cpuinfo_blocks()
     first = blocks[0] if blocks else {}
 
     def number(key):
@@ -278,7 +295,7 @@ def _cpu_facts():
         if cpu in allowed:
             per_core.setdefault((block.get("physical id", "0"), block.get("core id", str(cpu))), cpu)
     cpus = sorted(per_core.values()) or sorted(allowed)
-    return device.cpu_flags(), device.cpu_vendor(), number("cpu family"), number("model"), cpus
+    return cpu_flags(), cpu_vendor(), number("cpu family"), number("model"), cpus
 
 
 def _fastest_runs(loop, iterations: int, cpus: list[int], repeats: int = _VECTOR_REPEATS) -> list[float]:
@@ -393,3 +410,67 @@ def measure_fma_ceiling(*, facts=None) -> float | None:
         return None
     flops_per_run = iterations * code.stream_fmas * code.lanes * 2
     return sum(flops_per_run / best for best in seconds)
+
+
+# ---- the clock the CPU peak is computed with ------------------------------------------------
+
+_MODEL_GHZ = re.compile(r"@\s*([0-9.]+)\s*GHz", re.IGNORECASE)
+
+
+def cpu_clock_ghz() -> tuple[float, str]:
+    """The clock (GHz) the CPU peak is computed with, and where it came from.
+
+    In order of preference:
+
+    1. ``$ACCOUNTING_CPU_GHZ`` — a user who knows the sustained all-core clock says so.
+    2. Measured under vector load (x86-64 with AVX2+FMA or AVX-512, a CPU generation
+       whose FMA latency is known): the mean clock of every physical core while all of
+       them run FMA chains on the widest registers the CPU has
+       (:func:`measure_vector_clock`). Cores lower their clock
+       under wide-vector load, so this is the clock a float32 peak holds at; a scalar
+       clock made the peak ~12 % high on an AVX-512 host. (bf16/fp16 peaks on AMX
+       hosts use it too; their tile units may run at yet another clock.)
+    3. ``cpufreq/cpuinfo_max_freq`` — the maximum (turbo) clock. It is an upper bound
+       on the sustained all-core clock, so the peak may be high and MFU low, never
+       the reverse: MFU above 1 would be worse than a pessimistic MFU.
+    4. Measured under scalar load (x86-64): the clock one busy core runs at, from the
+       latency of a chain of dependent multiplies (:func:`measure_cpu_ghz`). VMs
+       hide cpufreq and report only the nominal clock, while the cores run at turbo
+       (here: 2.7 GHz reported, ~3.5 GHz measured); a peak from the nominal clock made
+       MFU read above 1. Single-core turbo is again an upper bound on the all-core clock.
+    5. ``@ 2.70GHz`` in the model name — the base clock Intel prints there.
+    6. The highest ``cpu MHz`` in ``/proc/cpuinfo`` — the current clock on bare metal;
+       in a VM, the nominal TSC clock the hypervisor reports. Turbo can run above
+       both 5 and 6, so there MFU may read high; set ``$ACCOUNTING_CPU_GHZ`` (or pass
+       ``ghz=``) if you know better.
+
+    The scalar measurement stays beside the chosen clock in :class:`DeviceInfo`
+    (``scalar_clock_ghz``) and in the report.
+    """
+    override = os.environ.get(CPU_GHZ_ENV)
+    if override:
+        return positive_number_from_text(override, f"${CPU_GHZ_ENV}", "GHz"), f"${CPU_GHZ_ENV}"
+    vector = measured_vector_clock()
+    if vector is not None:
+        return round(vector.ghz, 2), VECTOR_CLOCK_SOURCE
+    text = read_text(_CPUFREQ_MAX)
+    if text and text.strip().isdigit():
+        return int(text) / _KHZ_PER_GHZ, "cpufreq cpuinfo_max_freq"
+    measured = measured_cpu_ghz()
+    if measured is not None:
+        return round(measured, 2), SCALAR_CLOCK_SOURCE
+    blocks = cpuinfo_blocks()
+    match = _MODEL_GHZ.search(blocks[0].get("model name", "")) if blocks else None
+    if match:
+        return float(match.group(1)), "model name"
+    mhz = [float(block["cpu MHz"]) for block in blocks if block.get("cpu MHz")]
+    if mhz:
+        return max(mhz) / _MHZ_PER_GHZ, "/proc/cpuinfo cpu MHz"
+    raise AccountingError(
+        f"cannot find this CPU's clock (no cpufreq, no GHz in the model name, no cpu MHz); set ${CPU_GHZ_ENV}"
+    )
+
+
+def _rounded(ghz: float | None) -> float | None:
+    return None if ghz is None else round(ghz, 2)
+

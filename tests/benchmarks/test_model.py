@@ -17,12 +17,13 @@ A plain ``pytest`` runs the quick size only.
 
 import pytest
 
-from accounting.benchconfig import load_benchmarks
-from accounting.device import cpu_flags, cpu_vendor, release_cached_memory
+from accounting.bench.matrix import load_benchmarks
+from accounting.hardware.cpu_facts import cpu_flags, cpu_vendor
+from accounting.hardware.devices import release_cached_memory
 from accounting.errors import AccountingError
 from accounting.flop_count import count_flops
-from accounting.hardware import cpu_flops_per_cycle
-from accounting.model_flops import transformer_flops
+from accounting.hardware.cpu_peak import cpu_flops_per_cycle
+from accounting.transformer_flops import transformer_flops
 from accounting.model_mfu import (
     PEAK_DTYPES,
     build_training_step,
@@ -33,7 +34,8 @@ from accounting.model_mfu import (
     model_size,
     step_measurement,
 )
-from accounting.pytest_plugin import add_summary_line, gpu_skip_reason, peak_or_skip, shape_mode
+from accounting.bench.fixture import add_summary_line
+from accounting.bench.skips import gpu_skip_reason, peak_or_skip, shape_mode
 
 WARMUP_ROUNDS = 1
 """Untimed rounds after the counted step (which already created the optimizer state)."""

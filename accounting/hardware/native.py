@@ -5,7 +5,7 @@ validation, :func:`accounting.timing.matmul_case` and the pytest plugin's GPU sk
 ask :func:`native_matmul`; none of them decides by itself.
 
 - **CPU**: from the ISA flags and vendor the CPU peak estimate reads
-  (:func:`accounting.hardware.cpu_matmul_path`): bfloat16 is native with AMX-BF16 or
+  (:func:`accounting.hardware.cpu_peak.cpu_matmul_path`): bfloat16 is native with AMX-BF16 or
   AVX512-BF16 (Sapphire Rapids, Cooper Lake, Zen 4), float16 with AMX-FP16 or
   AVX512-FP16; without them (Zen 2/3 with AVX2 only, Skylake/Cascade Lake with
   AVX-512 but no BF16) torch emulates them through float32 at a small fraction of the
@@ -27,7 +27,7 @@ ask :func:`native_matmul`; none of them decides by itself.
 An fp8 dtype names the format family (e4m3 or e5m2); :attr:`NativeMatmul.runs_as` is
 the variant the device runs (``float8_e4m3fnuz`` on an MI300X for ``"fp8"``).
 
->>> from accounting.device import DeviceInfo
+>>> from accounting.hardware.devices import DeviceInfo
 >>> zen3 = DeviceInfo("cpu", "AMD EPYC", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), vendor="amd")
 >>> native_matmul(zen3, "float32").native, native_matmul(zen3, "bf16").emulated
 (True, True)
@@ -39,9 +39,10 @@ the variant the device runs (``float8_e4m3fnuz`` on an MI300X for ``"fp8"``).
 import re
 from dataclasses import dataclass
 
-from accounting.device import DeviceInfo
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.hardware import cpu_matmul_path, cpu_native_paths, dtype_name
+from accounting.hardware.cpu_peak import cpu_matmul_path, cpu_native_paths
+from accounting.hardware.devices import DeviceInfo
+from accounting.hardware.dtypes import FP8, dtype_name, peak_column
 from accounting.memory import TF32
 
 FP8_MIN_CAPABILITY = (8, 9)
@@ -61,7 +62,7 @@ _ROCM_FP8 = {"gfx942": ("fnuz", None), "gfx950": ("ocp", (6, 5)), "gfx1200": ("o
 _ROCM_TF32_ARCHS = frozenset({"gfx942", "gfx950"})
 _CPU_NEVER = {
     TF32: "tf32 is a CUDA tensor-core mode; a CPU has no tf32 matmul units",
-    "fp8": "a CPU has no fp8 matmul units",
+    FP8: "a CPU has no fp8 matmul units",
 }
 
 
@@ -109,11 +110,6 @@ def _fp8_family(name: str) -> str:
     return "e5m2" if name.startswith("float8_e5m2") else "e4m3"
 
 
-def _column_name(dtype) -> str:
-    name = dtype_name(dtype)
-    return "fp8" if name.startswith("float8") else name
-
-
 def kind_reason(kind: str, dtype) -> str | None:
     """Why no device of ``kind`` (``"cpu"`` or ``"cuda"``) runs ``dtype`` natively; ``None`` when some do.
 
@@ -125,7 +121,7 @@ def kind_reason(kind: str, dtype) -> str | None:
     """
     if kind not in ("cpu", "cuda"):
         raise AccountingError(f"kind must be 'cpu' or 'cuda', got {kind!r}")
-    column = _column_name(dtype)
+    column = peak_column(dtype)
     return _CPU_NEVER.get(column) if kind == "cpu" else None
 
 
@@ -205,7 +201,7 @@ def rocm_arch(info: DeviceInfo) -> str | None:
 def native_matmul(info: DeviceInfo, dtype) -> NativeMatmul:
     """Whether ``info``'s device runs ``dtype`` matmuls natively, what runs instead, and why (see the module doc).
 
-    >>> from accounting.device import DeviceInfo
+    >>> from accounting.hardware.devices import DeviceInfo
     >>> v100 = DeviceInfo("cuda", "Tesla V100-SXM2-16GB", 0, 2**34, compute_capability=(7, 0))
     >>> answer = native_matmul(v100, "tf32")
     >>> answer.native, answer.runs_as, answer.reason
@@ -229,7 +225,7 @@ def native_matmul(info: DeviceInfo, dtype) -> NativeMatmul:
 def native_dtypes(info: DeviceInfo, dtypes) -> list[str]:
     """The ``dtypes`` (canonical names, order kept) that ``info``'s device runs natively.
 
-    >>> from accounting.device import DeviceInfo
+    >>> from accounting.hardware.devices import DeviceInfo
     >>> zen4 = DeviceInfo("cpu", "AMD EPYC 9654", None, 2**30, cpu_flags=frozenset({"avx512f", "avx512_bf16"}),
     ...                   vendor="amd")
     >>> native_dtypes(zen4, ["float32", "bfloat16", "float16"])

@@ -1,0 +1,275 @@
+"""The ``flops_benchmark`` fixture: pytest-benchmark's timing with FLOPs, TFLOP/s and MFU beside it.
+
+Each call records FLOPs, achieved TFLOP/s, the peak and its source, MFU, the device and
+the telemetry window in ``benchmark.extra_info``, so they land in the saved JSON, and adds
+a line to the end-of-run summary (:func:`add_summary_line`).
+"""
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from accounting._checks import check_non_negative, check_size
+from accounting._units import TERA
+from accounting.bench.matrix import load_benchmarks
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.flop_count import FlopCount, count_flops as count_fn_flops, counted_total, flops_mismatch
+from accounting.flops import achieved_mfu
+from accounting.hardware.clocks import clock_for, synchronize
+from accounting.hardware.devices import DeviceInfo, as_device, detect_device
+from accounting.hardware.dtypes import dtype_name
+from accounting.hardware.peaks import device_peak_flops
+from accounting.telemetry.sampler import Sampler
+from accounting.telemetry.validity import window_extra_info
+from accounting.timing import WARMUP_CALLS, flush_bytes, rounds_for, should_flush_l2, time_fn
+
+SUMMARY = pytest.StashKey[list]()
+"""The end-of-run summary's lines (see :func:`add_summary_line`)."""
+_DEVICE_INFOS = pytest.StashKey[dict]()
+"""Detected devices, by ``str(torch.device)``, for the whole session (detection reads /proc, NVML...)."""
+
+
+def add_summary_line(config, line: str) -> None:
+    """Add a line to the end-of-run "achieved TFLOP/s and MFU" section."""
+    config.stash.setdefault(SUMMARY, []).append(line)
+
+
+@dataclass(frozen=True)
+class FlopsResult:
+    """What one FLOPs benchmark achieved (``mfu`` and ``peak_flops`` are ``None`` when the peak is unknown).
+
+    ``flop_count``: what ``FlopCounterMode`` counted in one call (``None`` with ``count_flops=False``).
+    """
+
+    median_s: float | None
+    flops: int
+    tflops: float | None
+    peak_flops: float | None
+    mfu: float | None
+    flop_count: FlopCount | None = None
+
+
+class FlopsBenchmark:
+    """Runs pytest-benchmark's ``pedantic`` mode correctly for asynchronous devices and records FLOPs/MFU.
+
+    pytest-benchmark reads a host clock (``perf_counter``) around the target. A CUDA
+    call returns once its kernels are *queued*, so the target here is ``fn()``
+    followed by ``synchronize(device)``: the clock stops when the GPU is done. The
+    untimed ``setup`` before each round flushes L2 (on CUDA, when the ``operands`` given
+    fit in it: :func:`accounting.timing.should_flush_l2`; on CUDA always when none are
+    given) and synchronizes, so neither the flush nor the previous round's tail is billed
+    to this round. That host time still holds fn's launch and the synchronize's return
+    (tens of µs): the saved stats (what ``--benchmark-compare`` compares) keep it, but on
+    CUDA the achieved TFLOP/s and MFU come from a second set of ``rounds`` calls timed with
+    CUDA events behind a queued spin (:func:`accounting.timing.time_fn`), which time the
+    GPU alone (``extra_info``: ``host_median_s`` and ``device_median_s``). On the CPU the
+    synchronize is a no-op and this is ordinary pytest-benchmark timing.
+
+    FLOPs (:mod:`accounting.flop_count`): before the first round, one call is counted
+    with ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta``
+    tensors, say), else one extra untimed call of ``fn``. Without ``flops=`` the count is
+    used (a count of 0 is refused: pass ``flops=``); with it, ``flops`` wins and a count
+    more than 1 % away is recorded in ``extra_info["flops_mismatch"]`` and in the end-of-run
+    summary (not as a warning: ``filterwarnings = error`` would fail a benchmark whose
+    kernel the counter cannot see). ``count_flops``: ``None`` counts when there is no
+    ``flops=`` or there is a ``count_fn`` (a given ``flops=`` costs no extra call of ``fn``),
+    ``True`` always, ``False`` never (``flops=`` then required).
+
+    Rounds: ``rounds`` at least, and with ``min_time_s`` > 0 as many more as fill that many
+    seconds (:func:`accounting.timing.rounds_for`, capped at its ``max_rounds``; benchmarks.json's
+    ``min_time_s`` per device kind). The count is fixed before the first round from the fastest of
+    the warm-up calls, which then run here (timed by :func:`warm_call_seconds`, at least one)
+    instead of inside ``pedantic``; ``extra_info["rounds"]`` records the count used.
+
+    ``infos`` is the cache of detected devices; the fixture shares one across the session.
+    """
+
+    def __init__(self, benchmark, config, infos: dict | None = None):
+        self.benchmark = benchmark
+        self.config = config
+        self._infos = {} if infos is None else infos
+
+    def device_info(self, device) -> DeviceInfo:
+        key = str(as_device(device))
+        if key not in self._infos:
+            self._infos[key] = detect_device(device)
+        return self._infos[key]
+
+    def __call__(self, fn, *, flops: int | None = None, dtype, device="cpu", shape=None, rounds: int = 10,
+                 warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
+                 operands=(), count_fn=None, count_flops: bool | None = None, min_time_s: float = 0.0):
+        min_time_s = check_non_negative(min_time_s, "min_time_s")
+        warmup_rounds = check_size(warmup_rounds, "warmup_rounds")  # checked here: with min_time_s they run here
+        refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
+        device = as_device(device)
+        count, given = self._count(fn, flops, count_fn, count_flops)  # untimed, before any round
+        flops = given if given is not None else counted_total(count)
+        info = self.device_info(device)
+        name = dtype_name(dtype)
+        if peak is None:
+            peak = device_peak_flops(info, name, override_tflops=self.config.getoption("peak_tflops", None))
+        clock = clock_for(device, cache_bytes=flush_bytes(device))
+        if flush_cache is not None:
+            flush = flush_cache
+        elif operands:
+            flush = should_flush_l2(device, *operands)
+        else:
+            flush = device.type == "cuda"  # nothing known about fn's operands: flush, as a cold call
+
+        def setup():
+            if flush:
+                clock.flush_cache()
+            synchronize(device)
+
+        def target():
+            result = fn()
+            synchronize(device)  # see the class docstring: the host clock must wait for the device
+            return result
+
+        if min_time_s:  # the warm-up calls run here, timed, to size the rounds (see the class docstring)
+            rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds, min_time_s=min_time_s)
+            warmup_rounds = 0
+        window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
+        with window as sampler:
+            self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        stats = getattr(self.benchmark, "stats", None)
+        median = stats.stats.median if stats is not None else None  # None under --benchmark-disable
+        if median and device.type == "cuda":
+            # The host clock above also times fn's launch and the synchronize's wake-up (tens of µs): fine
+            # for comparing runs, wrong for MFU. MFU comes from CUDA events around the same call.
+            self.benchmark.extra_info["host_median_s"] = median
+            median = time_fn(fn, device=device, warmup=0, repeats=rounds, min_time_s=0, flush_cache=flush,
+                             count_flops=False).median  # FLOPs were settled above
+            self.benchmark.extra_info["device_median_s"] = median
+        tflops = flops / median / TERA if median else None
+        result = FlopsResult(median, int(flops), tflops, peak, achieved_mfu(flops, median, peak) if median else None,
+                             count)
+        self.benchmark.extra_info.update({
+            "flops": int(flops),
+            "achieved_tflops": tflops,
+            "peak_tflops": peak / TERA if peak else None,
+            "mfu": result.mfu,
+            "device": info.name,
+            "device_kind": info.kind,
+            "dtype": name,
+            "shape": list(shape) if shape is not None else None,
+            "rounds": rounds,
+            "min_time_s": min_time_s,
+        })
+        if sampler is not None:
+            self.benchmark.extra_info["telemetry"] = window_extra_info(
+                sampler.summary, work_flops=int(flops) * (rounds + warmup_rounds))
+        if median and hasattr(self.config, "stash"):
+            mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
+            peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
+            label = getattr(self.benchmark, "name", "benchmark")
+            add_summary_line(self.config, f"{label}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text} [{info.name}, {name}]")
+        self._record_count(count, given)
+        return result
+
+    @staticmethod
+    def _count(fn, flops, count_fn, count_flops) -> tuple[FlopCount | None, int | None]:
+        """(the FlopCounterMode count or ``None``, the given FLOPs or ``None``), checking the arguments."""
+        if not callable(fn):
+            raise AccountingTypeError(f"fn must be callable, got {fn!r}")
+        if count_flops is not None and not isinstance(count_flops, bool):
+            raise AccountingTypeError(f"count_flops must be True, False or None, got {count_flops!r}")
+        if flops is not None:
+            flops = int(check_non_negative(flops, "flops"))
+        elif count_flops is False:
+            raise AccountingError("flops_benchmark needs flops= when count_flops=False (nothing to count them)")
+        if count_flops is None:
+            count_flops = flops is None or count_fn is not None
+        if not count_flops:
+            return None, flops
+        if count_fn is not None:
+            return count_fn_flops(count_fn, source="count_fn"), flops
+        return count_fn_flops(fn), flops
+
+    def _record_count(self, count: FlopCount | None, given: int | None) -> None:
+        """The count beside the timing fields in ``extra_info``; a mismatch also in the summary."""
+        mismatch = flops_mismatch(given, count) if count is not None and given is not None else None
+        self.benchmark.extra_info.update({
+            "flops_source": "given" if given is not None else count.source,
+            "flops_counted": count.total if count is not None else None,
+            "flops_by_operator": dict(count.by_operator) if count is not None else None,
+            "flop_count_seconds": count.seconds if count is not None else None,
+            "flops_mismatch": mismatch,
+        })
+        if mismatch and hasattr(self.config, "stash"):
+            add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: FLOPs mismatch: {mismatch}")
+
+
+def warm_call_seconds(target, setup, calls: int) -> float:
+    """Run ``setup(); target()`` ``max(1, calls)`` times; the fastest ``target()`` in seconds (``perf_counter``).
+
+    ``target`` synchronizes the device itself (:class:`FlopsBenchmark`), so the host clock sees the
+    whole call. The first call of a run is the slowest (allocation, kernel choice): the fastest is
+    the estimate of a timed round.
+
+    >>> calls = []
+    >>> warm_call_seconds(lambda: calls.append("target"), lambda: calls.append("setup"), 2) > 0, calls
+    (True, ['setup', 'target', 'setup', 'target'])
+    """
+    fastest = math.inf
+    for _ in range(max(1, calls)):
+        setup()
+        started = time.perf_counter()
+        target()
+        fastest = min(fastest, time.perf_counter() - started)
+    return max(fastest, 1e-9)  # a call too short for the clock's resolution still counts as 1 ns
+
+
+def baseline_shape_mismatch(config, fullname, shape) -> str | None:
+    """Why this benchmark's baseline (``--benchmark-compare``) timed another shape; ``None`` when it did not.
+
+    A shape shrunk to fit free memory (:func:`fitted_shape`) keeps its test id, so without this a
+    baseline at 16384³ and a run at 8192³ would be compared as one benchmark.
+
+    >>> from types import SimpleNamespace
+    >>> session = SimpleNamespace(compared_mapping={"0001_base.json": {"t": {"extra_info": {"shape": [4, 4, 4]}}}})
+    >>> baseline_shape_mismatch(SimpleNamespace(_benchmarksession=session), "t", (2, 4, 4))
+    '--benchmark-compare: t timed 4x4x4 in the baseline 0001_base.json but 2x4x4 in this run; different shapes are not comparable'
+    """
+    session = getattr(config, "_benchmarksession", None)  # pytest-benchmark's session: the loaded baselines
+    if shape is None or fullname is None or session is None:
+        return None
+    for path, baseline in (getattr(session, "compared_mapping", None) or {}).items():
+        saved = (baseline.get(fullname) or {}).get("extra_info", {}).get("shape")
+        if saved is not None and list(saved) != list(shape):
+            described = "x".join(map(str, saved)), "x".join(map(str, shape))
+            return (f"--benchmark-compare: {fullname} timed {described[0]} in the baseline {getattr(path, 'name', path)} "
+                    f"but {described[1]} in this run; different shapes are not comparable")
+    return None
+
+
+def refuse_other_baseline_shape(config, fullname, shape) -> None:
+    """Fail the benchmark, before timing, when its baseline timed another shape (see :func:`baseline_shape_mismatch`)."""
+    reason = baseline_shape_mismatch(config, fullname, shape)
+    if reason:
+        pytest.fail(reason + " (free memory differs? save a baseline from this machine state)", pytrace=False)
+
+
+def _telemetry_window(device):
+    """A telemetry sampler around a CUDA benchmark's rounds (``accounting.telemetry``); nothing on the CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext(None)
+    return Sampler(device)
+
+
+@pytest.fixture(scope="session")
+def benchmark_config(pytestconfig):
+    """The validated benchmark matrix (``--benchmarks-json`` or the default ``benchmarks.json``)."""
+    return load_benchmarks(pytestconfig.getoption("benchmarks_json", None))
+
+
+@pytest.fixture
+def flops_benchmark(benchmark, pytestconfig):
+    """``flops_benchmark(fn, dtype=..., device=..., flops=None)`` → :class:`FlopsResult`, with FLOPs/MFU in ``extra_info``.
+
+    Without ``flops=`` the FLOPs of one call are counted by ``FlopCounterMode`` (see :class:`FlopsBenchmark`).
+    """
+    return FlopsBenchmark(benchmark, pytestconfig, infos=pytestconfig.stash.setdefault(_DEVICE_INFOS, {}))
