@@ -233,12 +233,11 @@ def rounds_for(call_s: float, *, rounds: int, min_time_s: float, max_rounds: int
 
     Why a time and not only a count, for the fastest-round metric the regression gate judges: on
     a shared host the quiet moments a fastest round needs come and go over fractions of a second,
-    so ten 27 ms rounds (0.27 s) often miss them all. Measured on our 2-vCPU VM, 30 one-thread
-    fp32 1024³ processes of 60 rounds each (blocks of 8 consecutive processes): the sd of the logs
-    of each process's fastest round was 0.102 over its first 10 rounds, 0.090 over 20, 0.056 over
-    30 and 0.051 over all 60 (1.6 s).
+    so ten 27 ms rounds (0.27 s) often miss them all, and the spread between processes of their
+    fastest round falls as their rounds fill more time (measured figures:
+    docs/benchmarks-and-gate.md, "Why at least 1.5 s of rounds").
 
-    >>> rounds_for(0.027, rounds=10, min_time_s=1.5)   # a 1024³ fp32 matmul on one Zen 3 core
+    >>> rounds_for(0.027, rounds=10, min_time_s=1.5)   # a 27 ms call: a 1024³ fp32 matmul on one core
     56
     >>> rounds_for(1.4, rounds=10, min_time_s=1.5)     # a 4096³ one: the count already fills the time
     10

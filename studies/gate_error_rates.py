@@ -10,7 +10,7 @@ The slowdown is injected without touching library code: the script writes its ow
 benchmark module into a temporary directory, whose work is the 1024³ product plus, when
 ``$ACCOUNTING_GATE_SLOWDOWN`` is ``f > 1``, a second product of
 ``$ACCOUNTING_GATE_SLOWDOWN_ROWS`` rows. Time is not linear in FLOPs (a thin product runs
-at a lower rate: ``(f − 1)·1024`` rows made a "1.25×" read 1.4–1.8× here), so the script
+at a lower rate, so ``(f − 1)·1024`` rows slow the work by more than ``f``), so the script
 first calibrates the rows for each factor in its own process (:func:`calibrate_rows`), and
 every slowed run measures again, in-process and interleaved, the factor it really injected
 (the median of :data:`CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians);
@@ -21,8 +21,9 @@ With ``--ab`` it measures ``accounting gate ab`` instead (:mod:`accounting.gate.
 baseline is saved; each gated job runs A (unchanged) and B (slowed, or not) in interleaved
 pairs of fresh processes.
 
-Targets (issue 11, 2-core CPU, N = 20): false alarms ≤ 1/20, a 1.25× slowdown caught ≥ 19/20,
-a 1.10× slowdown reported as it is, one gated run ≤ 2 minutes.
+Targets (2-core CPU, N = 20): false alarms ≤ 1/20, a 1.25× slowdown caught ≥ 19/20,
+a 1.10× slowdown reported as it is, one gated run ≤ 2 minutes. What it measured, and on which
+machines: docs/benchmarks-and-gate.md ("Measured error rates of check" and "... of ab").
 
 >>> parse_factors("1.25,1.1")
 (1.25, 1.1)

@@ -94,7 +94,7 @@ def no_baseline_note(benchmarksession) -> str | None:
 
     pytest-benchmark raises "--benchmark-compare-fail requires valid --benchmark-compare" (exit 4)
     after the whole run when the storage holds no baseline: the first CI run on a fresh cache. A
-    missing baseline is not an error (README, pytest.ini), so the threshold is not applied and
+    missing baseline is not an error (docs/benchmarks-and-gate.md, pytest.ini), so the threshold is not applied and
     this note says why. A baseline named explicitly (``--benchmark-compare=0002``) that is not
     there stays pytest-benchmark's error: that is a wrong name, not a fresh cache.
 

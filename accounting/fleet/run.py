@@ -15,7 +15,6 @@ real multi-process run.
 
 import datetime
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass

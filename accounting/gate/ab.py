@@ -3,11 +3,10 @@
 The saved-history gate (``gate save`` / ``gate check``) compares today's runs with runs
 saved earlier on the same machine kind. On a shared host that is its weakness: the host's
 speed drifts over minutes, so a baseline saved in a slow quarter of an hour makes a
-1.25× slowdown read 1.17×, and one saved in a fast one makes unchanged code read slow.
-Measured on our 2-core VM in a busy hour: successive blocks of ten unchanged processes had
-median fastest rounds of 26.0–31.0 ms, and the baseline's median (29.6 ms) sat 8 % above
-the later unchanged runs' (27.4 ms). Firecracker's performance tests answer this by
-running A (the base revision) and B (the change) in the same job; this module does that:
+slowdown read smaller than it is, and one saved in a fast one makes unchanged code read slow
+(measured figures: docs/benchmarks-and-gate.md, "Interleaved A/B"). Firecracker's performance
+tests answer this by running A (the base revision) and B (the change) in the same job; this
+module does that:
 
 - A runs in ``baseline_dir`` (a checkout of the base revision, e.g. ``git worktree add
   ../base origin/main``), B in the current tree, each in a fresh pytest process with the
@@ -22,28 +21,21 @@ running A (the base revision) and B (the change) in the same job; this module do
 - ``start_pairs`` pairs are run for every benchmark, then pairs of only the inconclusive
   ones (``-p accounting.gate._select``), up to ``max_pairs`` in all.
 
-Why the pairs' runs are compared as two groups, not pair by pair: on this VM the
-lag-1 autocorrelation of consecutive processes' log fastest rounds was 0.28, 0.11 and −0.11
-in three busy-hour runs, so a neighbour predicts little of a process's luck and a paired
-(sign-flip) test would only lose power (its smallest p is 2⁻ⁿ against 1/binom(2n, n)).
-What interleaving removes is the drift over minutes. Replayed on five kept runs' 220
-time-ordered unchanged processes (140 windows of 8 pairs, B = the odd positions times the
-factor, the interval at :data:`AB_CONFIDENCE`): no false alarm, a 1.25× slowdown convicted in
-137 of 140, a 1.10× one in 28 of 140 (the rest inconclusive), after 5.4 pairs on average; the
-saved-history gate, live in such an hour, convicted a 1.25× slowdown in 6 of 20. Live (2026-11-23,
-README): in a moderately noisy hour 0 of 20 unchanged jobs failed and 17 of 20 at 1.25×; later, with
-the fork server, 1.5 s of rounds per benchmark and B screened too, 0 of 20 and 19 of 20, every job
-within 86 s.
+Why the pairs' runs are compared as two groups, not pair by pair: on a shared host a
+process's luck predicts little of its neighbour's (consecutive processes' log fastest rounds
+are barely autocorrelated), so a paired (sign-flip) test would only lose power (its smallest
+p is 2⁻ⁿ against 1/binom(2n, n)). What interleaving removes is the drift over minutes. How
+often the two-group verdict convicts a slowdown, in replays of kept unchanged processes and
+in live jobs, is measured in docs/benchmarks-and-gate.md ("Interleaved A/B" and "Measured
+error rates of ab").
 
 Why both sides are screened for slow outliers (:func:`accounting.gate.stats.slow_outliers`),
 where the saved-history gate screens only its history: there the current runs are few and a
 slow one may be the regression itself; here B has as many runs as A, and a regression moves
-B's own median with it, so only B's strays are set aside. Screening A alone biased unchanged
-jobs upward: live, several read 1.05–1.18× with p 0.02–0.06 once A's slow runs were dropped
-and B's kept. Replayed as below (80 % interval, cap 8 pairs), screening both sides decided
-133 of 140 unchanged windows *no change* after 4.3 pairs on average, against 100 after 5.0
-with A screened alone; 1.25× convicted 136 times against 137, 1.05× 2 against 3, no false alarm
-either way.
+B's own median with it, so only B's strays are set aside. Screening A alone biases unchanged
+jobs upward: A's slow runs are dropped and B's kept, so unchanged code reads slower than it
+is. Screening both sides decides more unchanged jobs *no change*, after fewer pairs, with about
+the same detection (replayed figures: docs/benchmarks-and-gate.md).
 
 >>> from accounting.gate.stats import min_pvalue
 >>> min_pvalue(4, 4) > 0.01 >= min_pvalue(5, 5)   # 5 pairs are the fewest that can convict alone: 1/252
@@ -69,18 +61,17 @@ Why A/B may ask less: that 95 % is there for slow episodes of the host that last
 processes — in a saved history they all fall on the current side and read as a slowdown. In
 interleaved pairs such an episode falls on A and B alike, and false alarms are held by the
 permutation test's ``p <= alpha`` alone. What the interval's level then buys is how surely a
-convicted slowdown exceeds the threshold. Replayed as above on five kept runs' 220 time-ordered
-unchanged processes (140 windows of 8 pairs; 3 to 8 pairs each), 90 % → 80 %: unchanged 0 → 0
-convicted; 1.05× 2 → 3; 1.10× 6 → 28; 1.25× 134 → 137 (the 3 left: p above alpha in 2, the
-interval in 1); unchanged jobs decided after 5.0 pairs on average instead of 5.6.
+convicted slowdown exceeds the threshold; at 80 % more slowdowns just above the threshold are
+convicted, and unchanged jobs are decided after fewer pairs, with no more false alarms
+(replayed figures: docs/benchmarks-and-gate.md, "Interleaved A/B").
 """
 DEFAULT_START_PAIRS = 3
 """Pairs run for every benchmark before the first verdict: 3 A against 3 B can already exclude a
 slowdown (*no change*) on a quiet machine, though not yet convict one (smallest p 1/20)."""
 DEFAULT_MAX_PAIRS = 8
-"""Pairs in all, the re-measured suspects' included: 16 pytest processes, about 75 s for the
-quick CPU shapes on our 2-core VM with the fork server (130 s with new interpreters). In the replay above, a cap of 6 pairs convicted 143 of 160
-1.25× slowdowns, 8 pairs 137 of 140, 10 pairs 122 of 122."""
+"""Pairs in all, the re-measured suspects' included: 16 pytest processes. A lower cap ends a job
+sooner and convicts fewer slowdowns, a higher one convicts more and takes longer (job times and
+replays at 6, 8 and 10 pairs: docs/benchmarks-and-gate.md)."""
 
 
 @dataclass(frozen=True)

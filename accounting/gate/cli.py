@@ -66,7 +66,7 @@ AB_DESCRIPTION = (
     "(B) in alternating fresh pytest processes, in pairs whose order flips each time, so that the host's drift "
     "over minutes falls on both alike; then decide each benchmark as `gate check` does, with A's runs as the "
     "baseline. No saved history is needed. Inconclusive benchmarks get more pairs, of them only, up to "
-    "--max-pairs. For shared CI hosts whose speed drifts (README, 'Regression gate')."
+    "--max-pairs. For shared CI hosts whose speed drifts (docs/benchmarks-and-gate.md)."
 )
 EPILOG = (
     "exit status: 0 no sure regression (inconclusive benchmarks are listed, not failed), 1 a sure "
@@ -122,7 +122,7 @@ def _threads_argument(parser):
     parser.add_argument("--threads", metavar="N", type=positive_count, default=None,
                         help="CPU threads of the benchmarks (OMP_NUM_THREADS and MKL_NUM_THREADS for each pytest "
                              "process). On a VM with few vCPUs, --threads 1 cuts the noise between processes "
-                             "several-fold (README, 'Regression gate'). Runs saved with another count are not "
+                             "several-fold (docs/benchmarks-and-gate.md). Runs saved with another count are not "
                              "compared. Default: torch's own, one per core")
 
 

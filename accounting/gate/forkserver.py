@@ -2,8 +2,9 @@
 
 Every run of the gate is a new pytest process, so that each run draws its own thread
 placement, host clock and neighbours (the noise the gate must see; :mod:`accounting.gate.stats`).
-Most of such a process's life is spent before the first benchmark: importing torch and
-the project took 3–4 s of the 8 s a one-benchmark run took on our 2-vCPU VM. A
+Most of such a process's life is spent before the first benchmark, importing torch and
+the project: seconds, on a small machine about half of a one-benchmark run (measured
+figures: docs/benchmarks-and-gate.md, "Interleaved A/B"). A
 :class:`ForkServer` is a Python process that imports the heavy third-party modules
 (:data:`PRELOAD`) once and then forks one child per run; the child sets its working
 directory, its environment and ``sys.path`` as ``python -m pytest`` would have them, runs

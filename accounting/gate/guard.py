@@ -20,9 +20,8 @@ is *disturbed*, and its timings are not used, when
 - the clock moved by more than :data:`CLOCK_TOLERANCE` between before and after — a clock
   the device *reports* (cpufreq, ``cpu MHz`` on bare metal, NVML's SM clock). A clock
   *measured* by timing FMA chains (a VM that shows only its nominal clock) decides nothing:
-  on our 2-vCPU VM consecutive readings moved 2037–3205 MHz while the runs' fastest rounds
-  did not follow them (the 10 baseline runs of the error-rate script: the two slowest
-  minimums had mean clocks of 2854 and 3017 MHz, the two fastest 2954 and 2474). Such a reading
+  consecutive readings swing by hundreds of MHz while the runs' fastest rounds do not follow
+  them (measured figures: docs/benchmarks-and-gate.md, "Load guard"). Such a reading
   catches the host's other tenants sharing a core for a tenth of a second, not the clock
   the benchmark ran at; it is kept in the run, for the record.
 
@@ -32,11 +31,11 @@ cannot give is ``None`` and decides nothing (the report says which were missing)
 
 The load average is the kernel's exponentially damped count of runnable threads
 (``L ← L·e^(−5/60) + n·(1 − e^(−5/60))`` every 5 s), so the gate's own previous runs —
-and those of an earlier ``gate`` command or CI step — are still in it a minute later:
-measured on our 2-core machine, back-to-back gated runs kept it near 1.1 with nothing
-else running, and the load rule set aside most runs of a quiet machine. That is why the
-CPU-time rule replaced it where ``/proc/stat`` exists; :func:`own_load` still estimates the
-gate's own share (average runnable threads = CPU seconds / wall seconds) for the fallback.
+and those of an earlier ``gate`` command or CI step — are still in it a minute later: on a
+small machine, back-to-back gated runs keep it high with nothing else running, and a load
+rule sets aside most runs of a quiet machine. That is why the CPU-time rule is used where
+``/proc/stat`` exists; :func:`own_load` still estimates the gate's own share (average
+runnable threads = CPU seconds / wall seconds) for the fallback.
 
 >>> quiet = {"load_average_1m": 0.3, "logical_cpus": 2, "clock_mhz_mean": 3000.0, "throttle_reasons": []}
 >>> disturbances(quiet, dict(quiet, clock_mhz_mean=2500.0))
@@ -53,11 +52,11 @@ from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
 from accounting.telemetry.sampler import snapshot
 
 FOREIGN_LOAD_PER_CPU = 0.5
-"""Load average from other work, per logical CPU, above which a run is disturbed: on our 2
-cores, one other busy thread (load 1) already moves a 2-thread matmul's median by tens of %."""
+"""Load average from other work, per logical CPU, above which a run is disturbed: on 2 cores,
+one other busy thread (load 1) already moves a 2-thread matmul's median by tens of %."""
 FOREIGN_CPU_LIMIT = 0.1
 """The fewest CPUs' worth of other processes' work, averaged over a run, that disturbs it. An idle
-2-vCPU VM shows about 0.01 (kernel threads, interrupts); one neighbour busy for a tenth of the run
+machine's kernel threads and interrupts stay well below it; one neighbour busy for a tenth of the run
 — a `git status`, a compiler, a cron job — already reaches it."""
 FOREIGN_CPU_SHARE = 0.05
 """... and on bigger machines this share of their logical CPUs: a 64-core GPU host runs daemons

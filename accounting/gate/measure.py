@@ -20,9 +20,9 @@ keeps only the listed node ids.
 
 ``fork_server=True`` (``gate ab``'s default) runs each pytest process as a fork of a
 :class:`accounting.gate.forkserver.ForkServer` that has imported torch once, instead of a new
-interpreter: the same process per run, 3–4 s sooner. Its CPU time then comes from the server
-(the forks are not this process's children), so the load guard still tells the gate's own work
-from a neighbour's.
+interpreter: the same process per run, seconds sooner (the imports are done once). Its CPU time
+then comes from the server (the forks are not this process's children), so the load guard still
+tells the gate's own work from a neighbour's.
 """
 
 import contextlib
@@ -188,7 +188,7 @@ class Runner:
         started, cpu_started = guard.now(), _children_cpu_s()
         returncode, stdout, child_cpu = self._launch(pytest_args, {**env, **extra_env}, extra_env, log)
         ended = guard.now()
-        forks_cpu = child_cpu if child_cpu is not None else 0.0  # the server's forks are not our children
+        forks_cpu = child_cpu if child_cpu is not None else 0.0  # the server's forks are not this process's children
         host = host_cpu_record(host_before, self.cpu_times(), _own_cpu_s() - own_cpu_before + forks_cpu,
                                ended - started)
         duration = ended - started

@@ -1,10 +1,10 @@
 """The statistics of the gate: one benchmark, K baseline runs against c current runs.
 
 **The unit is the run (one pytest process), not the round.** Rounds inside one process
-share its thread placement, its host clock and its neighbours; on our 2-core CI machine an
-unchanged fp32 1024³ matmul's median moves between 12 and 17.5 ms from one process to the
-next, while a 1.25× slowdown reads a steady 1.24–1.28× within one. Rounds of one process
-are therefore not independent samples of the noise that matters, and a test on pooled
+share its thread placement, its host clock and its neighbours; on a shared machine an
+unchanged benchmark's median moves more from one process to the next than a real slowdown
+moves it within one (measured figures: docs/benchmarks-and-gate.md, "Why a gate"). Rounds
+of one process are therefore not independent samples of the noise that matters, and a test on pooled
 rounds (asv's Mann-Whitney on raw samples) would call every process-to-process wobble
 significant. Each run is reduced to one number of its raw rounds (``stats.data``, saved
 with ``--benchmark-save-data``), on a log scale: the samples of the tests below are log
@@ -16,13 +16,13 @@ neighbour, an interrupt or a descheduled thread only ever *adds* time to a round
 minimum is the round least disturbed, and it moves with the work itself (a slowdown of
 the code slows every round, the fastest included). This is the argument of Chen and
 Revels, "Robust benchmarking in noisy environments" (2016), which Julia's BenchmarkTools
-follows in judging regressions on the minimum. Measured on our 2-core VM while a
-neighbour loaded it off and on: one-thread fp32 1024³ processes had medians 24.8–40.4 ms
-but minimums 24.4–26.4 ms in all but one process. The minimum's weakness is a change that
+follows in judging regressions on the minimum. On a machine that a neighbour loads off
+and on, processes' medians spread far wider than their minimums (measured figures:
+docs/benchmarks-and-gate.md, "How check decides"). The minimum's weakness is a change that
 slows only some rounds (a periodic stall in the code): choose ``median`` for suites where
 that is the regression to catch. The *threads* matter as much: a multi-threaded matmul on
-a 2-vCPU VM waits for its slower vCPU, whose speed depends on the host's other tenants;
-pin the benchmarks to one thread there (``accounting gate --threads 1``).
+a VM with few vCPUs waits for its slowest vCPU, whose speed depends on the host's other
+tenants; pin the benchmarks to one thread there (``accounting gate --threads 1``).
 
 Two questions, two tools:
 
@@ -44,11 +44,11 @@ Two questions, two tools:
   its lower end above the threshold is the second condition of a *regression*, never the
   only one. That second condition only makes a conviction harder, so the permutation
   test's distribution-free bound on false alarms still holds; it is there because runs
-  are not quite independent: a host-level slow episode can last several processes.
-  Measured: an unchanged benchmark's three current runs read 33.9 (a slow process), 26.4
-  and 25.9 ms against eight baseline runs of 24.6–25.8 ms — all three above every
-  baseline run (p = 1/165) and a ratio of geometric means of 1.13, a false alarm under
-  "significant and ratio ≥ 1.10"; its interval's lower end was 1.03.
+  are not quite independent: a host-level slow episode can last several processes. One
+  slow process among a few current runs can then put all of them above every baseline run
+  with a ratio beyond the threshold, a false alarm under "significant and ratio ≥ 1.10",
+  while the interval still reaches below the threshold (a measured case:
+  docs/benchmarks-and-gate.md, "How check decides").
 
 :func:`compare_runs` combines them into a :class:`Comparison` with one of four
 :class:`Decision` values; :func:`holm` adjusts the p-values of a whole matrix (Holm,
@@ -77,7 +77,7 @@ from accounting.errors import AccountingError
 ALPHA = 0.01
 """Family-wise significance level of "slower" (and "faster") across the whole matrix (Holm).
 
-Pinpoint calls p ≤ 0.01 *different*; asv uses 0.002 two-sided on raw samples. Our samples
+Pinpoint calls p ≤ 0.01 *different*; asv uses 0.002 two-sided on raw samples. The gate's samples
 are runs, few and costly, so 0.01 one-sided: with 10 baseline runs, 3 current runs reach
 p = 1/286 and 4 reach 1/1001, enough for a matrix of 3 (Holm's smallest level 0.01/3)."""
 CONFIDENCE = 0.90
@@ -164,9 +164,10 @@ def smallest_convictable(spread: float, baseline_size: int, current_size: int, *
     larger ones nearly always). ``None`` when no slowdown can be convicted: the sizes cannot
     reach ``alpha`` (:func:`min_pvalue`), or there is no degree of freedom.
 
-    What the noise costs, on our 2-core VM at a 10 % threshold with 10 baseline and 5 current
-    runs: a calm hour's log spread of 0.02 convicts from about 1.12×, a busy hour's 0.13 only
-    from about 1.25× (and then only half the time).
+    What the noise costs, at a 10 % threshold with 10 baseline and 5 current runs: a log
+    spread of 0.02 convicts from about 1.12×, one of 0.13 only from about 1.25× (and then
+    only half the time). Spreads measured on a shared VM in calm and busy hours:
+    docs/benchmarks-and-gate.md.
 
     >>> round(smallest_convictable(0.02, 10, 5, threshold=0.10), 3), round(smallest_convictable(0.13, 10, 5, threshold=0.10), 3)
     (1.122, 1.248)
@@ -387,11 +388,11 @@ OUTLIER_MIN_RUNS = 5
 def slow_outliers(baseline, *, threshold: float) -> list[int]:
     """Indices of baseline runs slower than the rest by more than both the threshold and 3 robust spreads.
 
-    Process-level interference is one-sided, like the round-level kind: on our 2-vCPU VM about
-    one process in ten ran a one-thread matmul 1.3–1.5× slower *in every round* (a neighbour on
-    the host for seconds), so its fastest round does not see through it; three such runs in ten
-    baseline runs once pulled the history's mean up so far that a 1.25× slowdown was not
-    significant (3 baseline runs above every current one). A baseline run is set aside (and named)
+    Process-level interference is one-sided, like the round-level kind: a neighbour on the
+    host for seconds can slow a process *in every round*, so its fastest round does not see
+    through it, and a few such runs in a history can pull its mean up far enough that a real
+    slowdown is not significant (measured: docs/benchmarks-and-gate.md, "Slow outliers in the
+    history"). A baseline run is set aside (and named)
     when its log value exceeds the median of the history's logs by more than
     ``max(log(1 + threshold), OUTLIER_SPREADS × 1.4826 × MAD)`` — slower than the history by a
     regression's worth *and* far outside its spread. Only slow runs: a fast one is no interference.

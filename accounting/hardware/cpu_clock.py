@@ -23,9 +23,8 @@ System V calling convention: Linux, macOS); elsewhere, or where the system refus
 executable memory, a measurement is unavailable and returns ``None``. Every timed run
 is about a millisecond, shorter than a scheduler time slice, timed by the thread's own
 CPU time (``time.thread_time``: a run preempted by another process is not billed for the
-time it waited; on the loaded 2-core guest here, with four busy neighbours, wall-clock
-timing read the vector clock 11% low, CPU time within 1% of the idle figure), and the
-fastest of many is kept.
+time it waited, where wall-clock timing would read the clock low on a loaded machine;
+measured figures: docs/peaks-and-cpu-estimates.md), and the fastest of many is kept.
 
 :func:`measure_cpu_ghz` measures afresh each call (to compare with work done just
 before it); :func:`measured_cpu_ghz` and :func:`measured_vector_clock` measure once per
@@ -138,8 +137,8 @@ _VECTOR_REPEATS = 25
 _VECTOR_BATCHES = 3
 """The runs come in this many batches, a short gap apart, and each core keeps its fastest run of all:
 one batch can fall wholly inside a burst of work on the host (a busy sibling hyperthread slows a
-vCPU without preempting it, so CPU time cannot see it; here one core of two read 2.7 GHz for a
-whole batch of 25 runs, then 3.1 in the next)."""
+vCPU without preempting it, so CPU time cannot see it), and the next one outside it (measured
+figures: docs/peaks-and-cpu-estimates.md)."""
 _BATCH_GAP_S = 0.02
 _VECTOR_WARM_UP_RUNS = 10  # ~7 ms of FMAs first: the core settles into its vector-load clock
 _CONSTANTS = (ctypes.c_float * 32)(*([1e-3] * 32))  # the multiplicands: every FMA adds 1e-6 to an accumulator
@@ -428,16 +427,16 @@ def cpu_clock_ghz() -> tuple[float, str]:
        them run FMA chains on the widest registers the CPU has
        (:func:`measure_vector_clock`). Cores lower their clock
        under wide-vector load, so this is the clock a float32 peak holds at; a scalar
-       clock made the peak ~12 % high on an AVX-512 host. (bf16/fp16 peaks on AMX
-       hosts use it too; their tile units may run at yet another clock.)
+       clock overstates the peak (measured: docs/peaks-and-cpu-estimates.md). (bf16/fp16
+       peaks on AMX hosts use it too; their tile units may run at yet another clock.)
     3. ``cpufreq/cpuinfo_max_freq`` — the maximum (turbo) clock. It is an upper bound
        on the sustained all-core clock, so the peak may be high and MFU low, never
        the reverse: MFU above 1 would be worse than a pessimistic MFU.
     4. Measured under scalar load (x86-64): the clock one busy core runs at, from the
        latency of a chain of dependent multiplies (:func:`measure_cpu_ghz`). VMs
-       hide cpufreq and report only the nominal clock, while the cores run at turbo
-       (here: 2.7 GHz reported, ~3.5 GHz measured); a peak from the nominal clock made
-       MFU read above 1. Single-core turbo is again an upper bound on the all-core clock.
+       hide cpufreq and report only the nominal clock, while the cores run at turbo;
+       a peak from the nominal clock can make MFU read above 1. Single-core turbo is
+       again an upper bound on the all-core clock.
     5. ``@ 2.70GHz`` in the model name — the base clock Intel prints there.
     6. The highest ``cpu MHz`` in ``/proc/cpuinfo`` — the current clock on bare metal;
        in a VM, the nominal TSC clock the hypervisor reports. Turbo can run above

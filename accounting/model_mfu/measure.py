@@ -30,7 +30,7 @@ from accounting.memory import storage_bytes
 from accounting.transformer_flops import transformer_flops
 from accounting.model_mfu._peak_memory import PeakMemory
 from accounting.model_mfu.sizes import ModelSize
-from accounting.model_mfu.step import TrainingStep, check_fits, check_step_device, predicted_peak_bytes
+from accounting.model_mfu.step import TrainingStep, check_step_device, predicted_peak_bytes
 from accounting.timing import time_fn
 from accounting.training_memory import precision_policy
 

@@ -23,7 +23,8 @@ from accounting.hardware.clocks import synchronize
 from accounting.hardware.peaks import last_level_cache_bytes
 from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
-from accounting.report.sweep import CPU_TILE, GPU_TILE, SIZE_MULTIPLE, MatmulMeasurement, WaveGrid
+from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
+from accounting.report.waves import CPU_TILE, GPU_TILE, WaveGrid
 from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
 from accounting.telemetry.sampler import Sampler
 
@@ -38,7 +39,8 @@ MAX_SIZE = 32768
 """No sweep goes past this edge (a 32768³ bf16 product is 70 TFLOP, over 0.05 s even on a B200)."""
 
 BANDWIDTH_BYTES_CPU = 256 * 2**20
-"""Bytes copied per call on a CPU: far beyond any L3 this machine kind has (here 480 MiB is shared, so 2 × 256 MiB)."""
+"""Bytes copied per call on a CPU: source and destination (2 × 256 MiB) far beyond the L3 of the CPUs it was sized on
+(the largest, 480 MiB, shared by all cores), so the copy times memory, not cache."""
 BANDWIDTH_BYTES_GPU = 2 * 2**30
 """Bytes copied per call on a GPU (many times any L2), when memory allows."""
 BANDWIDTH_MEMORY_FRACTION = 0.25

@@ -4,7 +4,7 @@
   bare metal without cpufreq, their ``cpu MHz`` in ``/proc/cpuinfo``; in a VM (the
   ``hypervisor`` flag, no cpufreq) that line is only the nominal TSC clock, so the
   clock is measured under vector load on every core at the window's edges
-  (:func:`accounting.cpu_clock.measure_vector_clock`; the scalar imul chain where
+  (:func:`accounting.hardware.cpu_clock.measure_vector_clock`; the scalar imul chain where
   the CPU has no AVX2+FMA).
 - Energy and power: the RAPL package counters ``/sys/class/powercap/intel-rapl:N/energy_uj``
   (AMD exposes its own under the same name), where readable (root-only since Linux
@@ -66,7 +66,7 @@ class HostCpuTimes:
     """CPU seconds the whole machine has spent since boot, summed over its logical CPUs.
 
     ``busy_s``: running anything (user, nice, system, irq, softirq; guests' time is part of
-    user). ``steal_s``: time the hypervisor ran another guest while one of our vCPUs wanted
+    user). ``steal_s``: time the hypervisor ran another guest while one of this machine's vCPUs wanted
     to run — a neighbour's load that no process here shows.
     """
 
