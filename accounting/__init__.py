@@ -67,18 +67,17 @@ __all__ = [
     "time_matmul",
 ]
 
-from accounting.flops import einsum_flops, linear_flops, matmul_flops, mfu
+from accounting.bench.matrix import BenchConfig, load_benchmarks
 from accounting.flop_count import FlopCount, count_flops
+from accounting.flops import einsum_flops, linear_flops, matmul_flops, mfu
+from accounting.hardware.clocks import synchronize
+from accounting.hardware.cpu_peak import cpu_peak_flops
+from accounting.hardware.devices import DeviceInfo, detect_device
+from accounting.hardware.peaks import PeakUnknownWarning, device_peak_flops, peak_bandwidth, peak_flops
+from accounting.live_memory import LiveTensorBytes
 from accounting.memory import DtypeInfo, dtype_info, format_name, same_storage, storage_bytes, tensor_bytes
 from accounting.strides import contiguous_strides, element_offset, is_contiguous, view_strides
-from accounting.live_memory import LiveTensorBytes
-from accounting.transformer_flops import (
-    TrainingTime,
-    TransformerFlops,
-    training_flops,
-    training_time,
-    transformer_flops,
-)
+from accounting.timing import MatmulCase, Timing, matmul_case, time_fn, time_matmul
 from accounting.training_memory import (
     OPTIMIZERS,
     PRECISION_POLICIES,
@@ -94,9 +93,10 @@ from accounting.training_memory import (
     transformer_training_memory,
 )
 from accounting.transformer import TransformerConfig
-from accounting.bench.matrix import BenchConfig, load_benchmarks
-from accounting.hardware.devices import DeviceInfo, detect_device
-from accounting.hardware.clocks import synchronize
-from accounting.hardware.peaks import PeakUnknownWarning, device_peak_flops, peak_bandwidth, peak_flops
-from accounting.hardware.cpu_peak import cpu_peak_flops
-from accounting.timing import MatmulCase, Timing, matmul_case, time_fn, time_matmul
+from accounting.transformer_flops import (
+    TrainingTime,
+    TransformerFlops,
+    training_flops,
+    training_time,
+    transformer_flops,
+)

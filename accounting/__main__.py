@@ -17,8 +17,8 @@ import sys
 import time
 
 from accounting.console import OneLineParser
-from accounting.gate import cli as gate_cli
 from accounting.fleet import cli as fleet_cli
+from accounting.gate import cli as gate_cli
 from accounting.report import cli as report_cli
 
 EXIT_BROKEN_PIPE = 141

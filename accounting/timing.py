@@ -30,15 +30,16 @@ import torch
 from jaxtyping import Shaped
 
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
-from accounting.hardware.devices import TIMED_KINDS, as_device, detect_device, timed_device
-from accounting.hardware.clocks import clock_for
-from accounting.hardware.precision import float32_matmul_mode
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops as count_fn_flops, counted_total, flops_mismatch
+from accounting.flop_count import FlopCount, FlopsMismatchWarning, counted_total, flops_mismatch
+from accounting.flop_count import count_flops as count_fn_flops
 from accounting.flops import matmul_flops, mfu
-from accounting.hardware.peaks import last_level_cache_bytes
-from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
+from accounting.hardware.clocks import clock_for
+from accounting.hardware.devices import TIMED_KINDS, as_device, detect_device, timed_device
 from accounting.hardware.native import native_matmul
+from accounting.hardware.peaks import last_level_cache_bytes
+from accounting.hardware.precision import float32_matmul_mode
+from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
 
 WARMUP_CALLS = 3
 """Untimed calls first: handle creation, kernel selection, page faults."""

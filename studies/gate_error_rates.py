@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.bench.matrix import load_benchmarks
+from accounting.console import OneLineParser, table
 from accounting.errors import AccountingError
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, gate_ab
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
@@ -49,8 +50,6 @@ from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.stats import Decision, log_spread, smallest_convictable
 from accounting.gate.storage import load_run
-from accounting.console import OneLineParser
-from accounting.console import table
 
 SLOWDOWN_ENV = "ACCOUNTING_GATE_SLOWDOWN"
 CHECK_PAIRS = 5

@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 
 from accounting._checks import positive_number_from_text
-from accounting.errors import AccountingError
 from accounting._units import TERA
 from accounting.console import EXIT_BAD_INPUT, EXIT_OK, OneLineParser
+from accounting.errors import AccountingError
 from accounting.report.cli import dtype_list
 from accounting.report.sweep import summarise
 

@@ -16,7 +16,8 @@ from accounting._checks import check_non_negative, check_size
 from accounting._units import TERA
 from accounting.bench.matrix import load_benchmarks
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.flop_count import FlopCount, count_flops as count_fn_flops, counted_total, flops_mismatch
+from accounting.flop_count import FlopCount, counted_total, flops_mismatch
+from accounting.flop_count import count_flops as count_fn_flops
 from accounting.flops import achieved_mfu
 from accounting.hardware.clocks import clock_for, synchronize
 from accounting.hardware.devices import DeviceInfo, as_device, detect_device

@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
+from accounting.hardware.native import kind_reason
 from accounting.hardware.peaks import CHIP_ROWS, find_chip
 from accounting.memory import format_name
-from accounting.hardware.native import kind_reason
-from accounting.timing import FP8_ALIGNMENT
 from accounting.model_mfu.sizes import MODEL_SIZES
 from accounting.model_mfu.step import STEP_POLICIES
+from accounting.timing import FP8_ALIGNMENT
 
 BENCHMARKS_ENV = "ACCOUNTING_BENCHMARKS"
 """Environment variable naming the benchmarks file to load instead of the default."""

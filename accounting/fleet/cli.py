@@ -14,17 +14,16 @@ import sys
 import time
 
 from accounting._checks import positive_number_from_text
+from accounting.console import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNHEALTHY, check_writable, require_matplotlib
 from accounting.errors import AccountingError
 from accounting.fleet.gather import FleetStopped
 from accounting.fleet.launch import read_launch
-from accounting.fleet.throttle import parse_slow_rank
 from accounting.fleet.plot import write_plot
 from accounting.fleet.render import render
 from accounting.fleet.run import FleetOptions, Hooks, run_fleet
+from accounting.fleet.throttle import parse_slow_rank
 from accounting.memory import format_name
-from accounting.console import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNHEALTHY, check_writable
 from accounting.report.cli import dtype_list, positive_seconds, write_outputs
-from accounting.console import require_matplotlib
 
 DEFAULT_BUDGET_S = 60.0
 """Default ``--budget`` per rank: its own device, then its share of the collectives."""

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from accounting.hardware.devices import cuda_available
 from accounting.errors import AccountingError
+from accounting.hardware.devices import cuda_available
 
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 """What ``torchrun`` sets for every worker (and what :func:`read_launch` checks)."""

@@ -11,8 +11,8 @@ import time
 import warnings
 
 from accounting.report.progress import ProgressBar
-from accounting.telemetry.sampler import Sampler
 from accounting.report.run import build_report, prepare
+from accounting.telemetry.sampler import Sampler
 
 
 def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None = None, clock=time.monotonic,

@@ -7,9 +7,9 @@ matplotlib runs headless (``Agg``), imported only when a plot is asked for, as t
 
 import statistics
 
-from accounting.fleet.verdict import STRAGGLER, best_by_dtype
 from accounting._units import TERA
 from accounting.console import DPI, load_pyplot
+from accounting.fleet.verdict import STRAGGLER, best_by_dtype
 
 FIGURE_SIZE_IN = (9.0, 5.5)
 BAR_SPAN = 0.8

@@ -6,8 +6,7 @@ them, then notes and flags. Pure functions of the document (:mod:`accounting.fle
 """
 
 from accounting._units import GB
-from accounting.console import NOT_KNOWN, fraction, tflops
-from accounting.console import table
+from accounting.console import NOT_KNOWN, fraction, table, tflops
 
 MICRO = 1e6
 

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION, load_benchmarks
-from accounting.hardware.devices import detect_device, free_memory_bytes
 from accounting.errors import AccountingError
 from accounting.fleet import collectives
 from accounting.fleet.gather import RanksHung, checkpoint
 from accounting.fleet.identity import identify
 from accounting.fleet.launch import LAUNCH_HINT, Launch, device_backend, local_device, pin_cpu, process_groups
 from accounting.fleet.measure import measure_rank
-from accounting.fleet.throttle import throttled
 from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
+from accounting.fleet.throttle import throttled
+from accounting.hardware.devices import detect_device, free_memory_bytes
 
 MEASURE_SHARE = 0.6
 """Share of the per-rank budget for the rank's own device (bandwidth and the matmul sweep)."""

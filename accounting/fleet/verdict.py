@@ -21,9 +21,9 @@ import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from accounting._units import GB, TERA
 from accounting.fleet.collectives import algbw, busbw
 from accounting.fleet.identity import DRIFT_FIELDS
-from accounting._units import GB, TERA
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR
 
 STRAGGLER = "straggler"

@@ -22,12 +22,20 @@ import tempfile
 import time
 
 from accounting.bench.matrix import BENCHMARKS_ENV, load_benchmarks
-from accounting.hardware.devices import cuda_available
+from accounting.console import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    OneLineParser,
+    check_writable,
+    require_matplotlib,
+)
 from accounting.errors import AccountingError
-from accounting.gate.decide import judge, noise_notes
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, Trees, gate_ab, tree_environment
+from accounting.gate.decide import judge, noise_notes
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner, servers_ready
+from accounting.gate.plot import write_history_plot
 from accounting.gate.render import render_markdown, render_text
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import (
@@ -39,9 +47,7 @@ from accounting.gate.storage import (
     machine_id,
     run_files,
 )
-from accounting.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, OneLineParser, check_writable
-from accounting.console import require_matplotlib
-from accounting.gate.plot import write_history_plot
+from accounting.hardware.devices import cuda_available
 
 EXIT_REGRESSION = 1
 DEFAULT_BASELINES = 10

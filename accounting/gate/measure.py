@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.gate import guard
+from accounting.gate import forkserver, guard
 from accounting.gate._select import ONLY_ENV
-from accounting.gate import forkserver
 from accounting.gate.forkserver import ForkServer, ForkServerError
 from accounting.gate.storage import GUARD_KEY, run_files
 from accounting.telemetry.sampler import host_cpu_times

@@ -12,9 +12,9 @@ ratio. matplotlib runs on the headless ``Agg`` backend, as the report's plot doe
 import math
 import statistics
 
+from accounting.console import load_pyplot
 from accounting.gate.decide import GateResult
 from accounting.gate.render import MARKS, short_names
-from accounting.console import load_pyplot
 
 COLUMNS = 2
 PANEL_SIZE_IN = (6.0, 3.2)

@@ -21,9 +21,9 @@ Gate: pass: 1 no change
 Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.
 """
 
+from accounting.console import table
 from accounting.gate.decide import GateResult, Verdict
 from accounting.gate.stats import Decision
-from accounting.console import table
 
 MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE: " ",
          Decision.INCONCLUSIVE: "?", None: "x"}

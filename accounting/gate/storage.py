@@ -27,8 +27,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accounting.errors import AccountingError
 from accounting.bench.identity import MACHINE_INFO_KEY, machine_mismatch
+from accounting.errors import AccountingError
 
 DEFAULT_STORAGE = ".benchmarks"
 """pytest-benchmark's default ``--benchmark-storage``."""

@@ -40,12 +40,12 @@ True
 
 import ctypes
 import functools
-import os
-import threading
 import mmap
+import os
 import platform
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path

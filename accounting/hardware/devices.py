@@ -20,8 +20,14 @@ import torch
 
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware import cpu_clock
-from accounting.hardware.cpu_facts import (cpu_available_bytes, cpu_flags, cpu_memory_bytes, cpu_model_name,
-                                           cpu_vendor, physical_cores)
+from accounting.hardware.cpu_facts import (
+    cpu_available_bytes,
+    cpu_flags,
+    cpu_memory_bytes,
+    cpu_model_name,
+    cpu_vendor,
+    physical_cores,
+)
 
 TIMED_KINDS = ("cpu", "cuda")
 """Device types that can be timed: a CPU, or a CUDA (or ROCm) GPU."""

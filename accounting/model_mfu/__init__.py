@@ -7,6 +7,7 @@
 (True, 64)
 """
 
+from accounting.model_mfu.gpt import GPT, language_model_loss
 from accounting.model_mfu.measure import (
     PEAK_DTYPES,
     PEAK_MEMORY_BAND,
@@ -17,7 +18,6 @@ from accounting.model_mfu.measure import (
     measure_training_step,
     step_measurement,
 )
-from accounting.model_mfu.gpt import GPT, language_model_loss
 from accounting.model_mfu.sizes import MODEL_SIZES, ModelSize, model_size
 from accounting.model_mfu.step import STEP_POLICIES, TrainingStep, build_training_step, check_fits
 

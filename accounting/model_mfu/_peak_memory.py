@@ -17,8 +17,8 @@ of what was alive when it began. This module touches ``torch.cuda`` only for a C
 
 import torch
 
-from accounting.hardware.devices import as_device
 from accounting.hardware.clocks import synchronize
+from accounting.hardware.devices import as_device
 from accounting.live_memory import LiveTensorBytes
 
 

@@ -22,17 +22,17 @@ from dataclasses import dataclass
 
 from accounting._checks import check_non_negative, check_positive_size
 from accounting._units import readable_bytes
-from accounting.hardware.devices import detect_device
 from accounting.errors import AccountingError
 from accounting.flops import MFU_CEILING, achieved_mfu
+from accounting.hardware.devices import detect_device
 from accounting.hardware.peaks import device_peak_flops
 from accounting.memory import storage_bytes
-from accounting.transformer_flops import transformer_flops
 from accounting.model_mfu._peak_memory import PeakMemory
 from accounting.model_mfu.sizes import ModelSize
 from accounting.model_mfu.step import TrainingStep, check_step_device, predicted_peak_bytes
 from accounting.timing import time_fn
 from accounting.training_memory import precision_policy
+from accounting.transformer_flops import transformer_flops
 
 PEAK_MEMORY_BAND = (0.95, 1.3)
 """Accepted measured/predicted peak-memory ratio. Below: the prediction's lower bound allows 5 %

@@ -28,9 +28,9 @@ import torch
 
 from accounting._checks import check_choice, check_size
 from accounting._units import readable_bytes
+from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.devices import as_device, free_memory_bytes
 from accounting.hardware.precision import float32_matmul_mode
-from accounting.errors import AccountingError, AccountingTypeError
 from accounting.model_mfu.gpt import GPT, language_model_loss
 from accounting.model_mfu.sizes import ModelSize
 from accounting.timing import MEMORY_FRACTION

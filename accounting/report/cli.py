@@ -15,17 +15,23 @@ import time
 import warnings
 
 from accounting._checks import positive_number_from_text
-from accounting.console import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNHEALTHY, OneLineParser,  # noqa: F401
-                                check_writable)
 from accounting.bench.matrix import BENCHMARKS_ENV
-from accounting.hardware.cpu_clock import CPU_GHZ_ENV
+from accounting.console import (  # noqa: F401
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    OneLineParser,
+    check_writable,
+    require_matplotlib,
+)
 from accounting.errors import AccountingError
+from accounting.hardware.cpu_clock import CPU_GHZ_ENV
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
-from accounting.console import require_matplotlib
-from accounting.report.plot import write_plot
-from accounting.report.progress import ProgressBar
 from accounting.model_mfu.sizes import MODEL_SIZES
 from accounting.report.model_section import MODEL_ARGUMENTS, check_model, measure_model_section, size_from_args
+from accounting.report.plot import write_plot
+from accounting.report.progress import ProgressBar
 from accounting.report.render import render_header, render_results
 from accounting.report.results import write_json
 from accounting.report.run import build_report, prepare, preview

@@ -18,15 +18,15 @@ import time
 import torch
 
 from accounting._checks import check_positive, check_positive_size, check_size
-from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
 from accounting.hardware.clocks import synchronize
+from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
 from accounting.hardware.peaks import last_level_cache_bytes
 from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
 from accounting.report.waves import CPU_TILE, GPU_TILE, WaveGrid
-from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
 from accounting.telemetry.sampler import Sampler
+from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
 
 MIN_REPEATS = 3
 """Timed calls per shape at least (a median of fewer says little)."""

@@ -15,6 +15,7 @@ The section runs after the matmul sweep, outside ``--budget``.
 """
 
 from accounting.bench.matrix import load_benchmarks
+from accounting.console import table
 from accounting.errors import AccountingError
 from accounting.model_mfu import (
     PEAK_MEMORY_BAND,
@@ -24,7 +25,6 @@ from accounting.model_mfu import (
     measure_training_step,
     model_size,
 )
-from accounting.console import table
 
 WARMUP_STEPS = 1
 REPEATS = 3

@@ -6,8 +6,9 @@ without a display and without matplotlib unless a plot is asked for.
 """
 
 from accounting._units import TERA
-from accounting.report.model_section import draw_model_panel
 from accounting.console import DPI, load_pyplot
+from accounting.report.model_section import draw_model_panel
+
 LOG_Y_RATIO = 20.0
 """Use a log y-axis when the largest value plotted is this many times the smallest."""
 

@@ -7,10 +7,9 @@ float32     0.237
 bfloat16     1.93
 """
 
-from accounting._units import readable_bytes
-from accounting.hardware.cpu_clock import SCALAR_CLOCK_SOURCE
-from accounting._units import GB
+from accounting._units import GB, readable_bytes
 from accounting.console import NOT_KNOWN, fraction, table, tflops
+from accounting.hardware.cpu_clock import SCALAR_CLOCK_SOURCE
 from accounting.report.model_section import model_lines
 
 MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 import torch
 
-from accounting.flops import achieved_mfu
-from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting._units import TERA
 from accounting.console import DISTRIBUTION
+from accounting.flops import achieved_mfu
+from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall

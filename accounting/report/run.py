@@ -10,9 +10,12 @@ import os
 import time
 from dataclasses import dataclass, field
 
-
+from accounting._units import GB
 from accounting.bench.matrix import BENCHMARKS_ENV, load_benchmarks
+from accounting.console import tflops
+from accounting.errors import AccountingError
 from accounting.hardware.cpu_clock import CPU_GHZ_ENV
+from accounting.hardware.cpu_peak import cpu_matmul_path
 from accounting.hardware.devices import (
     DeviceInfo,
     cuda_device_names,
@@ -20,7 +23,7 @@ from accounting.hardware.devices import (
     free_memory_bytes,
     release_cached_memory,
 )
-from accounting.errors import AccountingError
+from accounting.hardware.native import NativeMatmul, native_matmul
 from accounting.hardware.peaks import (
     PEAK_TFLOPS_ENV,
     chip_row,
@@ -29,13 +32,9 @@ from accounting.hardware.peaks import (
     peak_bandwidth,
     peak_override_tflops,
 )
-from accounting.hardware.cpu_peak import cpu_matmul_path
 from accounting.memory import format_name
-from accounting.hardware.native import NativeMatmul, native_matmul
 from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
-from accounting._units import GB
-from accounting.console import tflops
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
 from accounting.report.sweep import Sweep
 from accounting.timing import MEMORY_FRACTION, matmul_case

@@ -21,9 +21,9 @@ emulated — not judged: MFU 0.013 of the float32 path's peak; no AVX512-BF16 or
 from dataclasses import dataclass
 
 from accounting._checks import check_non_negative
+from accounting.console import tflops
 from accounting.flops import MFU_CEILING
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
-from accounting.console import tflops
 
 HEALTHY = "healthy"
 BELOW_FLOOR = "below floor"

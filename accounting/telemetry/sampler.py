@@ -26,8 +26,14 @@ from accounting.errors import AccountingError
 from accounting.hardware.devices import as_device
 from accounting.telemetry.cpu import CpuBackend, read_host_cpu_times
 from accounting.telemetry.gpu import open_gpu_backend
-from accounting.telemetry.readings import CPU_INTERVAL_S  # noqa: F401 - sample_cost_s's example reads it
-from accounting.telemetry.readings import ENERGY_COUNTER_MIN_WINDOW_S, GPU_INTERVAL_S, Reading, Summary
+from accounting.telemetry.readings import (
+    CPU_INTERVAL_S,  # noqa: F401 - sample_cost_s's example reads it
+    ENERGY_COUNTER_MIN_WINDOW_S,
+    GPU_INTERVAL_S,
+    Reading,
+    Summary,
+)
+
 
 def _device_name(device) -> str:
     """``device`` as the string a summary carries (``"cpu"``, ``"cuda:0"``); raises for devices without telemetry."""
