@@ -24,5 +24,6 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-# Markers (gpu, cpu, slow), options and benchmark fixtures come from the package's pytest plugin,
-# accounting.pytest_plugin, registered through the pytest11 entry point in pyproject.toml.
+# Markers (gpu, cpu, slow, distributed), options and benchmark fixtures come from the package's pytest plugin,
+# accounting.bench.plugin, registered through the pytest11 entry point in pyproject.toml. A test that starts a
+# process of its own is marked slow: mutation testing leaves those out (pyproject.toml, [tool.mutmut]).

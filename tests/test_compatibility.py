@@ -70,6 +70,7 @@ def test_the_saved_runs_are_from_before_the_split():
     assert all(GUARD_KEY in run for run in runs)
 
 
+@pytest.mark.slow  # starts pytest processes
 def test_a_history_saved_before_the_split_is_compared_with_todays_run(todays_run, tmp_path, capsys):
     """``gate compare`` pairs today's run with all three saved runs, though their node ids differ.
 
@@ -90,6 +91,7 @@ def test_a_history_saved_before_the_split_is_compared_with_todays_run(todays_run
     assert re.search(rf"{re.escape(BENCHMARK)}\s+[0-9.]+ ms \(3 runs\)\s+[0-9.]+ ms \(1 run\)", out), out
 
 
+@pytest.mark.slow  # starts pytest processes
 def test_todays_saved_run_keeps_the_fields_runs_had_before(todays_run):
     """Saved-run JSON: the same top-level keys, machine identity fields and per-benchmark ``extra_info``."""
     before = _saved_runs()[0]
@@ -100,6 +102,7 @@ def test_todays_saved_run_keeps_the_fields_runs_had_before(todays_run):
     assert set(today["benchmarks"][0]["stats"]) == set(before["benchmarks"][0]["stats"])
 
 
+@pytest.mark.slow  # starts pytest processes
 def test_a_users_benchmark_file_from_before_runs_unchanged(tmp_path):
     """The plugin still loads by its entry point, with its marker, fixture, option and JSON fields."""
     (tmp_path / "test_user.py").write_text(USER_FILE)

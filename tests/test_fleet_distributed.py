@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import fleet_workers as workers
 from accounting.fleet.collectives import COLLECTIVES
 from accounting.fleet.run import Hooks
+from tests.support import fleet_workers
 
 pytestmark = pytest.mark.distributed
 
@@ -30,11 +30,11 @@ QUICK = {"bandwidth_bytes": 8 * 2**20, "max_message_bytes": 4 * 2**20}
 def faulty_world(tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet-faults")
     json_path, plot_path = out / "fleet.json", out / "fleet.png"
-    hooks = Hooks(identity=workers.doctor_rank_1, before_measure=workers.fail_on_rank,
-                  corrupt=workers.corrupt_rank_0_all_reduce)
+    hooks = Hooks(identity=fleet_workers.doctor_rank_1, before_measure=fleet_workers.fail_on_rank,
+                  corrupt=fleet_workers.corrupt_rank_0_all_reduce)
     argv = ["--budget", "3", "--dtypes", "float32", "--slow-rank", "1:3", "--json", str(json_path),
             "--plot", str(plot_path), "--strict"]
-    outcomes = workers.spawn_world(3, argv, out, hooks=hooks, overrides=QUICK)
+    outcomes = fleet_workers.spawn_world(3, argv, out, hooks=hooks, overrides=QUICK)
     document = json.loads(json_path.read_text()) if json_path.exists() else None
     return outcomes, document, plot_path
 
@@ -75,7 +75,7 @@ def test_corrupted_results_are_counted_where_they_happened(faulty_world):
     rows = document["collectives"]
     assert {row["collective"] for row in rows} == set(COLLECTIVES)
     for row in rows:
-        expected = workers.CORRUPTED_ELEMENTS if row["collective"] == "all_reduce" else 0
+        expected = fleet_workers.CORRUPTED_ELEMENTS if row["collective"] == "all_reduce" else 0
         assert row["wrong"] == expected, row
         assert set(row["seconds_by_rank"]) == {"0", "1", "2"}
     wrong = _flags(document, "wrong values")
@@ -86,7 +86,7 @@ def test_configuration_drift_names_the_doctored_rank(faulty_world):
     _outcomes, document, _plot = faulty_world
     drift = _flags(document, "drift")
     assert [(flag["rank"], flag["subject"]) for flag in drift] == [(1, "torch")]
-    assert workers.DOCTORED_TORCH in drift[0]["message"]
+    assert fleet_workers.DOCTORED_TORCH in drift[0]["message"]
 
 
 def test_json_holds_every_ranks_raw_figures_and_the_plot_is_written(faulty_world):
@@ -105,9 +105,9 @@ def test_json_holds_every_ranks_raw_figures_and_the_plot_is_written(faulty_world
 @pytest.fixture(scope="module")
 def hung_world(tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet-hang")
-    hooks = Hooks(before_barrier=workers.hang_rank_1)
+    hooks = Hooks(before_barrier=fleet_workers.hang_rank_1)
     argv = ["--budget", "1.5", "--dtypes", "float32", "--barrier-timeout", "3", "--json", str(out / "fleet.json")]
-    outcomes = workers.spawn_world(2, argv, out, hooks=hooks, overrides=QUICK, grace_s=2)
+    outcomes = fleet_workers.spawn_world(2, argv, out, hooks=hooks, overrides=QUICK, grace_s=2)
     return outcomes, json.loads((out / "fleet.json").read_text()) if (out / "fleet.json").exists() else None
 
 

@@ -2,9 +2,12 @@
 
 Truths: :func:`accounting.matmul_flops` and :func:`accounting.einsum_flops` (themselves
 checked against ``FlopCounterMode`` in test_flops.py), and a fake clock's log for where the
-counted call happens (never between two clock reads).
+counted call happens (never between two clock reads). ``count_flops`` itself is held against
+``FlopCounterMode`` run here on the same functions: a mismatch names every operator counted, and
+says so when none was.
 """
 
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -13,15 +16,16 @@ import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError, AccountingTypeError, einsum_flops, matmul_flops, time_fn
-from accounting.bench import fixture as plugin
-from accounting.hardware.devices import DeviceInfo
-from accounting.hardware.clocks import HostClock
-from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops, flops_mismatch
+from accounting.bench import fixture
 from accounting.bench.fixture import FlopsBenchmark
-from tests.strategies import einsum_cases
-from tests.test_plugin import FakeBenchmark
+from accounting.flop_count import FlopCount, FlopsMismatchWarning, count_flops, counted_total, flops_mismatch
+from accounting.hardware.clocks import HostClock
+from accounting.hardware.devices import DeviceInfo
+from tests.support.strategies import einsum_cases
+from tests.test_bench_fixture import FakeBenchmark
 from tests.test_timing import Recorder
 
 QUICK = {"warmup": 1, "repeats": 1, "min_time_s": 0}
@@ -174,7 +178,7 @@ def test_flops_benchmark_counts_a_meta_version_and_reports_a_mismatch():
     extra = runner.benchmark.extra_info
     assert extra["flops_source"] == "given" and extra["flops_counted"] == matmul_flops((32, 64), (64, 32))
     assert extra["flops_mismatch"].startswith("flops=10 given, but FlopCounterMode counted 131072 in count_fn")
-    summary = runner.config.stash[plugin.SUMMARY]
+    summary = runner.config.stash[fixture.SUMMARY]
     assert any("FLOPs mismatch: flops=10 given" in line for line in summary)
 
 
@@ -208,3 +212,53 @@ def test_count_flops_records_its_own_time():
     a = torch.ones(64, 64)
     count = count_flops(lambda: a @ a)
     assert count.total == 2 * 64**3 and count.seconds > 0 and count.by_operator == {"aten.mm": 2 * 64**3}
+
+
+# ---- count_flops against FlopCounterMode: the mismatch message, the smallest counts, the seconds -----------
+
+
+def _counted_by_torch(fn) -> dict:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return {str(op): int(flops) for op, flops in counter.get_flop_counts()["Global"].items()}
+
+
+def test_a_mismatch_names_every_operator_counted():
+    a, batch = torch.ones(8, 4), torch.ones(3, 4, 5)
+
+    def two_operators():
+        return a @ a.T, batch @ batch.transpose(1, 2)
+    count = count_flops(two_operators)
+    by_torch = _counted_by_torch(two_operators)
+    assert count.by_operator == by_torch and len(by_torch) == 2
+    message = flops_mismatch(1, count)
+    listed = ", ".join(f"{name}: {flops}" for name, flops in by_torch.items())
+    assert f"counted {sum(by_torch.values())} in fn ({listed}): " in message
+
+
+def test_a_mismatch_against_nothing_counted_says_so():
+    vector = torch.ones(16)
+    count = count_flops(lambda: vector @ vector)  # aten.dot: invisible to FlopCounterMode
+    assert count.total == 0 and count.by_operator == {}
+    assert flops_mismatch(32, count) == "flops=32 given, but FlopCounterMode counted 0 in fn (no matmul ops): nothing counted"
+
+
+def test_the_smallest_counts_are_accepted_and_only_zero_refused():
+    one_by_one = torch.ones(1, 1)
+    smallest = count_flops(lambda: one_by_one @ one_by_one)
+    assert counted_total(smallest) == sum(_counted_by_torch(lambda: one_by_one @ one_by_one).values()) == 2
+    assert counted_total(FlopCount(1, {"custom": 1})) == 1  # any positive count, however it was made
+
+
+def test_the_seconds_are_the_counted_calls_own_wall_time():
+    """Bracketed by the test's own clock: at least the time the function sleeps, at most the whole call."""
+    a = torch.ones(4, 4)
+
+    def slow():
+        time.sleep(0.02)
+        return a @ a
+    before = time.perf_counter()
+    count = count_flops(slow)
+    after = time.perf_counter()
+    assert 0.02 <= count.seconds <= after - before

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError, AccountingTypeError, einsum_flops, linear_flops, matmul_flops, mfu
-from tests.strategies import einsum_cases, shapes
+from tests.support.strategies import einsum_cases, shapes
 
 
 def counted_flops(fn) -> int:

@@ -17,8 +17,8 @@ from accounting.gate.decide import judge
 from accounting.gate.measure import Measured
 from accounting.gate.render import render_text
 from accounting.gate.stats import CONFIDENCE, Decision, log_spread, smallest_convictable
-from tests.cli_runs import run_main
-from tests.gate_runs import COPY, LOADED, MATMUL, OTHER_CPU, QUIET, document, write
+from tests.support.cli_runs import run_main
+from tests.support.gate_runs import COPY, LOADED, MATMUL, OTHER_CPU, QUIET, document, write
 
 A_VALUES = [0.0150, 0.0152, 0.0148, 0.0151, 0.0149, 0.0150, 0.0153, 0.0147, 0.0150, 0.0151]
 

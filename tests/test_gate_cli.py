@@ -1,5 +1,6 @@
 """``accounting gate``: exit statuses, the CI summary, re-measuring only suspects up to the cap, bad input in one line."""
 
+import argparse
 import json
 import math
 import re
@@ -13,8 +14,8 @@ from accounting.gate import cli
 from accounting.gate.measure import Measured, Runner
 from accounting.gate.stats import smallest_convictable
 from accounting.gate.storage import GUARD_KEY, load_run, machine_id
-from tests.gate_runs import COPY, MATMUL, OTHER_CPU, QUIET, document, write
-from tests.cli_runs import run_main
+from tests.support.cli_runs import run_main
+from tests.support.gate_runs import COPY, LOADED, MATMUL, OTHER_CPU, QUIET, document, write
 
 BASE = [0.0150, 0.0152, 0.0148, 0.0151, 0.0149, 0.0150, 0.0153, 0.0147, 0.0150, 0.0151]
 
@@ -191,6 +192,7 @@ def test_real_processes_save_with_guard_readings_and_re_measure_only_the_listed_
     assert json.loads((tmp_path / "work" / "current-2.json").read_text())[GUARD_KEY]["own_before"] > 0
 
 
+@pytest.mark.slow  # pytest runs as a process of its own
 def test_pytest_failing_to_run_is_bad_input_naming_its_exit_status(tmp_path):
     runner = Runner(["--no-such-option"], cwd=str(tmp_path), workdir=str(tmp_path / "work"),
                     reader=lambda device: None)
@@ -205,8 +207,6 @@ def test_the_help_lists_the_exit_statuses(capsys):
 
 
 def test_without_the_load_guard_a_loaded_run_is_used_and_the_summary_says_so(tmp_path, storage, capsys):
-    from tests.gate_runs import LOADED
-
     loaded = [write(tmp_path, "current-0.json", document({MATMUL: 0.0150, COPY: 0.0150}, guard=LOADED))]
     status, out, _ = run_main(["gate", "compare", "--storage", str(storage), *loaded], capsys)
     assert status == 0 and out.startswith("Gate: pass: 2 inconclusive")
@@ -228,8 +228,6 @@ def test_an_unwritable_output_is_refused_before_anything_runs(tmp_path, storage,
     pytest.param("cuda:1", True, "cuda:1", id="given"),
 ])
 def test_the_guard_reads_the_gpu_when_there_is_one(monkeypatch, given, cuda, expected):
-    import argparse
-
     monkeypatch.setattr(cli, "cuda_available", lambda: cuda)
     assert cli._device(argparse.Namespace(device=given)) == expected
 

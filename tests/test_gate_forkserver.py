@@ -13,7 +13,8 @@ from accounting.gate import forkserver
 from accounting.gate.forkserver import ForkServer, ForkServerError
 from accounting.gate.measure import Runner
 
-pytestmark = pytest.mark.skipif(not forkserver.FORK_AVAILABLE, reason="no os.fork on this platform")
+pytestmark = [pytest.mark.skipif(not forkserver.FORK_AVAILABLE, reason="no os.fork on this platform"),
+              pytest.mark.slow]  # each test starts a fork server or pytest as processes of their own
 
 # A test module that writes what its process sees: pid, working directory, the first import path,
 # an environment variable, which tree's `treemark` it imported, and whether torch was imported before it ran.

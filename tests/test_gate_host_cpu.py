@@ -13,14 +13,22 @@ import time
 
 import pytest
 
-from accounting.telemetry import cpu as _telemetry_cpu
 from accounting.gate import cli
-from accounting.gate.guard import FOREIGN_CPU_LIMIT, STEAL_LIMIT, disturbances, foreign_cpu, foreign_cpu_limit
+from accounting.gate.guard import (
+    FOREIGN_CPU_LIMIT,
+    STEAL_LIMIT,
+    clock_mismatch,
+    disturbances,
+    foreign_cpu,
+    foreign_cpu_limit,
+    run_clock_mhz,
+)
 from accounting.gate.measure import THREAD_VARIABLES, Runner, host_cpu_record
 from accounting.gate.storage import GUARD_KEY, load_run
+from accounting.telemetry.cpu import WINDOW_SCALAR_CLOCK_SOURCE, WINDOW_VECTOR_CLOCK_SOURCE, read_host_cpu_times
 from accounting.telemetry.sampler import host_cpu_times
-from tests.cli_runs import run_main
-from tests.gate_runs import QUIET
+from tests.support.cli_runs import run_main
+from tests.support.gate_runs import QUIET
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -34,7 +42,7 @@ def _stat(user, nice, system, idle, iowait, irq, softirq, steal, cpus=2):
 def test_proc_stat_is_read_field_by_field(tmp_path):
     path = tmp_path / "stat"
     path.write_text(_stat(user=1000, nice=20, system=300, idle=9000, iowait=70, irq=5, softirq=6, steal=40, cpus=4))
-    times = _telemetry_cpu.read_host_cpu_times(path)
+    times = read_host_cpu_times(path)
     # busy = user + nice + system + irq + softirq; idle and iowait are not busy; steal is apart
     assert times.busy_s == pytest.approx((1000 + 20 + 300 + 5 + 6) / HZ)
     assert times.steal_s == pytest.approx(40 / HZ) and times.cpus == 4
@@ -44,8 +52,8 @@ def test_proc_stat_is_read_field_by_field(tmp_path):
 def test_an_unreadable_proc_stat_is_none_not_a_guess(tmp_path, text):
     path = tmp_path / "stat"
     path.write_text(text)
-    assert _telemetry_cpu.read_host_cpu_times(path) is None
-    assert _telemetry_cpu.read_host_cpu_times(tmp_path / "missing") is None
+    assert read_host_cpu_times(path) is None
+    assert read_host_cpu_times(tmp_path / "missing") is None
 
 
 @pytest.mark.skipif(host_cpu_times() is None, reason="no /proc/stat on this system")
@@ -176,9 +184,6 @@ def test_threads_option_reaches_the_runner_and_bad_counts_are_one_line(action, t
 
 def test_a_measured_vm_clock_decides_nothing_a_reported_one_does():
     """The FMA-timed clock of a VM swings with the host's other tenants; cpufreq/NVML clocks are the device's word."""
-    from accounting.telemetry.cpu import WINDOW_VECTOR_CLOCK_SOURCE, WINDOW_SCALAR_CLOCK_SOURCE
-    from accounting.gate.guard import clock_mismatch, run_clock_mhz
-
     for source, counts in ((WINDOW_VECTOR_CLOCK_SOURCE, False), (WINDOW_SCALAR_CLOCK_SOURCE, False),
                            ("cpufreq scaling_cur_freq", True), (None, True)):
         before = dict(QUIET["before"], clock_mhz_mean=2037.0, clock_source=source)

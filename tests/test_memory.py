@@ -9,9 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jaxtyping import jaxtyped
 
-from accounting import AccountingError, AccountingTypeError, dtype_info, format_name, same_storage, storage_bytes, tensor_bytes
+from accounting import (
+    AccountingError,
+    AccountingTypeError,
+    dtype_info,
+    format_name,
+    same_storage,
+    storage_bytes,
+    tensor_bytes,
+)
 from accounting.memory import storage_dtype
-from tests.strategies import shapes, viewed_tensors
+from tests.support.strategies import shapes, viewed_tensors
 
 # The public tensor functions, under jaxtyping + beartype runtime checking.
 checked_tensor_bytes = jaxtyped(typechecker=beartype)(tensor_bytes)

@@ -6,6 +6,13 @@
 - MFU and HFU: the arithmetic from a measurement's own fields, and HFU/MFU = hardware/model FLOPs.
 - Memory: saved activations against :func:`transformer_activation_bytes` (live-tensor tracker).
 - Bad input: named errors. GPU paths: fakes for torch.cuda.
+- The model's numbers: its logits are those of torch's own pre-norm layer given the same weights,
+  ``nn.TransformerEncoderLayer(norm_first=True, activation="gelu")`` with a causal mask (GPT-2's block is
+  exactly that layer); the loss is torch's cross entropy over every position.
+- Named sizes: the model torch builds from a size (on ``meta``: shapes only) shows every override, its MLP
+  4 × the width it ends up with.
+- The step: torch's own dtypes and devices of the built model and batch, its float32 matmul precision as
+  read inside the model's forward, and messages that name the offending value.
 """
 
 import pytest
@@ -14,6 +21,7 @@ from beartype import beartype
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from jaxtyping import jaxtyped
+from torch import nn
 from torch.utils.checkpoint import set_checkpoint_early_stop
 
 from accounting import (
@@ -26,8 +34,10 @@ from accounting import (
     transformer_flops,
 )
 from accounting.hardware.devices import DeviceInfo
+from accounting.hardware.precision import float32_matmul_mode
 from accounting.model_mfu import (
     GPT,
+    _peak_memory,
     build_training_step,
     check_ceiling,
     check_fits,
@@ -37,9 +47,13 @@ from accounting.model_mfu import (
     measure_training_step,
     model_size,
 )
-from accounting.model_mfu import _peak_memory
+from accounting.model_mfu import measure as measure_module
+from accounting.model_mfu import step as step_module
 from accounting.model_mfu.measure import ModelMeasurement
-from tests.strategies_training import transformer_configs
+from accounting.model_mfu.sizes import MODEL_SIZES
+from accounting.model_mfu.step import LEARNING_RATE, TrainingStep, check_step_device, predicted_peak_bytes
+from accounting.timing import MEMORY_FRACTION
+from tests.support.strategies_training import transformer_configs
 
 STEP_EXAMPLES = settings(max_examples=8)  # each builds a model; the case tables and the pin add more
 
@@ -143,8 +157,6 @@ def test_a_model_on_another_device_than_stated():
 
 
 def test_a_config_that_does_not_fit_memory_is_refused_before_allocating(monkeypatch):
-    from accounting.model_mfu import step as step_module
-
     monkeypatch.setattr(step_module, "free_memory_bytes", lambda device: 2**30)
     with pytest.raises(AccountingError, match=r"^gpt2-small: 12 layers, width 768, .* in bf16-mixed needs [0-9.]+ GiB "
                                               r"at its predicted peak, but cpu has 1.00 GiB free"):
@@ -225,8 +237,6 @@ def test_cuda_peak_memory_is_max_allocated_less_what_was_there(monkeypatch):
 
 def test_fp32_steps_on_cuda_turn_tf32_off(monkeypatch):
     """The FP32 peak is the divisor, so a CUDA fp32 step runs plain FP32 (TF32 off) whatever the global flag."""
-    from accounting.model_mfu import step as step_module
-
     step = build_training_step(model_size("tiny", layers=1, seq=8), precision="fp32")
     seen = []
 
@@ -247,11 +257,230 @@ def test_fp32_steps_on_cuda_turn_tf32_off(monkeypatch):
 
 
 def test_measure_takes_the_table_peak_of_the_policy_dtype(monkeypatch):
-    from accounting.model_mfu import measure as measure_module
-
     asked = []
     monkeypatch.setattr(measure_module, "device_peak_flops", lambda info, dtype: asked.append(dtype) or 1e12)
     info = DeviceInfo("cpu", "fake CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=1, clock_ghz=1.0)
     step = build_training_step(model_size("tiny", layers=1, seq=8), precision="bf16-mixed")
     result = measure_training_step(step, device="cpu", warmup=1, repeats=1, info=info)
     assert asked == ["bfloat16"] and result.peak_flops == 1e12 and result.device == "fake CPU"
+
+
+# ---- the reference GPT's numbers (model_mfu.gpt) -----------------------------------------------------------
+
+CONFIG = TransformerConfig(layers=2, width=32, heads=4, sequence_length=12, vocabulary=40)
+
+
+def _torch_layer(block, config) -> nn.TransformerEncoderLayer:
+    """torch's layer carrying ``block``'s weights (Q, K and V stacked in that order, as both lay them out)."""
+    layer = nn.TransformerEncoderLayer(config.width, config.heads, config.ffn_width, dropout=0.0, activation="gelu",
+                                       batch_first=True, norm_first=True, bias=config.bias, dtype=torch.float64)
+    pairs = [(layer.self_attn.in_proj_weight, block.qkv.weight), (layer.self_attn.out_proj.weight, block.projection.weight),
+             (layer.linear1.weight, block.up.weight), (layer.linear2.weight, block.down.weight),
+             (layer.norm1.weight, block.attention_norm.weight), (layer.norm2.weight, block.mlp_norm.weight)]
+    if config.bias:
+        pairs += [(layer.self_attn.in_proj_bias, block.qkv.bias), (layer.self_attn.out_proj.bias, block.projection.bias),
+                  (layer.linear1.bias, block.up.bias), (layer.linear2.bias, block.down.bias),
+                  (layer.norm1.bias, block.attention_norm.bias), (layer.norm2.bias, block.mlp_norm.bias)]
+    with torch.no_grad():
+        for theirs, ours in pairs:
+            theirs.copy_(ours)
+    return layer.eval()
+
+
+def _reference_logits(model: GPT, tokens) -> torch.Tensor:
+    config = model.config
+    length = tokens.shape[-1]
+    mask = nn.Transformer.generate_square_subsequent_mask(length, dtype=torch.float64)
+    x = model.token_embedding(tokens)
+    if config.learned_positions:
+        x = x + model.position_embedding[:length]
+    for block in model.blocks:
+        x = _torch_layer(block, config)(x, src_mask=mask, is_causal=True)
+    x = nn.functional.layer_norm(x, (config.width,), model.final_norm.weight, model.final_norm.bias)
+    return x @ model.unembedding.weight.T
+
+
+@pytest.mark.parametrize("config", [CONFIG, TransformerConfig(layers=1, width=24, heads=3, sequence_length=8,
+                                                              vocabulary=30, bias=False, learned_positions=False,
+                                                              tied_embeddings=False)], ids=["gpt2", "no-bias"])
+@pytest.mark.parametrize("length", [None, 5], ids=["full", "shorter"])
+def test_the_logits_are_those_of_torchs_own_pre_norm_causal_layers(config, length):
+    torch.manual_seed(0)
+    model = GPT(config).double().eval()
+    with torch.no_grad():  # LayerNorm gains and biases away from 1 and 0, so that a swapped one shows
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    tokens = torch.randint(0, config.vocabulary, (3, length or config.sequence_length))
+    with torch.no_grad():
+        ours, theirs = model(tokens), _reference_logits(model, tokens)
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-9)
+
+
+def test_a_model_without_biases_or_positions_has_none_and_counts_as_its_config_says():
+    config = TransformerConfig(layers=2, width=16, heads=2, sequence_length=8, vocabulary=20, bias=False,
+                               learned_positions=False)
+    model = GPT(config)
+    assert model.position_embedding is None
+    assert all(getattr(module, "bias", None) is None for module in model.modules()
+               if isinstance(module, (nn.Linear, nn.LayerNorm)))
+    assert sum(p.numel() for p in model.parameters()) == config.parameter_count
+
+
+def test_the_causal_mask_is_not_saved_with_the_weights():
+    model = GPT(CONFIG)
+    assert set(model.state_dict()) == {name for name, _ in model.named_parameters(remove_duplicate=False)}
+
+
+def test_position_embeddings_start_at_gpt2s_scale():
+    """GPT-2 (and nanoGPT) draw position embeddings from N(0, 0.02²); 64 × 64 draws pin the std to about 1 %."""
+    torch.manual_seed(0)
+    std = GPT(TransformerConfig(layers=1, width=64, heads=4, sequence_length=64, vocabulary=8)).position_embedding.std()
+    assert std.item() == pytest.approx(0.02, rel=0.05)
+
+
+@pytest.mark.parametrize("call, message", [
+    pytest.param(lambda: GPT("gpt2"), "config must be a TransformerConfig, got str", id="config"),
+    pytest.param(lambda: GPT(CONFIG, recompute="yes"), "recompute must be True or False, got 'yes'", id="recompute"),
+])
+def test_bad_arguments_are_named(call, message):
+    with pytest.raises(AccountingTypeError) as caught:
+        call()
+    assert str(caught.value) == message
+
+
+def test_the_loss_is_torchs_cross_entropy_over_every_position():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(2, 3, 5, dtype=torch.bfloat16), torch.randint(0, 5, (2, 3))
+    expected = nn.functional.cross_entropy(logits.float().reshape(6, 5), targets.reshape(6))
+    assert language_model_loss(logits, targets).dtype == torch.float32
+    torch.testing.assert_close(language_model_loss(logits, targets), expected)
+
+
+# ---- named sizes (model_mfu.sizes) -------------------------------------------------------------------------
+
+
+def _shapes(size) -> dict:
+    with torch.device("meta"):
+        model = GPT(size.config)
+    return {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
+
+
+@pytest.mark.parametrize("overrides", [dict(width=32), dict(width=32, vocabulary=100), dict(layers=3, seq=16),
+                                       dict(heads=2, vocabulary=50)])
+def test_every_override_reaches_the_model_and_the_mlp_stays_four_times_the_width(overrides):
+    base = MODEL_SIZES["tiny"].config
+    shapes = _shapes(model_size("tiny", **overrides))
+    width = overrides.get("width", base.width)
+    vocabulary = overrides.get("vocabulary", base.vocabulary)
+    assert shapes["token_embedding.weight"] == (vocabulary, width)
+    assert shapes["position_embedding"] == (overrides.get("seq", base.sequence_length), width)
+    assert shapes["blocks.0.up.weight"] == (4 * width, width) and shapes["blocks.0.down.weight"] == (width, 4 * width)
+    assert sum(name.endswith(".up.weight") for name in shapes) == overrides.get("layers", base.layers)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    pytest.param(lambda: model_size(3), AccountingTypeError, "model size must be a name such as 'tiny', got 3",
+                 id="name-not-text"),
+    pytest.param(lambda: model_size("tiny", layers=0), AccountingError, "layers must be a positive integer, got 0",
+                 id="layers-0"),
+    pytest.param(lambda: model_size("tiny", vocabulary=0), AccountingError,
+                 "vocabulary must be a positive integer, got 0", id="vocabulary-0"),
+])
+def test_bad_sizes_are_named_with_their_value(call, error, message):
+    with pytest.raises(error) as caught:
+        call()
+    assert str(caught.value) == message
+
+
+# ---- the training step (model_mfu.step) --------------------------------------------------------------------
+
+TINY = model_size("tiny", layers=1, seq=8)
+
+
+def test_without_a_precision_the_step_is_fp32_and_without_a_seed_it_is_seed_0():
+    step = build_training_step(TINY)
+    assert step.precision == "fp32" and {p.dtype for p in step.model.parameters()} == {torch.float32}
+    seeded = build_training_step(TINY, seed=0)
+    assert torch.equal(step.tokens, seeded.tokens) and torch.equal(step.targets, seeded.targets)
+    assert all(torch.equal(a, b) for a, b in zip(step.model.parameters(), seeded.model.parameters()))
+
+
+def test_the_batch_depends_on_the_seed_and_shape_only_not_on_the_model():
+    """Models of different depth draw different numbers of initial weights; their batches must not move."""
+    shallow, deep = build_training_step(TINY, seed=3), build_training_step(model_size("tiny", layers=3, seq=8), seed=3)
+    assert torch.equal(shallow.tokens, deep.tokens) and torch.equal(shallow.targets, deep.targets)
+    assert not torch.equal(shallow.tokens, build_training_step(TINY, seed=4).tokens)
+
+
+def test_a_negative_seed_is_named():
+    with pytest.raises(AccountingError) as caught:
+        build_training_step(TINY, seed=-1)
+    assert str(caught.value) == "seed must be a non-negative integer, got -1"
+
+
+def test_the_model_and_batch_are_built_on_the_device_asked():
+    step = build_training_step(TINY, device="meta")
+    assert step.device.type == "meta" and step.tokens.device.type == "meta" and step.targets.device.type == "meta"
+    assert {p.device.type for p in step.model.parameters()} == {"meta"}
+
+
+def test_an_fp32_step_on_the_cpu_leaves_the_users_matmul_precision_alone():
+    """Only CUDA's FP32 step turns TF32 off; on the CPU the caller's setting is the one the matmuls see."""
+    step = build_training_step(TINY)
+    seen = []
+    step.model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_float32_matmul_precision()))
+    with float32_matmul_mode(tf32=True):
+        step()
+    assert seen == ["high"]
+
+
+def test_a_step_is_checked_against_the_device_it_is_on():
+    step = build_training_step(TINY)
+    assert check_step_device(step, "cpu") == torch.device("cpu")
+    assert check_step_device(step, "cpu:0") == torch.device("cpu:0")  # the same device, spelled with its index
+    with pytest.raises(AccountingError) as caught:
+        check_step_device(step, "meta")
+    assert str(caught.value) == "the model's parameters are on cpu but device='meta' was given"
+    with pytest.raises(AccountingError) as caught:
+        check_step_device(step, "cpu:1")
+    assert str(caught.value) == "the model's parameters are on cpu but device='cpu:1' was given"
+
+
+def test_a_batch_moved_off_the_models_device_is_named():
+    step = build_training_step(TINY)
+    moved = TrainingStep(step.size, step.model, step.optimizer, step.tokens.to("meta"), step.targets, step.precision)
+    with pytest.raises(AccountingError) as caught:
+        check_step_device(moved, "cpu")
+    assert str(caught.value) == "the tokens are on meta but device='cpu' was given"
+
+
+def test_tokens_and_targets_cover_the_whole_vocabulary():
+    step = build_training_step(model_size("tiny", layers=1, seq=8, vocabulary=2))  # 32 draws from {0, 1}
+    assert set(step.tokens.unique().tolist()) == {0, 1} and set(step.targets.unique().tolist()) == {0, 1}
+
+
+def test_the_first_update_moves_the_weights_by_the_learning_rate():
+    """Adam's first step is lr · m̂ / (√v̂ + ε) = lr · sign(gradient) for every weight with a gradient
+    (AdamW's decay adds lr · 0.01 · weight): the largest move is the learning rate the step was built with."""
+    step = build_training_step(TINY)
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step()
+    moved = max((after.detach() - was).abs().max().item() for after, was in zip(step.model.parameters(), before))
+    assert moved == pytest.approx(LEARNING_RATE, rel=0.05)
+
+
+def test_a_step_that_needs_exactly_the_usable_memory_fits_and_with_less_it_does_not():
+    size = model_size("tiny")
+    predicted = predicted_peak_bytes(size, "fp32")
+    free = predicted * 5 // 4  # MEMORY_FRACTION (0.8) of it is exactly the prediction
+    assert MEMORY_FRACTION * free == predicted
+    assert check_fits(size, "fp32", "cpu", free_bytes=free) == predicted
+    with pytest.raises(AccountingError, match="needs .* at its predicted peak, but cpu has"):
+        check_fits(size, "fp32", "cpu", free_bytes=free - 2)
+
+
+def test_a_negative_free_memory_is_named():
+    with pytest.raises(AccountingError) as caught:
+        check_fits(TINY, "fp32", "cpu", free_bytes=-1)
+    assert str(caught.value) == "free_bytes must be a non-negative integer, got -1"

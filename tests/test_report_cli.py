@@ -11,15 +11,14 @@ import torch
 
 from accounting.flops import MFU_CEILING
 from accounting.report import cli
-from tests.cli_runs import run_main
+from tests.support.cli_runs import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BUDGET = "2"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-
-
+# The tests that read this run, or start `accounting` themselves, are marked slow: each starts a process.
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     """One real report on the CPU with a tiny budget (shared by the tests that read it)."""
@@ -32,6 +31,7 @@ def cpu_run(tmp_path_factory):
     return result, json.loads(json_path.read_text()) if json_path.exists() else None, plot_path
 
 
+@pytest.mark.slow
 def test_report_runs_and_says_what_it_found(cpu_run):
     result, _report, _plot = cpu_run
     assert result.returncode == 0, result.stderr
@@ -42,6 +42,7 @@ def test_report_runs_and_says_what_it_found(cpu_run):
     assert "%" in result.stderr and "TFLOP/s" in result.stderr, "a progress bar on stderr"
 
 
+@pytest.mark.slow
 def test_json_has_the_documented_fields(cpu_run):
     _result, report, _plot = cpu_run
     assert report is not None
@@ -57,6 +58,7 @@ def test_json_has_the_documented_fields(cpu_run):
     assert bandwidth["spec_bytes_per_s"] is None, "no spec bandwidth is invented for a CPU"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_json_entry_per_dtype(cpu_run, dtype):
     _result, report, _plot = cpu_run
@@ -78,6 +80,7 @@ BUDGET_OVERRUN_LIMIT = 10
 """A run may overrun its budget on a loaded machine, but not by this factor: that is a budget ignored."""
 
 
+@pytest.mark.slow
 def test_elapsed_covers_the_timed_work_and_respects_the_budget(cpu_run):
     _result, report, _plot = cpu_run
     elapsed = report["elapsed_s"]
@@ -88,6 +91,7 @@ def test_elapsed_covers_the_timed_work_and_respects_the_budget(cpu_run):
     assert elapsed < BUDGET_OVERRUN_LIMIT * float(TINY_BUDGET)
 
 
+@pytest.mark.slow
 def test_plot_is_a_real_png(cpu_run):
     _result, _report, plot = cpu_run
     data = plot.read_bytes()
@@ -175,6 +179,7 @@ def test_no_command_is_an_error(capsys):
     assert err.strip().splitlines() == ["accounting: error: the following arguments are required: COMMAND"]
 
 
+@pytest.mark.slow
 def test_bad_argument_from_the_shell_has_no_traceback():
     result = subprocess.run([sys.executable, "-m", "accounting", "report", "--budget", "-1"], capture_output=True,
                             text=True, cwd=ROOT, timeout=60)

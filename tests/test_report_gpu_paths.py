@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accounting.hardware.devices import DeviceInfo
-from accounting.errors import AccountingError
-from accounting.bench.matrix import BENCHMARKS_ENV
-from accounting.hardware.peaks import PEAK_TFLOPS_ENV, PeakUnknownWarning, peak_flops
 from accounting import timing
+from accounting.bench.matrix import BENCHMARKS_ENV
+from accounting.errors import AccountingError
+from accounting.hardware.devices import DeviceInfo
+from accounting.hardware.peaks import PEAK_TFLOPS_ENV, PeakUnknownWarning, peak_flops
 from accounting.report import measure, run
 from accounting.report.measure import MatmulTimer, bandwidth_bytes, largest_square
 from accounting.timing import Timing, matmul_bytes
@@ -196,6 +196,34 @@ def test_out_of_memory_gives_none_so_the_sweep_stops_growing(monkeypatch):
     monkeypatch.setattr(measure, "release_cached_memory", emptied.append)
     assert MatmulTimer(H100, target_s=0.1)("bfloat16", 65536, 65536, 65536) is None
     assert emptied == [torch.device("cuda", 0)]
+
+
+def test_out_of_memory_is_recognised_without_the_torch_2_5_alias(monkeypatch):
+    """torch 2.4 may lack ``torch.OutOfMemoryError``; ``torch.cuda.OutOfMemoryError`` is there since 1.13."""
+    error_class = torch.cuda.OutOfMemoryError
+    monkeypatch.delattr(torch, "OutOfMemoryError", raising=False)
+
+    def out_of_memory(dtype, m, k, n, device):
+        raise error_class("CUDA error: tried to allocate 8.00 GiB")  # no "out of memory" in the text
+
+    monkeypatch.setattr(measure, "matmul_case", out_of_memory)
+    monkeypatch.setattr(measure, "release_cached_memory", lambda device: None)
+    h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB)
+    assert MatmulTimer(h100, target_s=0.1)("bfloat16", 65536, 65536, 65536) is None
+
+
+@pytest.mark.parametrize("message", [
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasLtMatmul( ...)`",
+])
+def test_blas_allocation_failures_count_as_out_of_memory(monkeypatch, message):
+    def failing(dtype, m, k, n, device):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(measure, "matmul_case", failing)
+    monkeypatch.setattr(measure, "release_cached_memory", lambda device: None)
+    h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * GIB)
+    assert MatmulTimer(h100, target_s=0.1)("bfloat16", 32768, 32768, 32768) is None, "the sweep stops growing"
 
 
 def test_operands_are_freed_before_the_cache_is_released(monkeypatch):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from accounting.hardware.cpu_clock import vector_clock_supported
 from accounting.report import headlines as phase
 from accounting.report import measure as measuring
 from accounting.report import run
@@ -19,9 +20,9 @@ from accounting.report.render import render
 from accounting.report.results import BandwidthMeasurement, dtype_section
 from accounting.report.sweep import MatmulMeasurement
 from accounting.telemetry.sampler import snapshot
-from accounting.timing import Timing
 from accounting.telemetry.validity import window_extra_info
-from tests.fake_nvml import SW_POWER_CAP, FakeGpu, FakeNvml
+from accounting.timing import Timing
+from tests.support.fake_nvml import SW_POWER_CAP, FakeGpu, FakeNvml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -298,6 +299,7 @@ def real_cpu_report(tmp_path_factory):
     return json.loads(path.read_text()), result.stdout
 
 
+@pytest.mark.slow  # the report runs as a process of its own
 def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cpu_report):
     if snapshot("cpu", measure_clock=False).clock_source is None and not phase_clock_measurable():
         pytest.skip("this CPU shows no clock and it cannot be measured here")
@@ -312,6 +314,4 @@ def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cp
 
 
 def phase_clock_measurable() -> bool:
-    from accounting.hardware.cpu_clock import vector_clock_supported
-
     return vector_clock_supported()

@@ -3,12 +3,12 @@
 import pytest
 
 from accounting import AccountingError
+from accounting.hardware.native import native_matmul
 from accounting.report.results import BandwidthMeasurement, bandwidth_section, dtype_section
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import MatmulMeasurement
-from accounting.hardware.native import native_matmul
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, HEALTHY, NOT_JUDGED, UNKNOWN, judge, not_judged, overall
-from tests.fake_devices import SAPPHIRE_RAPIDS, ZEN3
+from tests.support.fake_devices import SAPPHIRE_RAPIDS, ZEN3
 
 
 def measured(dtype, m, k, n, flops_per_second, phase="ramp"):

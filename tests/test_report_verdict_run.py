@@ -7,12 +7,12 @@ import pytest
 
 from accounting.__main__ import main
 from accounting.hardware.devices import detect_device
-from accounting.hardware.peaks import device_peak_flops
 from accounting.hardware.native import native_matmul
+from accounting.hardware.peaks import device_peak_flops
 from accounting.report import run
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import MatmulMeasurement
-from tests.fake_devices import CASCADE_LAKE, FAKE_CPUS, SAPPHIRE_RAPIDS, ZEN3
+from tests.support.fake_devices import CASCADE_LAKE, FAKE_CPUS, SAPPHIRE_RAPIDS, ZEN3
 
 FRACTION_OF_PEAK = 0.5
 """The fake device runs every matmul at this share of the CPU's estimated peak."""

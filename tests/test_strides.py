@@ -15,7 +15,7 @@ from accounting import (
     view_strides,
 )
 from accounting.strides import infer_shape
-from tests.strategies import factorizations, make_strided, shapes, strided_layouts, viewed_tensors
+from tests.support.strategies import factorizations, make_strided, shapes, strided_layouts, viewed_tensors
 
 
 @given(shapes())

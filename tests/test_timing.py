@@ -1,16 +1,20 @@
 """Timing order (sync before clocks, events), statistics, matmul cases and shape fitting — no timed asserts."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
+from beartype import beartype
 from hypothesis import given
 from hypothesis import strategies as st
+from jaxtyping import TypeCheckError, jaxtyped
 
-from accounting.hardware.clocks import EventClock, HostClock
-from accounting.hardware.precision import float32_matmul_mode, tf32_enabled
+from accounting import timing as timing_module
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import matmul_flops
-from accounting import timing as timing_module
+from accounting.hardware.clocks import EventClock, HostClock
+from accounting.hardware.precision import float32_matmul_mode, tf32_enabled
 from accounting.timing import (
     FP8_OUT_DTYPE,
     MIN_MATMUL_SIZE,
@@ -218,9 +222,6 @@ def test_time_matmul_counts_batched_flops():
 
 
 def test_time_matmul_shapes_are_checked_by_its_annotation():
-    from beartype import beartype
-    from jaxtyping import TypeCheckError, jaxtyped
-
     checked = jaxtyped(typechecker=beartype)(time_matmul)
     assert checked(torch.ones(2, 3, 4), torch.ones(4, 5), warmup=0, repeats=1, min_time_s=0.0).flops == 240
     with pytest.raises(TypeCheckError):
@@ -331,17 +332,6 @@ def test_l2_is_flushed_on_cuda_only_when_the_operands_fit(monkeypatch):
     assert not should_flush_l2("cpu", small)
 
 
-def test_float32_matmul_mode_sets_and_restores_the_flag():
-    before = tf32_enabled()
-    for wanted in (True, False):
-        with float32_matmul_mode(tf32=wanted):
-            assert tf32_enabled() is wanted
-        assert tf32_enabled() == before
-    with pytest.raises(RuntimeError), float32_matmul_mode(tf32=not before):
-        raise RuntimeError("restored even on error")
-    assert tf32_enabled() == before
-
-
 @given(
     shape=st.tuples(*[st.integers(1, 64).map(lambda x: 256 * x)] * 3),
     dtype=st.sampled_from(["float32", "bf16", "fp8"]),
@@ -362,8 +352,6 @@ def test_fitted_shape_fits_the_budget_or_is_refused(shape, dtype, free_mib):
 
 def test_fit_matmul_shape_gives_up_when_halving_stops_shrinking():
     """min_size <= 16: edges stop at 16 and halving changes nothing; it must return None, not spin."""
-    import threading
-
     result = []
     worker = threading.Thread(target=lambda: result.append(fit_matmul_shape((64, 64, 64), "bf16", 100, min_size=16)),
                               daemon=True)

@@ -35,7 +35,7 @@ from accounting import (
     transformer_activation_bytes,
     transformer_training_memory,
 )
-from tests.strategies_training import (
+from tests.support.strategies_training import (
     OPTIMIZER_CASES,
     ReferenceGPT,
     language_model_loss,

@@ -5,11 +5,11 @@ import math
 import pytest
 
 from accounting.errors import AccountingError
-from studies import search_ratio
-from studies.search_ratio import RETIME_ROUNDS, TARGET_RATIO, SearchRatio, render, retime_winners, search_ratios
 from accounting.report.sweep import MatmulMeasurement, Sweep, WaveGrid
+from studies import search_ratio
+from studies.search_ratio import RETIME_ROUNDS, TARGET_RATIO, render, retime_winners, search_ratios
 from tests.test_report_sweep import FakeDevice
-from tests.test_sweep_waves import sawtooth_rate
+from tests.test_report_sweep_waves import sawtooth_rate
 
 
 def fake_report_sweep(rate, waves, budgets_seen):

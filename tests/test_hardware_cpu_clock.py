@@ -2,7 +2,7 @@
 
 import pytest
 
-from accounting.hardware import cpu_clock as _cpu_clock
+from accounting.hardware import cpu_clock
 from accounting.hardware.cpu_clock import (
     VectorClock,
     measure_fma_ceiling,
@@ -43,10 +43,10 @@ def recorded_runs(monkeypatch, seconds):
         ran.append((loop, iterations, tuple(cpus)))
         return [seconds] * len(cpus)
 
-    monkeypatch.setattr(_cpu_clock, "_fastest_runs", fake_runs)
-    monkeypatch.setattr(_cpu_clock, "_supported", lambda: True)
+    monkeypatch.setattr(cpu_clock, "_fastest_runs", fake_runs)
+    monkeypatch.setattr(cpu_clock, "_supported", lambda: True)
     compiled = []
-    monkeypatch.setattr(_cpu_clock, "_compiled", lambda code: compiled.append(code) or (None, code))
+    monkeypatch.setattr(cpu_clock, "_compiled", lambda code: compiled.append(code) or (None, code))
     return ran, compiled
 
 
@@ -57,8 +57,8 @@ def recorded_runs(monkeypatch, seconds):
 def test_the_widest_isa_the_flags_allow_is_the_one_run(monkeypatch, flags, isa, lanes):
     ran, compiled = recorded_runs(monkeypatch, seconds=1e-3)
     clock = measure_vector_clock(facts=(flags, "amd", 0x19, 1, [0, 3]))
-    code = {"AVX-512": _cpu_clock._AVX512, "AVX2+FMA": _cpu_clock._AVX2}[isa]
-    assert compiled == [_cpu_clock._assemble(code.latency_prologue, code.latency_body)]
+    code = {"AVX-512": cpu_clock._AVX512, "AVX2+FMA": cpu_clock._AVX2}[isa]
+    assert compiled == [cpu_clock._assemble(code.latency_prologue, code.latency_body)]
     assert clock == VectorClock(ghz=pytest.approx(500_000 * 4 / 1e-3 / 1e9), per_core_ghz=(pytest.approx(2.0),) * 2,
                                 isa=isa, latency_cycles=4)
     assert ran[0][2] == (0, 3)
@@ -84,9 +84,9 @@ def test_nothing_runs_without_the_isa_or_a_known_latency(monkeypatch, facts):
 @pytest.mark.parametrize("name", ["_AVX2", "_AVX512"])
 @pytest.mark.parametrize("part", ["latency", "stream"])
 def test_the_loop_jumps_back_to_the_start_of_its_body(name, part):
-    code = getattr(_cpu_clock, name)
+    code = getattr(cpu_clock, name)
     prologue, body = bytes.fromhex(getattr(code, f"{part}_prologue")), bytes.fromhex(getattr(code, f"{part}_body"))
-    loop = _cpu_clock._assemble(prologue.hex(), body.hex())
+    loop = cpu_clock._assemble(prologue.hex(), body.hex())
     jnz = len(prologue) + len(body) + 3
     assert loop[jnz] == 0x75 and loop[-4:] == bytes.fromhex("c5f877c3")
     target = jnz + 2 + int.from_bytes(loop[jnz + 1:jnz + 2], "little", signed=True)

@@ -16,7 +16,7 @@ from accounting.telemetry.gpu import (
     open_gpu_backend,
 )
 from accounting.telemetry.sampler import Sampler, summarise
-from tests.fake_nvml import FakeTime
+from tests.support.fake_nvml import FakeTime
 
 # Bit positions written out from the Linux amdgpu header (drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h,
 # SMU_THROTTLER_*_BIT), independently of the table under test.

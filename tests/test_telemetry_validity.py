@@ -1,7 +1,6 @@
 """Validity tags at their edges, from a real :class:`~accounting.telemetry.Summary` and from its dict.
 
-Written to close what mutation testing (issue 15) found unchecked in :mod:`accounting.telemetry.validity`: each
-threshold's strict side, where a tag's figures come from, and every field of a benchmark's
+Each threshold's strict side, where a tag's figures come from, and every field of a benchmark's
 ``extra_info``. The truths are the tags' definitions in the module docstring (a strict "below"/"above"/
 "more than"), byte counts written out in powers of 1024, and FLOPs over joules.
 """

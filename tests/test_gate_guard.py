@@ -1,4 +1,4 @@
-"""The load guard (``accounting.gate.guard``): what mutation testing found unchecked (issue 15).
+"""The load guard (``accounting.gate.guard``): each limit's edge, the gate's own share of the load, saved records.
 
 The truths: each limit is "more than" (a run *at* a limit is quiet, a hair above it is not, as the
 module's docstring and the limits' own say); the load average is linear in runnable threads, so the

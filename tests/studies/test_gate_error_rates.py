@@ -9,17 +9,20 @@ import sys
 import pytest
 import torch
 
-from studies import gate_error_rates as error_rates
+from accounting.gate.decide import GateResult, Verdict
+from accounting.gate.stats import Decision
+from accounting.gate.storage import BenchmarkRun, SavedRun
+from studies import gate_error_rates
 
 
 def _module_source(rounds: int) -> str:
     """The benchmark module the script writes, with ``rounds`` rounds and one check pair."""
-    return error_rates.module_source(rounds=rounds, min_time_s=0.0, check_pairs=1)
+    return gate_error_rates.module_source(rounds=rounds, min_time_s=0.0, check_pairs=1)
 
 
 def _written_module(tmp_path, monkeypatch, factor):
-    monkeypatch.setenv(error_rates.SLOWDOWN_ENV, str(factor))
-    path = tmp_path / error_rates.MODULE_NAME
+    monkeypatch.setenv(gate_error_rates.SLOWDOWN_ENV, str(factor))
+    path = tmp_path / gate_error_rates.MODULE_NAME
     path.write_text(_module_source(5))
     spec = importlib.util.spec_from_file_location("written_gate_benchmark", path)
     module = importlib.util.module_from_spec(spec)
@@ -45,7 +48,7 @@ def test_the_slowdown_adds_that_share_of_the_flops(tmp_path, monkeypatch, factor
 
 
 def test_calibrated_rows_replace_the_flop_share(tmp_path, monkeypatch):
-    monkeypatch.setenv(error_rates.SLOWDOWN_ENV + "_ROWS", "160")
+    monkeypatch.setenv(gate_error_rates.SLOWDOWN_ENV + "_ROWS", "160")
     case, fn, _ = _written_module(tmp_path, monkeypatch, 1.25)._work()
     calls = []
     real = torch.matmul
@@ -58,7 +61,7 @@ def test_calibrated_rows_replace_the_flop_share(tmp_path, monkeypatch):
 def test_calibration_converges_on_a_machine_that_is_not_linear_in_flops():
     def measure(rows):  # a fixed cost per call plus a slower rate for thin products
         return 1 + 0.05 + 1.3 * rows / 1024
-    rows = error_rates.calibrate_rows(1.10, measure=measure)
+    rows = gate_error_rates.calibrate_rows(1.10, measure=measure)
     assert abs(measure(rows) - 1.10) < 0.005 and rows != round(0.10 * 1024)
 
 
@@ -74,16 +77,12 @@ def test_unchanged_work_is_the_plain_product(tmp_path, monkeypatch):
 ])
 def test_bad_options_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        error_rates.main(argv)
+        gate_error_rates.main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
 
 
 def test_a_jobs_time_leaves_out_the_scripts_own_checks_of_the_injected_factor():
-    from accounting.gate.decide import GateResult, Verdict
-    from accounting.gate.stats import Decision
-    from accounting.gate.storage import BenchmarkRun, SavedRun
-
     def run(path, extra):
         return SavedRun(path, {}, {"t::mm": BenchmarkRun("t::mm", (0.01,), {"device_kind": "cpu", **extra})})
 
@@ -91,19 +90,20 @@ def test_a_jobs_time_leaves_out_the_scripts_own_checks_of_the_injected_factor():
                run("b2.json", {"check_seconds": 2.0, "injected_slowdown": 1.26})]
     result = GateResult((Verdict("t::mm", "cpu", 0.1, Decision.REGRESSION, "slower"),), (), ("a.json",),
                         ("b1.json", "b2.json"))
-    scenario = error_rates.Scenario(1.25)
+    scenario = gate_error_rates.Scenario(1.25)
     scenario.add(result, 2, 10.0, checked)
     assert scenario.seconds == [pytest.approx(10.0 - 1.5 - 2.0)] and scenario.injected == [1.24, 1.26]
     assert (scenario.failed, scenario.decisions, scenario.processes) == (1, {"regression": 1}, [3])
 
 
+@pytest.mark.slow  # runs pytest in a process of its own
 def test_the_written_module_records_how_long_its_check_took(tmp_path):
     """The slowed run's benchmark stores the check's own seconds, a positive time, beside the factor it measured."""
-    (tmp_path / error_rates.MODULE_NAME).write_text(_module_source(2))
+    (tmp_path / gate_error_rates.MODULE_NAME).write_text(_module_source(2))
     saved = tmp_path / "run.json"
-    env = {**os.environ, error_rates.SLOWDOWN_ENV: "1.25", error_rates.SLOWDOWN_ENV + "_ROWS": "16"}
+    env = {**os.environ, gate_error_rates.SLOWDOWN_ENV: "1.25", gate_error_rates.SLOWDOWN_ENV + "_ROWS": "16"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-json",
-                           str(saved), error_rates.MODULE_NAME], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           str(saved), gate_error_rates.MODULE_NAME], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     extra = json.loads(saved.read_text())["benchmarks"][0]["extra_info"]

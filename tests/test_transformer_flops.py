@@ -3,6 +3,8 @@
 FlopCounterMode counts matmul-class ops (mm, addmm, bmm, …) with the same 2-per-multiply-add
 convention; the model runs on ``device="meta"``, so GPT-2-sized configs cost nothing.
 Both sides leave out the same work: embedding lookups, norms, GELU, softmax, adds and the loss.
+The defaults are checked the same way: without a batch size one sequence is counted; without devices
+or MFU the training time is one device at half its peak (FLOPs over devices × peak × MFU).
 """
 
 import math
@@ -23,7 +25,7 @@ from accounting import (
     training_time,
     transformer_flops,
 )
-from tests.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs
+from tests.support.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs
 
 # Each example builds and runs a model under FlopCounterMode (~0.15 s): fewer than the profile's.
 FLOP_COUNTER_EXAMPLES = settings(max_examples=20)
@@ -166,3 +168,42 @@ def config_with(**changes):
 def test_bad_input_raises_clear_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+# ---- defaults, the summary's wording, and bad arguments named with their value -----------------------------
+
+TINY = TransformerConfig(layers=1, width=16, heads=2, sequence_length=8, vocabulary=32)
+
+
+def test_without_a_batch_size_one_sequence_is_counted():
+    forward, backward = counted_step(TINY, 1)
+    flops = transformer_flops(TINY)
+    assert (flops.forward, flops.backward) == (forward.get_total_flops(), backward.get_total_flops())
+    assert flops.tokens == TINY.sequence_length
+
+
+def test_without_devices_or_mfu_the_time_is_one_device_at_half_its_peak():
+    flops, peak = 6.3e24, 989.4e12
+    assert training_time(flops, peak).seconds == pytest.approx(flops / (1 * peak * 0.5), rel=1e-12)
+
+
+@pytest.mark.parametrize("devices, words", [(1, " on 1 device of "), (2, " on 2 devices of "), (8, " on 8 devices of ")])
+def test_the_summary_says_device_or_devices_as_the_count_needs(devices, words):
+    assert words in str(training_time(6.3e24, 989.4e12, devices=devices))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    pytest.param(lambda: training_time(1e21, 1e15, mfu=0), AccountingError, "mfu must be positive, got 0", id="mfu-0"),
+    pytest.param(lambda: training_time(1e21, 1e15, mfu=-0.3), AccountingError, "mfu must be positive, got -0.3",
+                 id="mfu-negative"),
+    pytest.param(lambda: training_flops(-7e9, 1e12), AccountingError, "parameters must be non-negative, got -7000000000.0",
+                 id="negative-float-parameters"),
+    pytest.param(lambda: training_flops(7e9, -1e12), AccountingError, "tokens must be non-negative, got -1000000000000.0",
+                 id="negative-float-tokens"),
+    pytest.param(lambda: transformer_flops(TINY, embeddings="yes"), AccountingTypeError,
+                 "embeddings must be True or False, got 'yes'", id="embeddings-not-bool"),
+])
+def test_bad_arguments_are_named_with_their_value(call, error, message):
+    with pytest.raises(error) as caught:
+        call()
+    assert str(caught.value) == message

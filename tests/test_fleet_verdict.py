@@ -1,5 +1,5 @@
-"""The fleet's verdict on crafted records: every kind of flag, its message and its subject, and what is not
-flagged. Written to close what mutation testing (issue 15) found unchecked in :mod:`accounting.fleet.verdict`.
+"""The fleet's verdict on crafted records: stragglers, drift, hung and failed ranks, below-floor and above-peak
+dtypes, slow and wrong collectives; every kind of flag with its message and subject, and what is not flagged.
 
 The truths: the median of the other ranks by ``statistics.median``, nccl-tests' bus-bandwidth factors
 (doc/PERFORMANCE.md: all-reduce 2(n−1)/n, all-gather (n−1)/n, broadcast 1) applied to crafted times, and
@@ -9,6 +9,8 @@ majorities counted by hand.
 import statistics
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from accounting.fleet import verdict
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR
@@ -32,6 +34,44 @@ def _timed(collective, nbytes, seconds, wrong=0, iterations=5):
     return {"collective": collective, "bytes": nbytes, "count": nbytes // 4, "type": "float",
             "redop": "sum" if collective != "broadcast" else "none", "root": 0 if collective == "broadcast" else -1,
             "seconds": seconds, "iterations": iterations, "wrong": wrong}
+
+
+@given(values=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=9), fraction=st.floats(0.5, 0.99))
+def test_a_straggler_is_below_fraction_of_the_median_of_the_others(values, fraction):
+    best = dict(enumerate(values))
+    flagged = {flag.rank for flag in verdict.stragglers("bf16", best, fraction=fraction)}
+    expected = {rank for rank, value in best.items() if len(best) > 1
+                and value < fraction * statistics.median([v for r, v in best.items() if r != rank])}
+    assert flagged == expected
+
+
+def test_one_slow_rank_of_eight_is_named_and_no_healthy_one():
+    best = {rank: 700.0 + rank for rank in range(8)}
+    best[5] = 0.67 * 700
+    assert [flag.rank for flag in verdict.stragglers("bfloat16", best, fraction=0.9)] == [5]
+
+
+@pytest.mark.parametrize("identities, expected", [
+    pytest.param([H100] * 4, [], id="all-agree"),
+    pytest.param([H100, H100, {**H100, "driver": "535.1"}], [(2, "driver")], id="one-driver"),
+    pytest.param([H100, {**H100, "torch": "2.4"}, {**H100, "name": "NVIDIA A100"}],
+                 [(2, "name"), (1, "torch")], id="two-ranks-two-fields"),
+    pytest.param([H100, {**H100, "runtime": "CUDA 12.1"}], [(0, "runtime"), (1, "runtime")], id="no-majority"),
+])
+def test_drift_names_ranks_off_the_majority(identities, expected):
+    flags = verdict.drift(dict(enumerate(identities)))
+    assert [(flag.rank, flag.subject) for flag in flags] == expected
+
+
+def test_collective_rows_take_the_slowest_rank_and_sum_wrong_elements():
+    records = [{"collectives": {"world": {"ranks": [0, 1, 2], "results": [_timed("all_reduce", 12 * 2**20, s, w)]}}}
+               for s, w in ((0.010, 0), (0.013, 2), (0.011, 1))]
+    (row,) = verdict.collective_rows(records)
+    assert row["slowest_rank"] == 1 and row["seconds"] == 0.013 and row["wrong"] == 3
+    assert row["busbw_bytes_per_s"] == pytest.approx(12 * 2**20 / 0.013 * 4 / 3)
+    flags = verdict.collective_flags([row], min_busbw_bytes_per_s=2e9)
+    assert [flag.kind for flag in flags] == [verdict.WRONG, verdict.SLOW_COLLECTIVE]
+    assert verdict.collective_flags([row], min_busbw_bytes_per_s=1e9)[1:] == []
 
 
 def test_a_fleet_with_nothing_wrong_is_healthy():

@@ -7,7 +7,7 @@ import pytest
 from accounting.bench.matrix import load_benchmarks, parse_benchmarks
 from accounting.errors import AccountingError
 from accounting.model_mfu import MODEL_SIZES, STEP_POLICIES
-from tests.cli_runs import edited
+from tests.support.cli_runs import edited
 
 SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
 

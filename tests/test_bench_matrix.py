@@ -1,15 +1,30 @@
-"""benchmarks.json: the shipped file loads; every kind of bad entry is named in the error."""
+"""benchmarks.json: the shipped file loads; every kind of bad entry is named in the error.
+
+The truth is the document itself: a message that lists several entries (two unknown keys, two missing
+floors, two sections) lists each one, and what it lists is what the document holds or lacks. Also: where
+a chip's override table lacks a dtype the lookup falls back, a class-scoped node id finds its
+``per_benchmark`` entry, and the fleet section is read, optional and bounded.
+"""
 
 import json
 from pathlib import Path
 
 import pytest
+from pytest_benchmark.utils import parse_compare_fail
 
-from accounting.bench.matrix import BENCHMARKS_ENV, default_benchmarks_path, load_benchmarks, parse_benchmarks
+import accounting.bench.matrix
+from accounting.bench.matrix import (
+    BENCHMARKS_ENV,
+    DEFAULT_STRAGGLER_FRACTION,
+    BenchConfig,
+    default_benchmarks_path,
+    load_benchmarks,
+    parse_benchmarks,
+)
 from accounting.errors import AccountingError
 from accounting.hardware.devices import DeviceInfo
-from accounting.hardware.peaks import chip_row, find_chip
-from tests.cli_runs import edited
+from accounting.hardware.peaks import _CHIPS, chip_row, find_chip
+from tests.support.cli_runs import edited
 
 SHIPPED = Path(__file__).resolve().parent.parent / "benchmarks.json"
 
@@ -34,8 +49,6 @@ GOOD = {
 def test_the_shipped_file_is_valid_and_complete():
     config = load_benchmarks(SHIPPED)
     assert set(config.devices) == {"cpu", "cuda"}
-    from pytest_benchmark.utils import parse_compare_fail
-
     check = parse_compare_fail(config.compare_fail)  # what pytest-benchmark would do with it
     assert (check.field, check.threshold) == (config.regression_metric, config.regression_threshold_percent)
     for kind, matrix in config.devices.items():
@@ -47,8 +60,6 @@ def test_the_shipped_file_is_valid_and_complete():
 
 
 def find_chip_row_exists(row: str) -> bool:
-    from accounting.hardware.peaks import _CHIPS
-
     return any(chip.row == row for chip in _CHIPS.values())
 
 
@@ -91,6 +102,11 @@ def test_chip_floors_follow_the_rocm_arch_through_chip_row():
     assert parse_benchmarks(GOOD).floor("cuda", "bfloat16", chip=radeon.name) == 0.6  # the name alone cannot tell
 
 
+def test_every_gfx942_row_has_a_chip_floor_like_mi300x():
+    """A healthy MI300A/MI325X (best bf16 about half of spec, as MI300X) must not read "below floor"."""
+    config = load_benchmarks()
+    for row in ("MI300A", "MI325X"):
+        assert config.floor("cuda", "bfloat16", chip=row) == config.floor("cuda", "bfloat16", chip="MI300X") < 0.6
 
 
 @pytest.mark.parametrize("path, value, message", [
@@ -180,17 +196,16 @@ def test_default_path_honours_the_environment(tmp_path, monkeypatch):
 
 
 def test_default_path_falls_back_from_cwd_to_source_tree_to_installed_copy(tmp_path, monkeypatch):
-    import accounting.bench.matrix as benchconfig
-
     monkeypatch.delenv(BENCHMARKS_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    source_tree = Path(benchconfig.__file__).resolve().parents[2] / "benchmarks.json"
+    source_tree = Path(accounting.bench.matrix.__file__).resolve().parents[2] / "benchmarks.json"
     assert default_benchmarks_path() == source_tree  # a checkout or an editable install
     (tmp_path / "benchmarks.json").write_text("{}")
     assert default_benchmarks_path() == tmp_path / "benchmarks.json"  # the project you run in wins
     (tmp_path / "benchmarks.json").unlink()
-    monkeypatch.setattr(benchconfig, "__file__", str(tmp_path / "site-packages" / "accounting" / "bench" / "matrix.py"))
-    assert default_benchmarks_path() == benchconfig.INSTALLED_BENCHMARKS  # a wheel install's data file
+    monkeypatch.setattr(accounting.bench.matrix, "__file__",
+                        str(tmp_path / "site-packages" / "accounting" / "bench" / "matrix.py"))
+    assert default_benchmarks_path() == accounting.bench.matrix.INSTALLED_BENCHMARKS  # a wheel install's data file
 
 
 # ---- the accepted side of each bound, and wrong types ----------------------------------------
@@ -255,3 +270,118 @@ def test_notes_are_kept_out_of_every_check():
     data["regression"]["_why"] = "a note in the regression section"
     data["cuda"]["chip_floors"]["_why"] = "a note among the chips"
     assert parse_benchmarks(data) == parse_benchmarks(GOOD)
+
+
+# ---- every entry a message lists, chip overrides by dtype, node ids, the fleet bound -----------------------
+
+MODEL = {
+    "cpu": {"size": "small", "quick_size": "tiny", "precisions": ["fp32"], "floors": {"fp32": 0.02}},
+    "cuda": {"size": "small", "quick_size": "tiny", "precisions": ["bf16"], "floors": {"bf16": 0.1}},
+}
+
+
+def listed(message: str, after: str) -> list[str]:
+    """The comma-separated names in ``message`` after ``after`` (up to a ';' or the end)."""
+    return message.split(after, 1)[1].split(";", 1)[0].split(", ")
+
+
+def test_a_missing_section_names_the_sections_there_are():
+    config = parse_benchmarks(GOOD)
+    with pytest.raises(AccountingError, match=r"^benchmarks.json has no 'tpu' section; it has ") as caught:
+        config.device("tpu")
+    assert listed(str(caught.value), "it has ") == [key for key in GOOD if key != "regression"]  # the sections the document has
+    empty = BenchConfig(devices={}, regression_metric="median", regression_threshold_percent=10.0)
+    with pytest.raises(AccountingError, match=r"^benchmarks.json has no 'cpu' section; it has none$"):
+        empty.device("cpu")
+
+
+def test_a_missing_model_section_names_the_model_sections_there_are():
+    config = parse_benchmarks({**GOOD, "model": MODEL})
+    assert {kind: config.model_floor(kind, matrix["precisions"][0]) for kind, matrix in MODEL.items()} == {
+        "cpu": 0.02, "cuda": 0.1}
+    with pytest.raises(AccountingError, match=r"^benchmarks.json has no model.tpu section; it has ") as caught:
+        config.model("tpu")
+    assert listed(str(caught.value), "it has ") == [f"model.{kind}" for kind in MODEL]
+
+
+def test_every_unknown_key_is_listed():
+    data = edited(edited(GOOD, ("cpu", "round"), 5), ("cpu", "floor"), {})
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: cpu has unknown key\(s\) ") as caught:
+        parse_benchmarks(data)
+    assert listed(str(caught.value), "unknown key(s) ") == ["'floor'", "'round'"]
+
+
+def test_every_dtype_without_a_floor_is_listed():
+    data = edited(GOOD, ("cpu", "floors"), {})
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: cpu.floors has no floor for ") as caught:
+        parse_benchmarks(data)
+    assert listed(str(caught.value), "has no floor for ") == ["float32", "bfloat16"]  # cpu.dtypes, canonical
+
+
+def test_every_precision_without_a_model_floor_is_listed():
+    model = edited(MODEL, ("cpu", "precisions"), ["fp32", "bf16"])
+    model["cpu"]["floors"] = {}
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: model.cpu.floors has no floor for ") as caught:
+        parse_benchmarks({**GOOD, "model": model})
+    assert listed(str(caught.value), "has no floor for ") == ["fp32", "bf16"]
+
+
+@pytest.mark.parametrize("dtype, chip, expected", [
+    pytest.param("bfloat16", "MI300X", 0.4, id="the-chip-overrides-its-dtype"),
+    pytest.param("tf32", "MI300X", 0.5, id="the-chip-table-lacks-the-dtype"),
+    pytest.param("fp8", "AMD Instinct MI300X", 0.5, id="by-device-name-lacking-the-dtype"),
+])
+def test_a_chip_override_applies_only_to_the_dtypes_it_lists(dtype, chip, expected):
+    assert GOOD["cuda"]["chip_floors"] == {"MI300X": {"bfloat16": 0.4}}
+    assert parse_benchmarks(GOOD).floor("cuda", dtype, chip=chip) == expected
+
+
+@pytest.mark.parametrize("node_id, expected", [
+    pytest.param("tests/t.py::TestMatmul::test_mm[bf16]", 20.0, id="class-scoped-node-id"),
+    pytest.param("test_mm[bf16]", 20.0, id="bare-name"),
+    pytest.param("tests/t.py::TestMatmul::test_mm[fp32]", 10.0, id="other-parameter"),
+])
+def test_a_per_benchmark_entry_matches_the_name_after_the_last_separator(node_id, expected):
+    data = edited(GOOD, ("regression", "per_benchmark"), {"test_mm[bf16]": 20})
+    assert parse_benchmarks(data).regression_threshold("cpu", node_id) == expected
+
+
+@pytest.mark.parametrize("fraction, accepted", [
+    pytest.param(0.99, True, id="just-below-one"),
+    pytest.param(1e-3, True, id="just-above-zero"),
+    pytest.param(1, False, id="one"),
+    pytest.param(1.0, False, id="one-float"),
+    pytest.param(0.0, False, id="zero"),
+])
+def test_the_straggler_fraction_lies_strictly_between_zero_and_one(fraction, accepted):
+    data = {**GOOD, "fleet": {"straggler_fraction": fraction}}
+    if accepted:
+        assert parse_benchmarks(data).fleet.straggler_fraction == fraction
+    else:
+        with pytest.raises(AccountingError, match=rf"^benchmarks.json: fleet.straggler_fraction = {fraction!r}: "
+                                                  r"must be a number in \(0, 1\)$"):
+            parse_benchmarks(data)
+
+
+# ---- benchmarks.json's fleet section ------------------------------------------------------------------------
+
+BASE = {"regression": {"metric": "median", "threshold_percent": 10},
+        "cpu": {"dtypes": ["float32"], "shapes": [[8, 8, 8]], "floors": {"float32": 0.1}}}
+
+
+@pytest.mark.parametrize("fleet, message", [
+    pytest.param({"straggler_fraction": 0}, r"fleet.straggler_fraction = 0: must be a number in \(0, 1\)$", id="zero"),
+    pytest.param({"straggler_fraction": True}, r"fleet.straggler_fraction = True: must be", id="bool"),
+    pytest.param({"straggler_fraction": "0.9"}, r"fleet.straggler_fraction = '0.9': must be a number", id="text"),
+    pytest.param({"median": 0.9}, r"fleet has unknown key\(s\) 'median'; known: straggler_fraction$", id="unknown-key"),
+    pytest.param([0.9], r"fleet must be an object, got \[0.9\]$", id="not-an-object"),
+])
+def test_a_bad_fleet_section_is_named(fleet, message):
+    with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
+        parse_benchmarks({**BASE, "fleet": fleet})
+
+
+def test_the_fleet_section_is_read_and_optional():
+    assert parse_benchmarks({**BASE, "fleet": {"straggler_fraction": 0.8}}).fleet.straggler_fraction == 0.8
+    assert parse_benchmarks(BASE).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION
+    assert parse_benchmarks({**BASE, "fleet": {}}).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION

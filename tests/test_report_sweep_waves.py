@@ -7,18 +7,11 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from accounting.hardware.devices import DeviceInfo
 from accounting.errors import AccountingError, AccountingTypeError
+from accounting.hardware.devices import DeviceInfo
 from accounting.report import measure, run
-from accounting.report.sweep import (
-    ASPECT_WEIGHT,
-    CPU_TILE,
-    GPU_TILE,
-    Sweep,
-    WaveGrid,
-    summarise,
-    whole_wave_shape,
-)
+from accounting.report.sweep import Sweep, summarise
+from accounting.report.waves import ASPECT_WEIGHT, CPU_TILE, GPU_TILE, WaveGrid, whole_wave_shape
 from tests.test_report_sweep import FakeDevice, flat_rate
 
 TILES = [pytest.param(GPU_TILE, id="gpu-tile"), pytest.param(CPU_TILE, id="cpu-tile")]

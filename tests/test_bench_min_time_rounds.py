@@ -6,13 +6,14 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from accounting.bench import fixture as plugin
-from accounting.bench.matrix import MAX_MIN_TIME_S, parse_benchmarks
-from accounting.hardware.devices import DeviceInfo
-from accounting.errors import AccountingError
+from accounting.bench import fixture
 from accounting.bench.fixture import FlopsBenchmark, warm_call_seconds
+from accounting.bench.matrix import MAX_MIN_TIME_S, parse_benchmarks
+from accounting.errors import AccountingError
+from accounting.hardware.devices import DeviceInfo
 from accounting.timing import rounds_for, time_fn
 
 
@@ -71,15 +72,15 @@ def test_warm_call_seconds_is_the_fastest_call_and_runs_at_least_one():
     def target():
         now[0] += next(durations)
 
-    original = plugin.time
-    plugin.time = clock
+    original = fixture.time
+    fixture.time = clock
     try:
         assert warm_call_seconds(target, lambda: None, 3) == pytest.approx(0.010)
         durations, calls = iter([0.5]), []
         assert warm_call_seconds(lambda: calls.append(now[0]) or target(), lambda: None, 0) == pytest.approx(0.5)
         assert len(calls) == 1
     finally:
-        plugin.time = original
+        fixture.time = original
 
 
 class RecordingBenchmark:
@@ -107,8 +108,8 @@ def _runner():
 @pytest.mark.parametrize("min_time_s", [0.0, 0.2])
 def test_fixture_sizes_its_rounds_from_the_warm_calls(monkeypatch, min_time_s):
     now, calls = [0.0], []
-    monkeypatch.setattr(plugin, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    monkeypatch.setattr(plugin, "synchronize", lambda device: None)
+    monkeypatch.setattr(fixture, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(fixture, "synchronize", lambda device: None)
 
     def fn():  # every call takes 8 ms on the patched clock
         now[0] += 0.008

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from accounting.transformer_flops import transformer_flops
-from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size
+from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size, step
 from accounting.report import cli
 from accounting.report.run import preview
-from tests.cli_runs import run_main
+from accounting.transformer_flops import transformer_flops
+from tests.support.cli_runs import run_main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -86,8 +86,6 @@ def test_bad_model_arguments_are_one_line_before_measuring(no_sweep, capsys, arg
 
 
 def test_a_model_that_does_not_fit_is_refused_before_measuring(no_sweep, capsys, monkeypatch):
-    from accounting.model_mfu import step
-
     monkeypatch.setattr(step, "free_memory_bytes", lambda device: 2**30)
     status, _out, err = run_main(["report", "--device", "cpu", "--quiet", "--model", "gpt2-small"], capsys)
     assert status == 2

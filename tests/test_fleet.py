@@ -1,9 +1,9 @@
-"""The fleet's logic without processes: busbw factors, message sizes and expected values, the launcher's
-environment, CPU shares, stragglers, drift, collective rows, rendering, the plot, and one-line errors."""
+"""The fleet without processes: busbw factors, message sizes and expected values, the launcher's environment,
+CPU shares, hung and slowed ranks, the document with its text and plot, and the command's one-line errors."""
 
+import dataclasses
 import io
 import json
-import statistics
 from fractions import Fraction
 
 import pytest
@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accounting.__main__ import main
-from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION, parse_benchmarks
+from accounting.__main__ import build_parser, main
+from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION
 from accounting.errors import AccountingError
-from accounting.fleet import collectives, launch, verdict
+from accounting.fleet import cli, collectives, launch, verdict
 from accounting.fleet.gather import hung_ranks
 from accounting.fleet.plot import write_plot
 from accounting.fleet.render import render
@@ -115,8 +115,6 @@ def test_slow_rank_throttle_runs_the_product_factor_times(monkeypatch):
         calls.append(1)
         return original()
 
-    import dataclasses
-
     slow = throttled(3, factory=lambda *args, **kwargs: dataclasses.replace(case, fn=counting))("float32", 4, 4, 4)
     result = slow.fn()
     assert len(calls) == 3 and slow.flops == case.flops
@@ -124,55 +122,13 @@ def test_slow_rank_throttle_runs_the_product_factor_times(monkeypatch):
     assert parse_slow_rank("0:4") == (0, 4)
 
 
-# ---- the verdict ---------------------------------------------------------------------------------------------
-
-
-@given(values=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=9), fraction=st.floats(0.5, 0.99))
-def test_a_straggler_is_below_fraction_of_the_median_of_the_others(values, fraction):
-    best = dict(enumerate(values))
-    flagged = {flag.rank for flag in verdict.stragglers("bf16", best, fraction=fraction)}
-    expected = {rank for rank, value in best.items() if len(best) > 1
-                and value < fraction * statistics.median([v for r, v in best.items() if r != rank])}
-    assert flagged == expected
-
-
-def test_one_slow_rank_of_eight_is_named_and_no_healthy_one():
-    best = {rank: 700.0 + rank for rank in range(8)}
-    best[5] = 0.67 * 700
-    assert [flag.rank for flag in verdict.stragglers("bfloat16", best, fraction=0.9)] == [5]
-
+# ---- the document, its text and its plot -------------------------------------------------------------------
 
 IDENTITY = {"name": "NVIDIA H100 80GB HBM3", "driver": "550.54", "runtime": "CUDA 12.4", "torch": "2.5.1"}
 
 
-@pytest.mark.parametrize("identities, expected", [
-    pytest.param([IDENTITY] * 4, [], id="all-agree"),
-    pytest.param([IDENTITY, IDENTITY, {**IDENTITY, "driver": "535.1"}], [(2, "driver")], id="one-driver"),
-    pytest.param([IDENTITY, {**IDENTITY, "torch": "2.4"}, {**IDENTITY, "name": "NVIDIA A100"}],
-                 [(2, "name"), (1, "torch")], id="two-ranks-two-fields"),
-    pytest.param([IDENTITY, {**IDENTITY, "runtime": "CUDA 12.1"}], [(0, "runtime"), (1, "runtime")], id="no-majority"),
-])
-def test_drift_names_ranks_off_the_majority(identities, expected):
-    flags = verdict.drift(dict(enumerate(identities)))
-    assert [(flag.rank, flag.subject) for flag in flags] == expected
-
-
 def _timed(collective, nbytes, seconds, wrong=0):
     return collectives.Timed(collective, nbytes, seconds, 5, wrong).as_dict()
-
-
-def test_collective_rows_take_the_slowest_rank_and_sum_wrong_elements():
-    records = [{"collectives": {"world": {"ranks": [0, 1, 2], "results": [_timed("all_reduce", 12 * 2**20, s, w)]}}}
-               for s, w in ((0.010, 0), (0.013, 2), (0.011, 1))]
-    (row,) = verdict.collective_rows(records)
-    assert row["slowest_rank"] == 1 and row["seconds"] == 0.013 and row["wrong"] == 3
-    assert row["busbw_bytes_per_s"] == pytest.approx(12 * 2**20 / 0.013 * 4 / 3)
-    flags = verdict.collective_flags([row], min_busbw_bytes_per_s=2e9)
-    assert [flag.kind for flag in flags] == [verdict.WRONG, verdict.SLOW_COLLECTIVE]
-    assert verdict.collective_flags([row], min_busbw_bytes_per_s=1e9)[1:] == []
-
-
-# ---- the document, its text and its plot ---------------------------------------------------------------------
 
 
 def _record(rank, tflops, *, host="node-a", torch_version="2.13.0"):
@@ -222,31 +178,6 @@ def test_plot_is_a_png(crafted, tmp_path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
-# ---- benchmarks.json's fleet section ------------------------------------------------------------------------
-
-
-BASE = {"regression": {"metric": "median", "threshold_percent": 10},
-        "cpu": {"dtypes": ["float32"], "shapes": [[8, 8, 8]], "floors": {"float32": 0.1}}}
-
-
-@pytest.mark.parametrize("fleet, message", [
-    pytest.param({"straggler_fraction": 0}, r"fleet.straggler_fraction = 0: must be a number in \(0, 1\)$", id="zero"),
-    pytest.param({"straggler_fraction": True}, r"fleet.straggler_fraction = True: must be", id="bool"),
-    pytest.param({"straggler_fraction": "0.9"}, r"fleet.straggler_fraction = '0.9': must be a number", id="text"),
-    pytest.param({"median": 0.9}, r"fleet has unknown key\(s\) 'median'; known: straggler_fraction$", id="unknown-key"),
-    pytest.param([0.9], r"fleet must be an object, got \[0.9\]$", id="not-an-object"),
-])
-def test_a_bad_fleet_section_is_named(fleet, message):
-    with pytest.raises(AccountingError, match=r"^benchmarks.json: " + message):
-        parse_benchmarks({**BASE, "fleet": fleet})
-
-
-def test_the_fleet_section_is_read_and_optional():
-    assert parse_benchmarks({**BASE, "fleet": {"straggler_fraction": 0.8}}).fleet.straggler_fraction == 0.8
-    assert parse_benchmarks(BASE).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION
-    assert parse_benchmarks({**BASE, "fleet": {}}).fleet.straggler_fraction == DEFAULT_STRAGGLER_FRACTION
-
-
 # ---- the command line ---------------------------------------------------------------------------------------
 
 
@@ -282,11 +213,7 @@ def test_a_world_of_one_runs_and_says_how_to_launch_more(tmp_path, monkeypatch, 
     for name in launch.LAUNCH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     json_path = tmp_path / "one.json"
-    from accounting.fleet import cli
-
     parser_args = ["fleet", "--budget", "1", "--dtypes", "float32", "--json", str(json_path)]
-    from accounting.__main__ import build_parser
-
     args = build_parser().parse_args(parser_args)
     out = io.StringIO()
     status = cli.run(args, parser=args.parser, stdout=out, overrides={"bandwidth_bytes": 4 * 2**20})
@@ -297,22 +224,3 @@ def test_a_world_of_one_runs_and_says_how_to_launch_more(tmp_path, monkeypatch, 
     saved = json.loads(json_path.read_text())
     assert len(saved["ranks"]) == 1 and saved["collectives"] == [] and saved["settings"]["backend"] is None
     assert saved["ranks"][0]["report"]["dtypes"]["float32"]["best"]["flops_per_s"] > 0
-
-
-class _FakeProperties:
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
-
-@pytest.mark.parametrize("fields, expected", [
-    pytest.param({"uuid": "1f2e3d4c-0000-1111-2222-333344445555", "pci_domain_id": 0, "pci_bus_id": 0x1B,
-                  "pci_device_id": 0}, ("GPU-1f2e3d4c-0000-1111-2222-333344445555", "0000:1b:00.0"), id="nvidia"),
-    pytest.param({"uuid": "GPU-abc"}, ("GPU-abc", None), id="older-torch-no-pci"),
-    pytest.param({}, (None, None), id="nothing"),
-])
-def test_uuid_and_bus_id_from_torchs_device_properties(fields, expected, monkeypatch):
-    from accounting.hardware import devices as device
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: _FakeProperties(**fields))
-    monkeypatch.setattr(torch.version, "hip", None)
-    assert device.cuda_uuid_and_bus_id("cuda:3") == expected
