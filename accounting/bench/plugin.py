@@ -43,7 +43,7 @@ from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
     "cpu": "benchmarks that run on the CPU",
-    "slow": "takes more than a few seconds",
+    "slow": "takes more than a few seconds, or starts a process (pytest, the console script, torchrun)",
     "distributed": "starts several processes that talk through torch.distributed (gloo on the CPU)",
 }
 _NO_BASELINE = pytest.StashKey[str]()
