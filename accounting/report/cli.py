@@ -16,12 +16,11 @@ import warnings
 
 from accounting._checks import positive_number_from_text
 from accounting.bench.matrix import BENCHMARKS_ENV
-from accounting.console import (  # noqa: F401
+from accounting.console import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNHEALTHY,
-    OneLineParser,
     check_writable,
     require_matplotlib,
 )

@@ -27,7 +27,6 @@ from accounting.hardware.devices import as_device
 from accounting.telemetry.cpu import CpuBackend, read_host_cpu_times
 from accounting.telemetry.gpu import open_gpu_backend
 from accounting.telemetry.readings import (
-    CPU_INTERVAL_S,  # noqa: F401 - sample_cost_s's example reads it
     ENERGY_COUNTER_MIN_WINDOW_S,
     GPU_INTERVAL_S,
     Reading,
@@ -267,6 +266,7 @@ def host_cpu_times():
 def sample_cost_s(device="cpu", *, reads: int = 50) -> float:
     """Mean seconds one background reading of ``device`` takes (its overhead is this over the interval).
 
+    >>> from accounting.telemetry.readings import CPU_INTERVAL_S
     >>> 0 < sample_cost_s("cpu", reads=5) < CPU_INTERVAL_S
     True
     """
