@@ -35,8 +35,8 @@ from tests.support.fake_nvml import (
 
 GIB = 2**30
 READING_FIELDS = [f.name for f in dataclasses.fields(Summary) if f.name not in (
-    "device", "backend", "duration_s", "samples", "logical_cpus", "clock_source", "energy_source",
-    "throttle_reasons", "busy_siblings", "unavailable")]
+    "device", "backend", "duration_s", "samples", "logical_cpus", "clock_source", "energy_source", "power_source",
+    "throttle_reasons", "busy_siblings", "mig_slice", "notes", "unavailable")]
 
 
 def assert_every_missing_reading_has_a_reason(summary: Summary):
@@ -560,7 +560,7 @@ def scripted(monkeypatch):
     """Every sampler and snapshot reads a fresh ScriptedBackend; the list holds them with their options."""
     opened = []
 
-    def open_backend(device_name, *, measure_clock):
+    def open_backend(device_name, *, measure_clock, fleet_devices=()):
         backend = ScriptedBackend([Reading(0.0, clock_mhz=1000.0), Reading(1.0, clock_mhz=2000.0)])
         opened.append((device_name, measure_clock, backend))
         return backend
@@ -604,7 +604,7 @@ def test_a_sampler_cannot_start_twice_or_stop_before_it_starts(scripted):
 
 def test_a_failing_backend_ends_sampling_not_the_window(monkeypatch):
     backend = ScriptedBackend([Reading(0.0), Reading(0.5)], fail_after=1)
-    monkeypatch.setattr(telemetry.sampler, "_open_backend", lambda name, *, measure_clock: backend)
+    monkeypatch.setattr(telemetry.sampler, "_open_backend", lambda name, *, measure_clock, fleet_devices=(): backend)
     with Sampler("cpu", interval_s=0.001) as sampler:
         deadline = telemetry.sampler.time.monotonic() + 5
         while not sampler._sampling_error and telemetry.sampler.time.monotonic() < deadline:
@@ -632,7 +632,7 @@ def test_a_failing_edge_reading_still_closes_the_backend(monkeypatch):
             return super().read(edge=edge)
 
     backends = [FailsAfter(0), FailsAfter(1)]
-    monkeypatch.setattr(telemetry.sampler, "_open_backend", lambda name, *, measure_clock: backends.pop(0))
+    monkeypatch.setattr(telemetry.sampler, "_open_backend", lambda name, *, measure_clock, fleet_devices=(): backends.pop(0))
     first, second = backends
     with pytest.raises(RuntimeError, match="gone"):
         snapshot("cpu")
@@ -663,7 +663,7 @@ def test_sample_cost_is_the_mean_time_of_a_background_read(monkeypatch):
     backend = Timed()
     opened = []
 
-    def open_backend(name, *, measure_clock):
+    def open_backend(name, *, measure_clock, fleet_devices=()):
         opened.append((name, measure_clock))
         return backend
 

@@ -6,9 +6,11 @@ import types
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accounting.errors import AccountingError
 from accounting.telemetry.gpu import (
     AmdSmiBackend,
     decode_indep_throttle_status,
@@ -36,6 +38,9 @@ class FakeAmdGpu:
     energy: int = 1_000_000
     temperature_c: int = 70
     indep_throttle_status: object = 0
+    bdf: str = "0000:0c:00.0"  # as amdsmi_get_gpu_device_bdf writes it
+    hip_id: int = 0  # amdsmi_get_gpu_enumeration_info's HIP index (ROCm 6.4 and newer)
+    average_power_w: object = "N/A"  # MI200 gives only the average; MI300 the current power too
     violations: dict = field(default_factory=lambda: {name: False for name in (
         "active_ppt_pwr", "active_socket_thrm", "active_vr_thrm", "active_hbm_thrm", "active_prochot_thrm")})
 
@@ -74,7 +79,16 @@ class FakeAmdSmi(types.ModuleType):
         return {"clk": self._call("amdsmi_get_clock_info", handle).clock_mhz}
 
     def amdsmi_get_power_info(self, handle):
-        return {"current_socket_power": self._call("amdsmi_get_power_info", handle).power_w}
+        gpu = self._call("amdsmi_get_power_info", handle)
+        return {"current_socket_power": gpu.power_w, "average_socket_power": gpu.average_power_w}
+
+    def amdsmi_get_gpu_device_bdf(self, handle):
+        return self._call("amdsmi_get_gpu_device_bdf", handle).bdf
+
+    def amdsmi_get_gpu_enumeration_info(self, handle):
+        gpu = self._call("amdsmi_get_gpu_enumeration_info", handle)
+        return {"drm_render": 128 + handle, "drm_card": handle, "hsa_id": gpu.hip_id + 1, "hip_id": gpu.hip_id,
+                "hip_uuid": "N/A"}
 
     def amdsmi_get_energy_count(self, handle):
         return {"energy_accumulator": self._call("amdsmi_get_energy_count", handle).energy, "counter_resolution": 15.3}
@@ -204,3 +218,95 @@ def test_bits_the_header_leaves_unused_are_named_unknown(bit):
 ])
 def test_violation_status_flags(status, reasons):
     assert decode_violation_status(status) == reasons
+
+
+# ---- which device: torch numbers the visible GPUs, AMD SMI lists the node's ---------------------------------
+
+
+def node(count=4):
+    """A node's GPUs: each with its own clock, PCI address and HIP index."""
+    return [FakeAmdGpu(clock_mhz=2000 + 10 * i, bdf=f"0000:{0x0c + 0x20 * i:02x}:00.0", hip_id=i) for i in range(count)]
+
+
+def torch_sees(monkeypatch, physical, smi, *, pci=True):
+    """torch sees the GPUs at ``physical`` positions of ``smi.gpus``; with ``pci`` it reports their PCI address
+    (torch 2.6 and newer), else it has no ``pci_*_id`` (torch 2.4, 2.5)."""
+
+    addresses = [smi.gpus[position].bdf for position in physical]
+
+    def properties(index):
+        if not pci:
+            return types.SimpleNamespace(uuid="58ff744c-0000-0000-0000-000000000000")
+        domain, bus, rest = addresses[index].split(":")
+        return types.SimpleNamespace(pci_domain_id=int(domain, 16), pci_bus_id=int(bus, 16),
+                                     pci_device_id=int(rest.split(".")[0], 16))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(physical))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+
+
+def test_the_device_is_found_by_its_pci_address_not_its_place_in_amdsmis_list(monkeypatch):
+    smi = FakeAmdSmi(node())
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2,3")
+    torch_sees(monkeypatch, [2, 3], smi)
+    for index, physical in enumerate([2, 3]):
+        reading = AmdSmiBackend(smi, index, now=FakeTime()).read(edge=False)
+        assert reading.clock_mhz == smi.gpus[physical].clock_mhz
+
+
+def test_without_torchs_pci_address_the_hip_index_after_rocr_and_hip_visibility_finds_it(monkeypatch):
+    """ROCR_VISIBLE_DEVICES=1,2,3 leaves HIP GPUs 1, 2, 3; HIP_VISIBLE_DEVICES=2 picks the third of those: HIP 3.
+    AMD SMI lists the node in another order (HIP 1, 0, 3, 2)."""
+    gpus = node()
+    for gpu, hip in zip(gpus, [1, 0, 3, 2]):
+        gpu.hip_id = hip
+    smi = FakeAmdSmi(gpus)
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "1,2,3")
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2")
+    torch_sees(monkeypatch, [2], smi, pci=False)
+    assert AmdSmiBackend(smi, 0, now=FakeTime()).read(edge=False).clock_mhz == gpus[2].clock_mhz
+
+
+def test_a_device_nothing_identifies_gives_no_backend_rather_than_another_gpu(monkeypatch):
+    smi = FakeAmdSmi(node(2), without=("amdsmi_get_gpu_enumeration_info",))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "amdsmi", smi)
+    torch_sees(monkeypatch, [1], smi, pci=False)
+    backend = open_gpu_backend(0)
+    assert backend.name is None
+    assert "cannot tell which of 2 AMD SMI devices is cuda:0" in backend.unavailable["clock_mhz_mean"]
+
+
+def test_a_pci_address_amd_smi_does_not_list_is_named(monkeypatch):
+    smi = FakeAmdSmi(node(2))
+    torch_sees(monkeypatch, [1], smi)
+    smi.gpus[1].bdf = "0000:ff:00.0"  # torch's GPU is not on AMD SMI's list (another node's, a stale address)
+    with pytest.raises(AccountingError, match=r"no AMD SMI device at the PCI address torch gives cuda:0"):
+        AmdSmiBackend(smi, 0, now=FakeTime())
+
+
+def test_fleet_devices_are_accepted_by_the_amd_backend(monkeypatch):
+    """AMD SMI reads no sibling GPUs, so the fleet's are never named busy; the keyword is the NVML backend's."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "amdsmi", FakeAmdSmi())
+    with Sampler("cuda:0", interval_s=0.005, fleet_devices=(1, 2)) as sampler:
+        time.sleep(0.01)
+    assert sampler.summary.backend == "amdsmi" and sampler.summary.busy_siblings == ()
+
+
+@pytest.mark.parametrize("current, average, watts, source", [
+    pytest.param(650, "N/A", 650.0, "instant", id="mi300-current"),
+    pytest.param("N/A", 540, 540.0, "average", id="mi200-average-only"),
+])
+def test_amd_power_says_whether_it_is_current_or_averaged(current, average, watts, source):
+    smi = FakeAmdSmi([FakeAmdGpu(power_w=current, average_power_w=average)])
+    reading = AmdSmiBackend(smi, 0, now=FakeTime()).read(edge=False)
+    assert (reading.power_w, reading.power_source) == (watts, source)
+
+
+def test_an_amd_smi_reason_names_amd_smi():
+    smi = FakeAmdSmi(unsupported=("amdsmi_get_temp_metric",))
+    backend = AmdSmiBackend(smi, 0, now=FakeTime())
+    backend.read(edge=False)
+    assert backend.unavailable["temperature_c_max"].startswith("AMD SMI amdsmi_get_temp_metric: AmdSmiLibraryException")

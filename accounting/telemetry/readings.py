@@ -21,6 +21,15 @@ CPU_INTERVAL_S = 0.25
 ENERGY_COUNTER_MIN_WINDOW_S = 1.0
 """A GPU's total-energy counter is used only over windows at least this long; shorter ones use power × time."""
 
+POWER_INSTANT = "instant"
+"""``power_source`` of a power reading taken at that moment (NVML's instant field, AMD's current socket power)."""
+POWER_AVERAGE_1S = "1 s average"
+"""``power_source`` of NVML's ``nvmlDeviceGetPowerUsage`` on Ampere (but GA100) and newer: the mean of the last second."""
+POWER_AVERAGE_UNPUBLISHED = "average"
+"""``power_source`` of an average over a window the vendor does not publish (AMD's average socket power)."""
+POWER_AVERAGING_S = {POWER_INSTANT: 0.0, POWER_AVERAGE_1S: 1.0}
+"""Seconds each ``power_source`` averages over, where known: a window shorter than that reads power from before it."""
+
 READING_FIELDS = (
     "clock_mhz_min",
     "clock_mhz_mean",
@@ -39,12 +48,14 @@ class Reading:
     """One instantaneous reading of a device, as a backend returns it (``None``: not read).
 
     ``energy_j`` is the backend's cumulative energy counter (joules since some origin,
-    wrap-around already undone); ``throttle_reasons`` are decoded names.
+    wrap-around already undone); ``throttle_reasons`` are decoded names; ``power_source`` says
+    what ``power_w`` is (:data:`POWER_INSTANT`, :data:`POWER_AVERAGE_1S`, ...).
     """
 
     time_s: float
     clock_mhz: float | None = None
     power_w: float | None = None
+    power_source: str | None = None
     energy_j: float | None = None
     temperature_c: float | None = None
     throttle_reasons: tuple[str, ...] = ()
@@ -61,7 +72,11 @@ class Summary:
     ``"rapl"`` (the CPU's RAPL counter) or ``"power×time"`` (mean power × duration).
     ``throttle_reasons``: every reason seen during the window that held the clock
     down (idle and display-clock reasons are left out: they do not slow work).
-    ``busy_siblings``: other GPUs more than 10 % utilised or holding more than 4 GiB.
+    ``busy_siblings``: other GPUs more than 10 % utilised or holding more than 4 GiB (the GPUs of the
+    sampler's ``fleet_devices`` left out). ``power_source``: what the power readings are
+    (``"instant"``, ``"1 s average"``: NVML on Ampere and newer where the driver has no instant field;
+    several joined with ``" + "``). ``mig_slice``: the ``MIG-`` uuid where the device is a MIG slice
+    (which has no published peak); ``notes``: what the backend wants said about its readings.
 
     >>> s = Summary(device="cpu", backend=None, duration_s=0.0, samples=0, logical_cpus=2,
     ...             unavailable={"clock_mhz_mean": "no backend"})
@@ -80,6 +95,7 @@ class Summary:
     clock_source: str | None = None
     power_w_mean: float | None = None
     power_w_max: float | None = None
+    power_source: str | None = None
     energy_j: float | None = None
     energy_source: str | None = None
     temperature_c_max: float | None = None
@@ -87,6 +103,8 @@ class Summary:
     load_average_1m: float | None = None
     other_process_memory_bytes: int | None = None
     busy_siblings: tuple[str, ...] = ()
+    mig_slice: str | None = None
+    notes: tuple[str, ...] = ()
     unavailable: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -99,6 +117,7 @@ class Summary:
         out = dataclasses.asdict(self)
         out["throttle_reasons"] = list(self.throttle_reasons)
         out["busy_siblings"] = list(self.busy_siblings)
+        out["notes"] = list(self.notes)
         out["unavailable"] = dict(self.unavailable)
         return out
 
@@ -115,6 +134,7 @@ class NoBackend:
         self.unavailable = {
             name: reason for name in (*READING_FIELDS, "throttle_reasons") if name != "load_average_1m"
         }
+        self.notes: list[str] = []
 
     def read(self, *, edge: bool) -> Reading:  # noqa: ARG002 - same signature as the real backends
         return Reading(time_s=time.perf_counter())

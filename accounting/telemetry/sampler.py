@@ -22,13 +22,14 @@ import time
 import torch
 
 from accounting._checks import check_positive
-from accounting.errors import AccountingError
+from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.devices import as_device
 from accounting.telemetry.cpu import CpuBackend, read_host_cpu_times
 from accounting.telemetry.gpu import open_gpu_backend
 from accounting.telemetry.readings import (
     ENERGY_COUNTER_MIN_WINDOW_S,
     GPU_INTERVAL_S,
+    POWER_AVERAGING_S,
     Reading,
     Summary,
 )
@@ -47,11 +48,30 @@ def _device_name(device) -> str:
     raise AccountingError(f"device {str(device)!r} has no telemetry: only cpu and cuda have")
 
 
-def _open_backend(device_name: str, *, measure_clock: bool):
+def _fleet_devices(value) -> tuple[int, ...]:
+    """``value`` as a tuple of torch device indices; raises naming it when it is not a collection of them.
+
+    >>> _fleet_devices({3, 1}), _fleet_devices(())
+    ((1, 3), ())
+    >>> _fleet_devices("01")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingTypeError: fleet_devices must be a collection of torch device indices (ints >= 0), got '01'
+    """
+    message = f"fleet_devices must be a collection of torch device indices (ints >= 0), got {value!r}"
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise AccountingTypeError(message)
+    devices = tuple(value)
+    if not all(isinstance(device, int) and not isinstance(device, bool) and device >= 0 for device in devices):
+        raise AccountingTypeError(message)
+    return tuple(sorted(set(devices)))
+
+
+def _open_backend(device_name: str, *, measure_clock: bool, fleet_devices=()):
     """The backend that reads ``device_name`` (never raises: a missing one is a :class:`NoBackend`)."""
     if device_name == "cpu":
         return CpuBackend(measure_clock=measure_clock)
-    return open_gpu_backend(int(device_name.split(":")[1]))
+    return open_gpu_backend(int(device_name.split(":")[1]), fleet_devices=fleet_devices)
 
 
 def _load_average() -> float | None:
@@ -84,6 +104,11 @@ def _window_energy(backend, readings: list[Reading], duration_s: float, power: l
         if joules > 0:
             return joules, backend.energy_source, None
         return None, None, f"the energy counter did not advance over {duration_s:.3f} s: flagged, not reported as 0 J"
+    averaged = max((POWER_AVERAGING_S.get(r.power_source, 0.0) for r in readings if r.power_w is not None), default=0.0)
+    if power and duration_s < averaged:
+        return None, None, (
+            f"power is a {averaged:g} s average and the window is {duration_s:.3f} s: power × time would count "
+            "power drawn before the window; flagged, not reported")
     if power:
         return sum(power) / len(power) * duration_s, "power×time", None
     return None, None, backend.unavailable.get("energy_j", "no energy counter and no power readings")
@@ -111,6 +136,10 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
     siblings = []
     for reading in readings:
         siblings.extend(name for name in reading.busy_siblings if name not in siblings)
+    power_sources = []
+    for reading in readings:
+        if reading.power_w is not None and reading.power_source not in power_sources:
+            power_sources.append(reading.power_source)
     energy, energy_source, energy_reason = _window_energy(backend, readings, duration, power)
     values = {
         "clock_mhz_min": min(clocks) if clocks else None,
@@ -140,8 +169,11 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
         logical_cpus=_logical_cpus(),
         clock_source=getattr(backend, "clock_source", None) if clocks else None,
         energy_source=energy_source,
+        power_source=" + ".join(str(source) for source in power_sources) if power_sources else None,
         throttle_reasons=tuple(reasons),
         busy_siblings=tuple(siblings),
+        mig_slice=getattr(backend, "mig_slice", None),
+        notes=tuple(getattr(backend, "notes", ())),
         unavailable=unavailable,
         **values,
     )
@@ -155,6 +187,8 @@ class Sampler:
     in between (default: :data:`GPU_INTERVAL_S` on GPUs, :data:`CPU_INTERVAL_S` on CPUs).
     ``measure_clock=False`` skips the CPU clock measurement at the edges (about
     0.1 s each) where the VM shows only a nominal clock; the clock is then ``None``.
+    ``fleet_devices``: torch indices of the GPUs on this node that this fleet's other ranks
+    use; their work is not named in ``busy_siblings`` (another process's would be).
 
     >>> with Sampler("cpu", measure_clock=False) as sampler:
     ...     _ = sum(range(1000))
@@ -163,10 +197,12 @@ class Sampler:
     ('cpu', True, True)
     """
 
-    def __init__(self, device="cpu", interval_s: float | None = None, *, measure_clock: bool = True):
+    def __init__(self, device="cpu", interval_s: float | None = None, *, measure_clock: bool = True,
+                 fleet_devices=()):
         self.device = _device_name(device)
         self._interval_s = None if interval_s is None else check_positive(interval_s, "interval_s")
         self._measure_clock = bool(measure_clock)
+        self.fleet_devices = _fleet_devices(fleet_devices)
         self._summary = None
         self._thread = None
         self._stop = threading.Event()
@@ -185,7 +221,7 @@ class Sampler:
         """Take the first edge reading and start the background thread."""
         if self._thread is not None:
             raise AccountingError(f"Sampler({self.device!r}) is already running")
-        self._backend = _open_backend(self.device, measure_clock=self._measure_clock)
+        self._backend = _open_backend(self.device, measure_clock=self._measure_clock, fleet_devices=self.fleet_devices)
         self._readings = [self._backend.read(edge=True)]
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{self.device}", daemon=True)

@@ -6,7 +6,9 @@ must not call the device slow or healthy from it without saying so. Each tag is 
 string ``"<name>: <detail>"``; the names:
 
 - ``throttled`` — the device reported throttle reasons during the window (named).
-- ``power-suspect`` — mean power below ``POWER_SUSPECT_FRACTION`` × the run's highest power.
+- ``power-suspect`` — mean power below ``POWER_SUSPECT_FRACTION`` × the run's highest power
+  (where the power is an average over longer than the window, the tag says so: the idle time
+  before a short window is in it).
 - ``boosting`` — a sustained candidate ran above ``BOOSTING_FACTOR`` × the clock the
   device settled at after its thermal soak.
 - ``busy`` — another process holds more than ``BUSY_OTHER_PROCESS_BYTES`` on the device,
@@ -20,6 +22,7 @@ string ``"<name>: <detail>"``; the names:
 """
 
 from accounting._units import readable_bytes
+from accounting.telemetry.readings import POWER_AVERAGING_S
 
 THROTTLED = "throttled"
 POWER_SUSPECT = "power-suspect"
@@ -54,7 +57,12 @@ def validity_tags(summary, *, run_max_power_w: float | None = None, saturated_cl
         tags.append(f"{THROTTLED}: {', '.join(reasons)}")
     power = _get(summary, "power_w_mean")
     if power is not None and run_max_power_w and power < POWER_SUSPECT_FRACTION * run_max_power_w:
-        tags.append(f"{POWER_SUSPECT}: {power:.0f} W < {POWER_SUSPECT_FRACTION} × the highest in the run, {run_max_power_w:.0f} W")
+        tag = f"{POWER_SUSPECT}: {power:.0f} W < {POWER_SUSPECT_FRACTION} × the highest in the run, {run_max_power_w:.0f} W"
+        source, duration = _get(summary, "power_source"), _get(summary, "duration_s")
+        averaged = POWER_AVERAGING_S.get(source, 0.0)
+        if duration is not None and duration < averaged:
+            tag += f" (power is a {averaged:g} s average, the window {duration:.2f} s: it includes the time before)"
+        tags.append(tag)
     clock = _get(summary, "clock_mhz_mean")
     if clock is not None and saturated_clock_mhz and clock > BOOSTING_FACTOR * saturated_clock_mhz:
         tags.append(f"{BOOSTING}: {clock:.0f} MHz > {BOOSTING_FACTOR} × the saturated {saturated_clock_mhz:.0f} MHz")
