@@ -9,6 +9,11 @@ It misses ``aten.dot``/``aten.mv`` and any kernel torch cannot see into (Triton,
 C++), so a function made only of those counts 0 — that is refused, never turned into
 an MFU of 0.
 
+One formula is supplied here: torch's ``FlopCounterMode`` counts ``torch._scaled_mm`` (every
+fp8 matmul) only from torch 2.7 (pytorch/pytorch#144973); on 2.4 to 2.6 it would count an fp8
+product as 0. Where this torch's registry lacks it, :func:`scaled_mm_flop` (2·m·n·k, the
+formula torch adopted: ``mm``'s) is passed to the counter as a custom mapping.
+
 Counting runs the function once, untimed. Where running it for real is expensive, give
 a version that does the same work on ``device="meta"`` tensors (``count_fn``): shapes
 only, no memory, no arithmetic.
@@ -27,6 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.errors import AccountingError, AccountingTypeError
@@ -53,6 +60,32 @@ class FlopCount:
     source: str = "fn"
 
 
+def scaled_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of ``torch._scaled_mm(a, b, ...)``: 2·m·n·k for an (m, k) by (k, n) product, 2 per multiply-add.
+
+    Takes shapes (as ``FlopCounterMode`` hands a custom formula) or tensors; scales, bias and
+    output dtype add no matmul work.
+
+    >>> scaled_mm_flop((64, 32), (32, 16))
+    65536
+    """
+    (m, k), (_, n) = (tuple(getattr(x, "shape", x)) for x in (a_shape, b_shape))
+    return 2 * m * n * k
+
+
+def missing_formulas() -> dict:
+    """The formulas this torch's ``FlopCounterMode`` lacks and the package supplies (``_scaled_mm`` before 2.7).
+
+    Read from ``torch.utils.flop_counter.flop_registry`` at each call, so a torch that has the formula
+    keeps its own.
+
+    >>> missing_formulas() if torch.ops.aten._scaled_mm in flop_counter.flop_registry else {}
+    {}
+    """
+    scaled_mm = torch.ops.aten._scaled_mm
+    return {} if scaled_mm in flop_counter.flop_registry else {scaled_mm: scaled_mm_flop}
+
+
 def count_flops(fn: Callable[[], object], *, source: str = "fn") -> FlopCount:
     """Run ``fn()`` once under ``FlopCounterMode`` and return its matmul FLOPs.
 
@@ -66,7 +99,7 @@ def count_flops(fn: Callable[[], object], *, source: str = "fn") -> FlopCount:
     """
     if not callable(fn):
         raise AccountingTypeError(f"{source} must be callable, got {fn!r}")
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping=missing_formulas())
     start = time.perf_counter()
     try:
         with counter:

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError, AccountingTypeError, einsum_flops, matmul_flops, time_fn
@@ -262,3 +263,41 @@ def test_the_seconds_are_the_counted_calls_own_wall_time():
     count = count_flops(slow)
     after = time.perf_counter()
     assert 0.02 <= count.seconds <= after - before
+
+
+# ---- fp8: torch._scaled_mm, which FlopCounterMode counts only from torch 2.7 -------------------------------
+# torch 2.4 to 2.6 have no _scaled_mm entry in torch.utils.flop_counter.flop_registry (added by
+# pytorch/pytorch#144973, in 2.7): dropping the entry here is that torch.
+
+
+def _fp8_product(m, k, n, device="meta"):
+    """``torch._scaled_mm`` of an (m, k) by (k, n) e4m3 product, mat2 column-major, as the benchmarks build it."""
+    a = torch.zeros(m, k, device=device).to(torch.float8_e4m3fn)
+    b = torch.zeros(n, k, device=device).to(torch.float8_e4m3fn).t()
+    scale = torch.ones((), device=device)
+    return lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+
+
+@pytest.fixture
+def torch_without_a_scaled_mm_formula(monkeypatch):
+    monkeypatch.delitem(flop_counter.flop_registry, torch.ops.aten._scaled_mm, raising=False)
+
+
+@pytest.mark.parametrize("m, k, n", [(16, 32, 48), (128, 64, 32), (48, 16, 16)])
+def test_scaled_mm_is_counted_where_torch_has_no_formula(torch_without_a_scaled_mm_formula, m, k, n):
+    count = count_flops(_fp8_product(m, k, n))
+    assert count.total == matmul_flops((m, k), (k, n))  # 2 FLOPs per multiply-add, as for any matmul
+    assert count.by_operator == {"aten._scaled_mm": matmul_flops((m, k), (k, n))}
+
+
+def test_scaled_mm_is_counted_once_where_torch_has_its_own_formula():
+    fn = _fp8_product(32, 64, 16)
+    assert count_flops(fn).by_operator == _counted_by_torch(fn)  # torch's formula kept, nothing added twice
+
+
+def test_flops_benchmark_times_fp8_without_flops_where_torch_has_no_formula(torch_without_a_scaled_mm_formula):
+    log = []
+    runner = _runner(log)
+    result = runner(_fp8_product(32, 48, 64, device="cpu"), dtype="fp8", device="cpu", peak=1e12, rounds=1,
+                    warmup_rounds=0)
+    assert result.flops == matmul_flops((32, 48), (48, 64)) == runner.benchmark.extra_info["flops_counted"]

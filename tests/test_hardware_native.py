@@ -22,11 +22,20 @@ from accounting.hardware.cpu_peak import cpu_matmul_path, cpu_native_paths
 from accounting.hardware.devices import DeviceInfo, detect_device
 from accounting.hardware.native import kind_reason, native_dtypes, native_matmul, rocm_arch
 from accounting.hardware.peaks import peak_flops
+from accounting.hardware.precision import HIPBLASLT_ALLOW_TF32
 from accounting.report import run
 from accounting.report.verdict import overall
 from tests.support.fake_devices import FAKE_CPUS, GIB, NATIVE_FLAGS, ZEN3, ZEN4
 
 CONFIGURED = ["float32", "bfloat16", "float16"]
+
+
+@pytest.fixture(autouse=True)
+def rocm_tf32_follows_the_flags(monkeypatch):
+    """Every test here sees a torch whose ROCm build lets the TF32 flags alone decide (the newest sources:
+    no ``HIPBLASLT_ALLOW_TF32`` check), whatever torch runs the suite; the tests of that check set their own."""
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    monkeypatch.delenv(HIPBLASLT_ALLOW_TF32, raising=False)
 
 
 def has_native_path(info, dtype):
@@ -132,6 +141,61 @@ def test_tf32_needs_tensor_cores_for_it(info, native, runs_as):
     assert (answer.native, answer.runs_as, answer.emulated) == (native, runs_as, False)
     assert (answer.reason is None) == native
     assert answer.label == ("native" if native else "runs as float32")
+
+
+# What torch's ROCm builds do with a float32 matmul when TF32 is allowed, from ATen's sources: before 2.7
+# the TF32 compute type is compiled out of ROCm builds (CUDABlas.cpp, #ifndef USE_ROCM); 2.7 to 2.9 use it
+# only when c10::utils::check_env("HIPBLASLT_ALLOW_TF32") is true, i.e. the variable is exactly "1"
+# (Context.cpp, allowTF32CuBLAS); later sources have no such check.
+ROCM_TF32_BUILDS = [
+    pytest.param("2.4.1+rocm6.1", "1", False, "install torch 2.7 or later", id="2.4-no-tf32-path"),
+    pytest.param("2.6.0+rocm6.2.4", "1", False, "install torch 2.7 or later", id="2.6-no-tf32-path"),
+    pytest.param("2.7.1+rocm6.3", None, False, f"run with {HIPBLASLT_ALLOW_TF32}=1", id="2.7-variable-unset"),
+    pytest.param("2.8.0+rocm6.4", "0", False, f"run with {HIPBLASLT_ALLOW_TF32}=1", id="2.8-variable-off"),
+    pytest.param("2.8.0+rocm6.4", "true", False, f"run with {HIPBLASLT_ALLOW_TF32}=1", id="2.8-only-1-is-on"),
+    pytest.param("2.9.1+rocm6.4", None, False, f"run with {HIPBLASLT_ALLOW_TF32}=1", id="2.9-variable-unset"),
+    pytest.param("2.7.1+rocm6.3", "1", True, None, id="2.7-variable-on"),
+    pytest.param("2.9.1+rocm6.4", "1", True, None, id="2.9-variable-on"),
+    pytest.param("2.10.0+rocm7.0", None, True, None, id="2.10-flags-decide"),
+]
+
+
+@pytest.mark.parametrize("info", [MI300X, MI355X], ids=["gfx942", "gfx950"])
+@pytest.mark.parametrize("version, variable, native, how", ROCM_TF32_BUILDS)
+def test_rocm_tf32_is_native_only_where_torch_uses_the_xf32_units(monkeypatch, info, version, variable, native, how):
+    monkeypatch.setattr(torch, "__version__", version)
+    if variable is not None:
+        monkeypatch.setenv(HIPBLASLT_ALLOW_TF32, variable)
+    answer = native_matmul(info, "tf32")
+    assert (answer.native, answer.runs_as, answer.emulated) == (native, "tf32" if native else "float32", False)
+    assert answer.label == ("native" if native else "runs as float32")
+    if native:
+        assert answer.reason is None
+    else:
+        assert answer.reason.startswith(f"torch {version} on ROCm ") and "tf32 runs as plain FP32" in answer.reason
+        assert f"to turn TF32 on, {how}" in answer.reason, "the answer says how to turn TF32 on"
+    assert answer.path == rocm_arch(info)
+
+
+def test_rocm_tf32_off_is_skipped_and_left_out_of_the_report_saying_how_to_turn_it_on(monkeypatch):
+    """A healthy MI300X whose torch runs "tf32" as FP32 reads at most 0.25 of the TF32 peak (FP32's 163.4 of
+    653.7 TFLOP/s), around its floor: neither the benchmark nor the report may judge it, and both say how to
+    turn TF32 on."""
+    monkeypatch.setattr(torch, "__version__", "2.8.0+rocm6.4")
+    monkeypatch.setattr(run, "detect_device", lambda device=None: MI300X)
+    monkeypatch.setattr(run, "_probe", lambda dtype, info: None)
+    monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
+    monkeypatch.delenv("ACCOUNTING_BENCHMARKS", raising=False)
+    hint = f"to turn TF32 on, run with {HIPBLASLT_ALLOW_TF32}=1"
+    assert hint in native_skip_reason(MI300X, "tf32")
+    plan = run.prepare(device="cuda", budget_s=30.0)
+    assert "tf32" in load_benchmarks().device("cuda").dtypes and "tf32" not in plan.dtypes
+    assert any(note.startswith("tf32 not timed by default: torch 2.8.0+rocm6.4 on ROCm") and hint in note
+               for note in plan.notes)
+    asked = run.prepare(device="cuda", dtypes=["tf32"], budget_s=30.0)
+    assert not asked.native["tf32"].native and not run.preview(asked)["dtypes"]["tf32"]["judged"]
+    monkeypatch.setenv(HIPBLASLT_ALLOW_TF32, "1")
+    assert "tf32" in run.prepare(device="cuda", budget_s=30.0).dtypes
 
 
 def test_gpu_bf16_is_native_on_every_kind_of_gpu():

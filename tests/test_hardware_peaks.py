@@ -4,6 +4,7 @@ No GPU needed: names, archs and :class:`DeviceInfo` are written out, and each fi
 """
 
 import os
+import re
 import warnings
 
 import pytest
@@ -49,6 +50,8 @@ NAMED_ROWS = [
     ("NVIDIA GeForce RTX 4090", "RTX 4090", 82.6, 82.6, 165.2, 330.3, 660.6, 1.008),
     ("NVIDIA GeForce RTX 3090", "RTX 3090", 35.6, 35.6, 71, None, 284, 0.936),
     ("AMD Instinct MI300X", "MI300X", 163.4, 653.7, 1307.4, 2614.9, 2614.9, 5.3),
+    # a virtual function, as cloud VMs show the whole chip passed to them
+    ("AMD Instinct MI300X VF", "MI300X", 163.4, 653.7, 1307.4, 2614.9, 2614.9, 5.3),
     # float32: the FP32 matrix rate rocBLAS SGEMM runs at (47.9 per GCD), where the reference lists the vector rate (24)
     ("AMD Instinct MI250X/MI250", "MI250X (per GCD, as torch sees it)", 47.9, None, 191.5, None, 191.5, 1.6),
 ]
@@ -237,6 +240,57 @@ def test_gh200_has_its_own_rows():
     assert peak_bandwidth("NVIDIA GH200 144GB HBM3e") == pytest.approx(4.9e12)
     with pytest.warns(PeakUnknownWarning, match=r"could be GH200 \(96GB HBM3\) or GH200 \(144GB HBM3e\)"):
         assert peak_flops("NVIDIA GH200", "bf16") is None
+
+
+# ---- what a cloud VM is given: a virtual function (the whole chip) or a MIG slice (a fraction of it) ---------
+
+
+@pytest.mark.parametrize("arch", [GFX942, None], ids=["with-arch", "name-only"])
+def test_a_cloud_mi300x_virtual_function_is_the_mi300x(monkeypatch, arch):
+    """Azure's MI300X VMs: torch names each GPU "AMD Instinct MI300X VF" and reports one XCD's 4 MB L2."""
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    vf = DeviceInfo("cuda", "AMD Instinct MI300X VF", 0, 192 * GIB, compute_capability=(9, 4), multiprocessors=304,
+                    l2_cache_bytes=4 * 2**20, arch=arch, runtime="ROCm 6.3.42131")
+    assert chip_row(vf) == "MI300X", "its floors are the MI300X's (chip_floors)"
+    assert device_peak_flops(vf, "bf16") == pytest.approx(1307.4e12)  # MI300X datasheet, dense
+    assert peak_bandwidth(vf.name, arch=arch) == pytest.approx(5.3e12)
+    assert peaks.last_level_cache_bytes(vf) == INFINITY_CACHE_BYTES, "the flush and bandwidth copy see 256 MB"
+
+
+@pytest.mark.parametrize("name", ["AMD Instinct MI325X VF", "AMD Instinct MI300A VF", "NVIDIA H100 80GB HBM3 VF"])
+def test_a_virtual_function_reads_its_own_chips_row_not_a_neighbours(name):
+    assert find_chip(name) is find_chip(name.removesuffix(" VF")) is not None
+
+
+# NVIDIA MIG profiles (MIG user guide): a slice has a fraction of the SMs and of the memory bandwidth.
+MIG_NAMES = [
+    pytest.param("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "1g.10gb", "H100 SXM", id="h100-1g"),
+    pytest.param("NVIDIA H100 80GB HBM3 MIG 7g.80gb", "7g.80gb", "H100 SXM", id="h100-7g-still-a-slice"),
+    pytest.param("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "3g.20gb", "A100 SXM", id="a100-3g"),
+    pytest.param("NVIDIA H200 MIG 1g.18gb+me", "1g.18gb+me", "H200 SXM", id="h200-media-extensions"),
+    pytest.param("NVIDIA H100 MIG 2g.20gb", "2g.20gb", "'NVIDIA H100'", id="ambiguous-chip"),
+]
+
+
+@pytest.mark.parametrize("name, profile, whole", MIG_NAMES)
+def test_a_mig_slice_has_no_published_peak_and_says_so(monkeypatch, name, profile, whole):
+    monkeypatch.delenv(PEAK_TFLOPS_ENV, raising=False)
+    assert find_chip(name) is None
+    said = rf"it is a MIG slice \({re.escape(profile)}\) of {re.escape(whole)}: NVIDIA publishes no peak for a slice"
+    with pytest.warns(PeakUnknownWarning, match=rf"^no peak FLOP/s for device '{re.escape(name)}': {said}"):
+        assert peak_flops(name, "bf16") is None
+    assert peaks.mig_slice(name)[1] == profile
+    with pytest.warns(PeakUnknownWarning, match=rf"^no peak bandwidth for device '{re.escape(name)}': {said}"):
+        assert peak_bandwidth(name) is None
+    info = DeviceInfo("cuda", name, 0, 10 * GIB, compute_capability=(9, 0), l2_cache_bytes=5 * 2**20)
+    assert chip_row(info) is None, "no floors: they are for the whole chip"
+    with pytest.warns(PeakUnknownWarning, match=said):
+        assert device_peak_flops(info, "bf16") is None
+    assert peaks.last_level_cache_bytes(info) == info.l2_cache_bytes
+
+
+def test_a_whole_chip_or_its_virtual_function_is_no_slice():
+    assert peaks.mig_slice("NVIDIA H100 80GB HBM3") is None and peaks.mig_slice("AMD Instinct MI300X VF") is None
 
 
 # ---- the device in use -------------------------------------------------------------------------------------

@@ -22,7 +22,10 @@ ask :func:`native_matmul`; none of them decides by itself.
   "data type support": hipblaslt_f8_fnuz/bf8_fnuz on gfx942 only, the OCP f8/bf8 on
   gfx950 and gfx12), and on gfx950 and gfx1200/gfx1201 in the OCP formats, which torch
   accepts from ROCm 6.5 (its ``Float8_e4m3fn is only supported for ROCm 6.5`` check).
-  TF32 (XF32) matrix units exist on gfx942 and gfx950 (MI300X / MI355X datasheets).
+  TF32 (XF32) matrix units exist on gfx942 and gfx950 (MI300X / MI355X datasheets), but torch uses them
+  only from 2.7, and 2.7 to 2.9 only with ``HIPBLASLT_ALLOW_TF32=1`` in the environment
+  (:func:`accounting.hardware.precision.rocm_tf32_blocker`): otherwise "tf32" runs as plain FP32, and the
+  answer says so and how to turn TF32 on. This is read from this process's torch and environment.
 
 An fp8 dtype names the format family (e4m3 or e5m2); :attr:`NativeMatmul.runs_as` is
 the variant the device runs (``float8_e4m3fnuz`` on an MI300X for ``"fp8"``).
@@ -43,6 +46,7 @@ from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.cpu_peak import cpu_matmul_path, cpu_native_paths
 from accounting.hardware.devices import DeviceInfo
 from accounting.hardware.dtypes import FP8, dtype_name, peak_column
+from accounting.hardware.precision import rocm_tf32_blocker
 from accounting.memory import TF32
 
 FP8_MIN_CAPABILITY = (8, 9)
@@ -148,10 +152,13 @@ def _rocm_version(runtime: str | None) -> tuple[int, int] | None:
 
 def _rocm(info: DeviceInfo, arch: str, name: str) -> NativeMatmul:
     if name == TF32:
-        if arch in _ROCM_TF32_ARCHS:
-            return NativeMatmul(name, True, name, path=arch)
-        return NativeMatmul(name, False, "float32", path=arch,
-                            reason=f"{arch} has no TF32 matrix units: float32 with TF32 allowed runs as plain FP32")
+        if arch not in _ROCM_TF32_ARCHS:
+            return NativeMatmul(name, False, "float32", path=arch,
+                                reason=f"{arch} has no TF32 matrix units: float32 with TF32 allowed runs as plain FP32")
+        blocker = rocm_tf32_blocker()  # what this torch does with TF32 on ROCm, whatever the units
+        if blocker is not None:
+            return NativeMatmul(name, False, "float32", path=arch, reason=blocker)
+        return NativeMatmul(name, True, name, path=arch)
     if not name.startswith("float8"):
         return NativeMatmul(name, True, name, path=arch)
     supported = ", ".join(f"{gfx} ({flavour})" for gfx, (flavour, _) in _ROCM_FP8.items())

@@ -8,6 +8,12 @@ case-insensitively, so look-alikes (``GB200``/``B200``, ``GH200``/``H200``,
 chip, or a dtype a chip has no rate for, gives ``None`` and a :class:`PeakUnknownWarning`
 saying how to override it — never a guess that would make MFU silently wrong.
 
+Two suffixes name what a cloud VM is given. ``VF`` (an SR-IOV virtual function: "AMD Instinct
+MI300X VF", as Azure's MI300X VMs show it) is the whole chip passed to the VM, so it reads the
+chip's row. ``MIG 1g.10gb`` (an NVIDIA Multi-Instance GPU slice, "NVIDIA H100 80GB HBM3 MIG
+1g.10gb") is a fraction of the chip's SMs and memory bandwidth that NVIDIA publishes no peak
+for: it gets no row, so no peak, no floors and no table cache, and the warning says so.
+
 Dtype columns: ``float64`` (FP64 tensor cores where the chip has them: cuBLAS DGEMM
 uses them), ``float32`` (plain FP32, no tensor cores), ``"tf32"`` (float32 matmuls on
 tensor cores), ``bfloat16``, ``float16``, ``float8_e4m3fn`` and ``float8_e5m2`` (one FP8
@@ -24,6 +30,8 @@ else the table (GPUs), else the CPU estimate (:mod:`accounting.hardware.cpu_peak
 989.4
 >>> peak_bandwidth("NVIDIA A100-SXM4-80GB") / 1e12
 2.039
+>>> peak_flops("AMD Instinct MI300X VF", "bf16") == peak_flops("AMD Instinct MI300X", "bf16")
+True
 """
 
 import os
@@ -165,20 +173,60 @@ _ROCM_ARCH = {"gfx942": "mi300x", "gfx90a": "mi250x"}
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon")
 
 
+_VIRTUAL_FUNCTION = "vf"
+"""Last word of an SR-IOV virtual function's name ("AMD Instinct MI300X VF"): the whole chip, passed to a VM."""
+
+
 def _normalise(device_name: str) -> str:
-    """``"NVIDIA A100-SXM4-40GB"`` → ``"a100 sxm4 40gb"``: lower case, vendor words dropped."""
-    words = re.sub(r"[-_\s]+", " ", device_name.strip().lower()).split()
-    return " ".join(word for word in words if word not in _VENDOR_WORDS)
+    """``"NVIDIA A100-SXM4-40GB"`` → ``"a100 sxm4 40gb"``: lower case, vendor words and a ``VF`` suffix dropped.
+
+    >>> _normalise("AMD Instinct MI300X VF")
+    'mi300x'
+    """
+    words = [word for word in re.sub(r"[-_\s]+", " ", device_name.strip().lower()).split()
+             if word not in _VENDOR_WORDS]
+    if len(words) > 1 and words[-1] == _VIRTUAL_FUNCTION:
+        words.pop()
+    return " ".join(words)
+
+
+def mig_slice(device_name: str) -> tuple[str, str] | None:
+    """``(the whole chip's name, the slice's profile)`` for an NVIDIA MIG slice's name, else ``None``.
+
+    >>> mig_slice("NVIDIA H100 80GB HBM3 MIG 1g.10gb")
+    ('NVIDIA H100 80GB HBM3', '1g.10gb')
+    >>> print(mig_slice("NVIDIA H100 80GB HBM3"))
+    None
+    """
+    if not isinstance(device_name, str):
+        raise AccountingTypeError(f"device_name must be a string, got {device_name!r}")
+    match = re.fullmatch(r"\s*(?P<chip>.*?)[-_\s]+mig[-_\s]+(?P<profile>\S.*?)\s*", device_name, re.IGNORECASE)
+    return (match.group("chip"), match.group("profile")) if match else None
+
+
+def _unknown_why(device_name: str) -> str:
+    """Why a device name has no table row, in words: a MIG slice, an ambiguous name, or not in the table."""
+    sliced = mig_slice(device_name)
+    if sliced is not None:
+        chip = find_chip(sliced[0])
+        whole = chip.row if chip is not None else repr(sliced[0])
+        return (f"it is a MIG slice ({sliced[1]}) of {whole}: NVIDIA publishes no peak for a slice, "
+                "and the whole chip's would overstate it")
+    ambiguous = _AMBIGUOUS.get(_normalise(device_name))
+    return f"it could be {ambiguous}" if ambiguous else "it is not in the peak table"
 
 
 def find_chip(device_name: str, *, arch: str | None = None) -> Chip | None:
     """The table row for a device name (or ROCm ``arch``), or ``None`` if there is none.
 
     ``arch`` is used only when the name says nothing (it has no model number): an MI300A
-    or an MI210 is not an MI300X or an MI250X because its arch is theirs.
+    or an MI210 is not an MI300X or an MI250X because its arch is theirs. A virtual function
+    (``VF``) reads its chip's row; a MIG slice has none.
 
     >>> find_chip("NVIDIA GB200").row, find_chip("NVIDIA GH200 480GB").row
     ('GB200 (per GPU)', 'GH200 (96GB HBM3)')
+    >>> find_chip("AMD Instinct MI300X VF").row, find_chip("NVIDIA H100 80GB HBM3 MIG 1g.10gb")
+    ('MI300X', None)
     >>> find_chip("AMD Radeon Graphics", arch="gfx942:sramecc+:xnack-").row
     'MI300X'
     >>> print(find_chip("AMD Instinct MI210", arch="gfx90a"))
@@ -186,6 +234,8 @@ def find_chip(device_name: str, *, arch: str | None = None) -> Chip | None:
     """
     if not isinstance(device_name, str):
         raise AccountingTypeError(f"device_name must be a string, got {device_name!r}")
+    if mig_slice(device_name) is not None:
+        return None  # a slice of a chip has none of the chip's published figures (see the module doc)
     candidates = [_normalise(device_name)]
     if arch and not re.search(r"\d", candidates[0]):
         candidates.append(_ROCM_ARCH.get(arch.split(":")[0].lower(), ""))
@@ -259,10 +309,8 @@ def peak_flops(device_name: str, dtype, *, sparse: bool = False, arch: str | Non
     column = peak_column(dtype)
     chip = find_chip(device_name, arch=arch)
     if chip is None:
-        ambiguous = _AMBIGUOUS.get(_normalise(device_name))
-        why = f"it could be {ambiguous}" if ambiguous else "it is not in the peak table"
-        warnings.warn(f"no peak FLOP/s for device {device_name!r}: {why}; {_override_hint(column)}",
-                      PeakUnknownWarning, stacklevel=2)
+        warnings.warn(f"no peak FLOP/s for device {device_name!r}: {_unknown_why(device_name)}; "
+                      f"{_override_hint(column)}", PeakUnknownWarning, stacklevel=2)
         return None
     tflops = chip.tflops.get(column)
     if tflops is None:
@@ -286,7 +334,10 @@ def peak_bandwidth(device_name: str, *, arch: str | None = None) -> float | None
     """
     chip = find_chip(device_name, arch=arch)
     if chip is None or chip.bandwidth_tbs is None:
-        why = "it is not in the table" if chip is None else f"{chip.row} has no published bandwidth"
+        if chip is not None:
+            why = f"{chip.row} has no published bandwidth"
+        else:
+            why = "it is not in the table" if mig_slice(device_name) is None else _unknown_why(device_name)
         warnings.warn(f"no peak bandwidth for device {device_name!r}: {why}", PeakUnknownWarning, stacklevel=2)
         return None
     return chip.bandwidth_tbs * TERA
