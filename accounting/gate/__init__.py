@@ -17,6 +17,8 @@ One module per job:
 - :mod:`~accounting.gate.plot` — the history of each benchmark as a PNG;
 - :mod:`~accounting.gate.measure` — running pytest: baselines, current runs, re-measurements;
 - :mod:`~accounting.gate.ab` — interleaved A/B: the base revision and this one in alternating processes;
-- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab``;
+- :mod:`~accounting.gate.changepoints` — the change points of one benchmark's run series (PELT, permutation-tested);
+- :mod:`~accounting.gate.history` — the saved history per benchmark: its change points and the runs that started them;
+- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab|history``;
 - :mod:`~studies.gate_error_rates` — the gate's own false-alarm and detection rates, measured.
 """

@@ -1,4 +1,4 @@
-"""``accounting gate save|check|compare``: the arguments, their one-line errors, and the runs.
+"""``accounting gate save|check|compare|ab|history``: the arguments, their one-line errors, and the runs.
 
 - ``save -- PYTEST_ARGS``: run the benchmarks (``--runs`` fresh processes) and save each in the
   storage as a baseline run, raw rounds and load-guard readings included.
@@ -8,6 +8,10 @@
   as baselines (a regression must not become the new normal); ``--keep`` keeps them.
 - ``compare CURRENT.json...``: the same verdict for runs you made yourself
   (``pytest --benchmark-save-data --benchmark-json=CURRENT.json``), without re-measuring.
+- ``history``: the change points of every benchmark in the saved runs of this hardware, each
+  with the first run after it (date, commit, branch): which merge made it slower
+  (:mod:`accounting.gate.history`). ``check`` and ``compare`` compare a benchmark whose history
+  stepped within their baseline window with the runs after the step only.
 
 Exit status: 0 no sure regression (inconclusive benchmarks are named, not failed), 1 a
 sure regression, 2 bad input (one line on stderr), 130 interrupted.
@@ -15,6 +19,7 @@ sure regression, 2 bad input (one line on stderr), 130 interrupted.
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -31,12 +36,33 @@ from accounting.console import (
     require_matplotlib,
 )
 from accounting.errors import AccountingError
-from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, Trees, gate_ab, tree_environment
+from accounting.gate.ab import (
+    DEFAULT_MAX_PAIRS,
+    DEFAULT_START_PAIRS,
+    Trees,
+    gate_ab,
+    tree_environment,
+)
+from accounting.gate.changepoints import ALPHA as CHANGE_POINT_ALPHA
 from accounting.gate.decide import judge, noise_notes
 from accounting.gate.guard import recorded_disturbances
+from accounting.gate.history import (
+    CHECK_HISTORY_RUNS,
+    RunSelection,
+    analyse,
+    last_steps,
+    parse_date,
+    read_history,
+    to_json,
+)
 from accounting.gate.measure import Runner, servers_ready
-from accounting.gate.plot import write_history_plot
-from accounting.gate.render import render_markdown, render_text
+from accounting.gate.plot import write_change_point_plot, write_history_plot
+from accounting.gate.render import (
+    render_history_markdown,
+    render_history_text,
+    render_markdown,
+    render_text,
+)
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import (
     DEFAULT_STORAGE,
@@ -161,6 +187,46 @@ def _verdict_arguments(parser):
                              "for machines that are never quiet, at the price of the gate's error rates")
 
 
+HISTORY_DESCRIPTION = (
+    "Which merge made it slower: the change points of every benchmark in the saved runs of this hardware (the "
+    "storage and identity rules of `gate check`; the identity is the newest run's), each with its size (the ratio "
+    "of the levels either side, with an interval), its significance (a permutation test) and the first run after "
+    "it: its file, date, commit and branch. PELT segmentation of the log run values (ruptures), each step tested as "
+    "E-divisive tests its candidates (accounting/gate/changepoints.py: why, and the parameters)."
+)
+
+
+def _history_arguments(parser):
+    _storage_argument(parser)
+    parser.add_argument("-k", "--benchmark", metavar="PATTERN", action="append", default=None,
+                        help="only benchmarks whose node id matches PATTERN (fnmatch, or a substring); repeatable")
+    parser.add_argument("--since", metavar="DATE", default=None,
+                        help="only runs saved on or after DATE (ISO: 2026-11-01 or 2026-11-01T12:00; UTC if no zone)")
+    parser.add_argument("--until", metavar="DATE", default=None, help="only runs saved on or before DATE")
+    parser.add_argument("--from-run", metavar="N", type=positive_count, default=None,
+                        help="only runs numbered N or later (the NNNN_ of the file name)")
+    parser.add_argument("--to-run", metavar="N", type=positive_count, default=None,
+                        help="only runs numbered N or earlier")
+    parser.add_argument("--last", metavar="N", type=positive_count, default=None,
+                        help="only the newest N usable runs (after the other limits)")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="also write the history, change points and levels as JSON to PATH ('-': standard output, "
+                             "instead of the table)")
+    parser.add_argument("--benchmarks-json", metavar="PATH", default=None,
+                        help=f"benchmarks.json with the metric and thresholds. Default: ${BENCHMARKS_ENV} or "
+                             "./benchmarks.json")
+    parser.add_argument("--markdown", metavar="PATH", default=None,
+                        help=f"also write the table as Markdown to PATH (it is appended to ${SUMMARY_ENV} anyway "
+                             "when that is set)")
+    parser.add_argument("--plot", metavar="PATH", default=None,
+                        help="draw each benchmark's runs, levels and change points to PATH as PNG")
+    parser.add_argument("--metric", choices=sorted(RUN_METRICS), default=None,
+                        help="what each run's rounds are reduced to. Default: benchmarks.json's regression.metric")
+    parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
+                        help="use runs taken on a loaded or throttled machine too")
+    parser.set_defaults(run=run, parser=parser)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``gate`` actions, on ``parser`` (the ``gate`` sub-command of ``python -m accounting``)."""
     actions = parser.add_subparsers(dest="gate_command", metavar="ACTION", parser_class=OneLineParser)
@@ -206,6 +272,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                          "server that imported torch once (3-4 s more per process; accounting.gate.forkserver)")
     _verdict_arguments(ab)
     _measuring_arguments(ab, kept="the A and B runs")
+
+    history = actions.add_parser("history", help="the change points of each benchmark's saved history, and the "
+                                                 "runs (commits) that started them",
+                                 description=HISTORY_DESCRIPTION, epilog=EPILOG)
+    _history_arguments(history)
     return parser
 
 
@@ -258,9 +329,34 @@ def _verdict(storage, baselines, config, current, *, notes=(), load_guard=True, 
     baseline = choose_baseline(run_files(storage, machine_id()), identity, baselines,
                                reject=_reject if load_guard else None, kinds=kinds)
     skipped = [f"baseline run {label} passed over: {why}" for label, why in baseline.skipped]
+    metric = metric or config.regression_metric
+    names = {name for run in current for name in run.benchmarks}
+    try:
+        history = choose_baseline(run_files(storage, machine_id()), identity, max(baselines, CHECK_HISTORY_RUNS),
+                                  reject=_reject if load_guard else None, kinds=kinds)
+    except AccountingError as error:  # an older file the baseline does not need: judge without the history
+        history, skipped = None, [*skipped, f"history not searched for steps: {error}"]
+    steps = {} if history is None else {
+        name: step for name, step in last_steps(history.runs, baseline.runs, metric=metric,
+                                                threshold_for=config.regression_threshold).items()
+        if name in names}
     result = judge(list(baseline.runs), current, threshold_for=config.regression_threshold, alpha=ALPHA,
-                   notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric)
+                   notes=[*skipped, *notes, *(_step_note(name, step, baseline.runs) for name, step in steps.items())],
+                   load_guard=load_guard, metric=metric,
+                   baseline_from={name: step.run.label for name, step in steps.items()})
     return baseline, result
+
+
+def _step_note(name, step, baseline_runs) -> str:
+    """The note ``check`` prints for a benchmark whose history stepped within its baseline window."""
+    point, run = step.point, step.run
+    commit = f", commit {run.commit_id[:12]}" + (f" on {run.branch}" if run.branch else "") if run.commit_id else ""
+    interval = f" [{point.low:.3f}, {point.high:.3f}]" if point.low == point.low else ""
+    labels = [saved.label for saved in baseline_runs]
+    kept = len(labels) - labels.index(run.label)
+    return (f"{name}: the history itself stepped {point.ratio:.3f}×{interval} (p = {point.p_value:.2g}) at run "
+            f"{run.label} ({run.date}{commit}); its baseline is the {kept} run(s) since, not across the step "
+            "(accounting gate history)")
 
 
 def _write_outputs(args, result, baseline_runs, current, stdout):
@@ -332,6 +428,49 @@ def _check(args, config, runner, stdout, stderr, started) -> int:
     return EXIT_REGRESSION if result.regressions else EXIT_OK
 
 
+def _history(args, stdout) -> int:
+    config = load_benchmarks(args.benchmarks_json)
+    for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot"),
+                         (args.json if args.json != "-" else None, "--json")):
+        if path is not None:
+            check_writable(path, option)
+    if args.plot is not None:
+        require_matplotlib()
+    if args.from_run is not None and args.to_run is not None and args.from_run > args.to_run:
+        raise AccountingError(f"--from-run {args.from_run} is after --to-run {args.to_run}")
+    selection = RunSelection(first=args.from_run, final=args.to_run,
+                             since=parse_date(args.since, "--since") if args.since else None,
+                             until=parse_date(args.until, "--until", end=True) if args.until else None,
+                             last=args.last)
+    if selection.since and selection.until and selection.since > selection.until:
+        raise AccountingError(f"--since {args.since} is after --until {args.until}")
+    runs, skipped = read_history(run_files(args.storage, machine_id()), selection=selection,
+                                 reject=_reject if args.load_guard else None)
+    notes = [] if args.load_guard else ["load guard off: runs on a loaded or throttled machine are used as they are"]
+    result = analyse(runs, metric=args.metric or config.regression_metric, threshold_for=config.regression_threshold,
+                     names=args.benchmark, skipped=skipped, notes=notes)
+    if args.json == "-":
+        print(json.dumps(to_json(result), indent=2), file=stdout)
+    else:
+        print(render_history_text(result, alpha=CHANGE_POINT_ALPHA), file=stdout, flush=True)
+        if args.json:
+            with open(args.json, "w", encoding="utf8") as handle:
+                json.dump(to_json(result), handle, indent=2)
+    markdown = render_history_markdown(result, alpha=CHANGE_POINT_ALPHA)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf8") as handle:
+            handle.write(markdown + "\n")
+    summary = os.environ.get(SUMMARY_ENV)
+    if summary:
+        with open(summary, "a", encoding="utf8") as handle:
+            handle.write(markdown + "\n")
+    if args.plot:
+        write_change_point_plot(result, args.plot)
+        if args.json != "-":
+            print(f"Plot written to {args.plot}", file=stdout)
+    return EXIT_OK
+
+
 def _prepare(args):
     """The thresholds, and output paths tried before anything is measured (as the report does)."""
     config = load_benchmarks(args.benchmarks_json)
@@ -355,6 +494,8 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     workdir = None
     keep = getattr(args, "keep", None)
     try:
+        if args.gate_command == "history":
+            return _history(args, stdout)
         if args.gate_command == "compare":
             config = _prepare(args)
             current = [load_run(path) for path in args.current]

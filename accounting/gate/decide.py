@@ -121,7 +121,8 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
           load_guard: bool = True, metric: str = DEFAULT_METRIC, disturbed_baseline=(),
-          baseline_grows: bool = False, confidence: float = CONFIDENCE, screen_current: bool = False) -> GateResult:
+          baseline_grows: bool = False, confidence: float = CONFIDENCE, screen_current: bool = False,
+          baseline_from=None) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
@@ -136,6 +137,9 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     ``screen_current``: set slow outliers of the current runs aside too, each side against its own
     median (:func:`accounting.gate.stats.slow_outliers`); for ``gate ab``, where both sides are
     interleaved runs of one job (why: :mod:`accounting.gate.ab`).
+    ``baseline_from``: benchmark name -> label of the first baseline run its comparison may use
+    (the first run after the last change point of its history, :func:`accounting.gate.history.last_steps`);
+    older baseline runs are left out of that benchmark's baseline, so it is not compared across a step.
     """
     check_run_metric(metric)
     notes = list(notes)
@@ -150,7 +154,8 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     names = sorted({name for run in (*baseline_runs, *current_runs) for name in run.benchmarks})
     rows = {}
     for name in names:
-        base = [run.benchmarks[name] for run in baseline_runs if name in run.benchmarks]
+        base = [run.benchmarks[name] for run in _window(baseline_runs, (baseline_from or {}).get(name))
+                if name in run.benchmarks]
         clean = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path not in disturbed]
         noisy = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path in disturbed]
         kind = next((bench.kind for bench in (*clean, *noisy, *base) if bench.kind), None)
@@ -197,6 +202,17 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
             verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
                       tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence)
+
+
+def _window(runs, first_label):
+    """``runs`` from the one labelled ``first_label`` on (all of them when it is ``None`` or not among them).
+
+    >>> from accounting.gate.storage import SavedRun
+    >>> [run.label for run in _window([SavedRun(f"000{i}_a.json", {}, {}) for i in range(4)], "0002_a.json")]
+    ['0002_a.json', '0003_a.json']
+    """
+    labels = [run.label for run in runs]
+    return list(runs)[labels.index(first_label):] if first_label in labels else list(runs)
 
 
 def _screened(values, threshold: float) -> tuple[tuple, tuple]:

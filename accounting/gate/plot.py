@@ -96,3 +96,55 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
                     fontsize="small")
     figure.savefig(path, format="png")
     pyplot.close(figure)
+
+
+STEP_COLOURS = {True: "tab:red", False: "tab:green"}
+"""Change point lines: red where the benchmark got slower, green where it got faster."""
+MAX_TICKS = 25
+
+
+def write_change_point_plot(result, path: str) -> None:
+    """Draw each benchmark of a :class:`accounting.gate.history.HistoryResult` into ``path`` as PNG.
+
+    One panel per benchmark: a point per saved run at its value (hollow: a slow outlier set aside
+    before detection), each segment's level as a horizontal line, each change point as a dashed
+    vertical line before its first run, labelled with its ratio and that run's number.
+    """
+    pyplot = load_pyplot()
+    benches = list(result.benchmarks)
+    names = short_names(benches)
+    count = max(1, len(benches))
+    rows = math.ceil(count / COLUMNS)
+    columns = min(COLUMNS, count)
+    figure, grid = pyplot.subplots(rows, columns, figsize=(PANEL_SIZE_IN[0] * columns, PANEL_SIZE_IN[1] * rows),
+                                   dpi=DPI, layout="constrained", squeeze=False)
+    for axes in grid.flat[len(benches):]:
+        axes.set_visible(False)
+    for axes, bench in zip(grid.flat, benches):
+        detection = bench.detection
+        outliers = set(detection.outliers) if detection else set()
+        for index, value in enumerate(bench.values):
+            hollow = index in outliers
+            axes.plot([index], [value * 1e3], "o", color=BASELINE_COLOUR, markersize=4,
+                      markerfacecolor="white" if hollow else BASELINE_COLOUR)
+        for first, end, level in (detection.levels if detection else ()):
+            axes.hlines(level * 1e3, first - 0.4, end - 0.6, color="black", linewidth=1.5)
+        for step in bench.steps:
+            slower = step.point.ratio > 1
+            axes.axvline(step.point.index - 0.5, color=STEP_COLOURS[slower], linestyle="--", linewidth=1)
+            axes.annotate(f"{step.point.ratio:.3f}× at {step.run.label.split('_', 1)[0]}",
+                          (step.point.index - 0.5, 1), xycoords=("data", "axes fraction"), rotation=90,
+                          va="top", ha="right", fontsize="x-small", color=STEP_COLOURS[slower])
+        stride = max(1, math.ceil(len(bench.runs) / MAX_TICKS))
+        ticks = list(range(0, len(bench.runs), stride))
+        axes.set_xticks(ticks, [bench.runs[index].label.split("_", 1)[0] for index in ticks], fontsize="x-small",
+                        rotation=90)
+        state = f"{len(bench.steps)} change point(s)" if detection is not None else "too few runs"
+        axes.set_title(f"{names[bench.name]}: {state}", fontsize="small")
+        axes.set_ylabel("ms per round")
+        axes.grid(True, axis="y", alpha=0.3)
+    figure.suptitle(f"Saved runs on this hardware, oldest first: each run's {result.metric} round (hollow: a slow "
+                    "outlier set aside)\nblack: each segment's level (geometric mean); dashed: a change point "
+                    "(red slower, green faster) before the first run at the new level", fontsize="small")
+    figure.savefig(path, format="png")
+    pyplot.close(figure)

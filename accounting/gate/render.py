@@ -171,3 +171,98 @@ def render_markdown(result: GateResult) -> str:
         lines.append("")
         lines += [f"- Note: {note}" for note in result.notes]
     return "\n".join(lines)
+
+
+# ``accounting gate history``: the change points of the saved history, as a table per step.
+
+HISTORY_LEGEND = ("+ slower after the change point, - faster. ratio: the level after / the level before (geometric "
+                  "means of the two segments' runs), with its t interval; p: permutation test of the step within "
+                  "its neighbours' segment, the split's choice paid for (E-divisive's test); change points kept at "
+                  "p ≤ {alpha:g}. first run after: the first saved run at the new level, its date, commit and "
+                  "branch where pytest-benchmark recorded them.")
+HISTORY_HEADER = ["", "benchmark", "first run after", "date", "commit (branch)", "ratio", "p", "runs before/after"]
+
+
+def _commit(run) -> str:
+    if run.commit_id is None:
+        return "—"
+    return run.commit_id[:12] + (f" ({run.branch})" if run.branch else "")
+
+
+def _step_ratio(point) -> str:
+    text = f"{point.ratio:.3f}×"
+    if point.low == point.low:  # not nan
+        text += f" [{point.low:.3f}, {point.high:.3f}]"
+    return text
+
+
+def history_headline(result) -> str:
+    """``History: N change point(s) in M of K benchmarks, R runs (first … last)``.
+
+    >>> from accounting.gate.history import HistoryResult
+    >>> history_headline(HistoryResult((), ()))
+    'History: no runs'
+    """
+    if not result.runs:
+        return "History: no runs"
+    steps = result.steps
+    changed = len({name for name, _ in steps})
+    span = f"{result.runs[0].label.split('_', 1)[0]} … {result.runs[-1].label.split('_', 1)[0]}"
+    dates = (f", {result.runs[0].date} to {result.runs[-1].date}"
+             if result.runs[0].datetime and result.runs[-1].datetime else "")
+    return (f"History: {len(steps)} change point(s) in {changed} of {len(result.benchmarks)} benchmark(s), "
+            f"{len(result.runs)} runs ({span}{dates})")
+
+
+def history_rows(result) -> list[list[str]]:
+    """One row per change point (the columns of :data:`HISTORY_HEADER`)."""
+    names = short_names(result.benchmarks)
+    cells = []
+    for name, step in result.steps:
+        point = step.point
+        cells.append(["+" if point.ratio > 1 else "-", names[name], step.run.label, step.run.date, _commit(step.run),
+                      _step_ratio(point), f"{point.p_value:.2g}", f"{point.runs_before}/{point.runs_after}"])
+    return cells
+
+
+def _history_lines(result) -> list[str]:
+    """What is under the table: benchmarks without a change point, too-short ones, runs passed over."""
+    names = short_names(result.benchmarks)
+    lines = []
+    for bench in result.benchmarks:
+        if bench.detection is not None and not bench.steps:
+            outliers = len(bench.detection.outliers)
+            aside = f", {outliers} slow outlier run(s) set aside" if outliers else ""
+            lines.append(f"{names[bench.name]}: no change point in {len(bench.values)} runs (noise: sd of log values "
+                         f"{bench.detection.noise:.2g}{aside})")
+    lines += [bench.note for bench in result.benchmarks if bench.note]
+    lines += [f"run {label} passed over: {why}" for label, why in result.skipped]
+    lines += list(result.notes)
+    return lines
+
+
+def _history_legend(result, alpha: float) -> str:
+    return (HISTORY_LEGEND.format(alpha=alpha) + f" Each run's value: its {METRIC_WORDS[result.metric]}.")
+
+
+def render_history_text(result, *, alpha: float) -> str:
+    """The terminal version of a :class:`accounting.gate.history.HistoryResult`: headline, table, notes, legend."""
+    lines = [history_headline(result), ""]
+    if result.steps:
+        lines += [table(HISTORY_HEADER, history_rows(result)), ""]
+    lines += [f"Note: {line}" for line in _history_lines(result)]
+    lines.append(f"Legend: {_history_legend(result, alpha)}")
+    return "\n".join(lines)
+
+
+def render_history_markdown(result, *, alpha: float) -> str:
+    """The CI-summary version, same content as :func:`render_history_text`."""
+    lines = ["### Benchmark history: change points", "", f"**{history_headline(result)}**", ""]
+    if result.steps:
+        lines += ["| " + " | ".join(HISTORY_HEADER) + " |", "|" + "---|" * len(HISTORY_HEADER)]
+        lines += ["| " + " | ".join(_markdown_cell(cell.strip()) for cell in cells) + " |"
+                  for cells in history_rows(result)]
+        lines.append("")
+    lines += [f"- {_markdown_cell(line)}" for line in _history_lines(result)]
+    lines.append(f"<sub>{_history_legend(result, alpha)}</sub>")
+    return "\n".join(lines)

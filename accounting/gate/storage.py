@@ -97,6 +97,8 @@ class SavedRun:
     datetime: str | None = None
     guard: dict | None = None
     """The gate's load-guard readings, ``{"before": ..., "after": ...}``, when the gate ran it."""
+    commit: dict | None = None
+    """pytest-benchmark's ``commit_info`` (``id``, ``branch``, ``time``, ``dirty``) where it saved one."""
 
     @property
     def label(self) -> str:
@@ -166,7 +168,8 @@ def parse_run(data, source: str) -> SavedRun:
         extra = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
         benchmarks[name] = BenchmarkRun(name, _rounds(bench, name, source), extra)
     guard = data.get(GUARD_KEY) if isinstance(data.get(GUARD_KEY), dict) else None
-    return SavedRun(str(source), machine, benchmarks, data.get("datetime"), guard)
+    commit = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else None
+    return SavedRun(str(source), machine, benchmarks, data.get("datetime"), guard, commit or None)
 
 
 def load_run(path) -> SavedRun:

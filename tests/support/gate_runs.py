@@ -14,8 +14,10 @@ def rounds(median: float, count: int = 10, spread: float = 0.02) -> list:
     return [median * (1 + spread * step) for step in steps]
 
 
-def document(medians: dict, *, machine=CPU, guard=None, kind="cpu", count: int = 10) -> dict:
-    """A saved run: ``medians`` maps fullname -> median seconds (or a list of raw rounds)."""
+def document(medians: dict, *, machine=CPU, guard=None, kind="cpu", count: int = 10,
+             datetime: str = "2025-01-01T00:00:00", commit: dict | None = None) -> dict:
+    """A saved run: ``medians`` maps fullname -> median seconds (or a list of raw rounds); ``commit``:
+    pytest-benchmark's ``commit_info`` (``{}`` where none is given, as outside a git checkout)."""
     benchmarks = []
     for name, value in medians.items():
         data = value if isinstance(value, list) else rounds(value, count)
@@ -23,8 +25,8 @@ def document(medians: dict, *, machine=CPU, guard=None, kind="cpu", count: int =
                            "extra_info": {"device_kind": kind, "dtype": "float32"},
                            "stats": {"min": min(data), "median": sorted(data)[len(data) // 2], "rounds": len(data),
                                      "data": data}})
-    result = {"machine_info": {"node": "ci", "accounting": dict(machine)}, "commit_info": {},
-              "benchmarks": benchmarks, "datetime": "2025-01-01T00:00:00", "version": "5.1.0"}
+    result = {"machine_info": {"node": "ci", "accounting": dict(machine)}, "commit_info": dict(commit or {}),
+              "benchmarks": benchmarks, "datetime": datetime, "version": "5.1.0"}
     if guard is not None:
         result["accounting_gate"] = guard
     return result

@@ -1,0 +1,242 @@
+"""How well ``accounting gate history`` finds steps: ``python -m studies.gate_change_points``.
+
+Synthetic histories of one benchmark's run values (each run's fastest round), built from a
+noise model of the gate's own measurements on the 2-vCPU KVM guest of an AMD EPYC
+(docs/benchmarks-and-gate.md), with a planted change, are handed to
+:func:`accounting.gate.changepoints.detect`; the script counts how often the change is found,
+how far from its true run, and how many change points flat histories produce, then times the
+whole ``history`` path (reading the files, detecting) on 1,000 runs × 50 benchmarks.
+
+Noise models (:data:`NOISE`), each stated from a measured figure:
+
+- ``calm``: log values normal with sd 0.014 (the calm hour's baseline minimums after slow
+  outliers were set aside), lag-1 autocorrelation 0.28 (the largest of three measured busy-hour
+  runs), and one run in ten slowed by a factor drawn from 1.3–1.5 (about one process in ten ran
+  every round 1.3–1.5× slower).
+- ``busy``: slow episodes that last several processes: a two-state chain staying in its state
+  with probability 2/3 (episodes of 3 runs on average, half the runs slow), a slow episode's
+  factor drawn from 1.15–1.45, plus normal noise of sd 0.02; its log sd is about 0.13, the busy
+  hour's.
+
+Planted changes (:data:`SCENARIOS`), at the middle run of the history (run ``n // 2`` is the
+first slow one): a step of 1.25× and of 1.10×; a creep of 3 % a run over 5 runs (runs
+``n//2 − 2`` to ``n//2 + 2``, 1.159× in all), found when a change point lies within the ramp or
+one run beside it; and none (``flat``).
+
+Targets (30 runs, calm): a 1.25× step found within ±1 run in ≥ 19 of 20 histories; flat
+histories with a change point ≤ 1 in 20. Figures: docs/benchmarks-and-gate.md
+("Which merge made it slower").
+
+>>> history = synthetic(30, "step 1.25x", noise="calm", seed=1)
+>>> len(history.values), history.first_changed, history.last_changed
+(30, 15, 15)
+>>> found(detect_changes(history), history)
+True
+"""
+
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from accounting.console import OneLineParser, table
+from accounting.gate.changepoints import PENALTY, TooFewRuns, detect
+from accounting.gate.history import analyse, read_history
+from accounting.gate.storage import run_files
+
+BASE_SECONDS = 0.025
+"""A one-thread float32 1024³ matmul's fastest round on the 2-vCPU VM."""
+NOISE = {
+    "calm": {"sd": 0.014, "autocorrelation": 0.28, "outlier_rate": 0.1, "outlier_factor": (1.3, 1.5)},
+    "busy": {"sd": 0.02, "stay": 2 / 3, "episode_factor": (1.15, 1.45)},
+}
+SCENARIOS = ("step 1.25x", "step 1.10x", "creep 3%x5", "flat")
+LENGTHS = (10, 30, 100)
+HISTORIES = 20
+TIMING_RUNS = 1000
+TIMING_BENCHMARKS = 50
+TIMING_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class History:
+    """One synthetic series and where its planted change is (``None`` for a flat one)."""
+
+    values: tuple
+    first_changed: int | None
+    last_changed: int | None
+
+
+def _noise(length: int, model: str, generator) -> np.ndarray:
+    """Log noise of ``length`` runs under ``model`` (:data:`NOISE`)."""
+    params = NOISE[model]
+    if model == "calm":
+        rho = params["autocorrelation"]
+        shocks = generator.normal(0, params["sd"] * math.sqrt(1 - rho ** 2), length)
+        logs = np.empty(length)
+        logs[0] = generator.normal(0, params["sd"])
+        for index in range(1, length):
+            logs[index] = rho * logs[index - 1] + shocks[index]
+        slow = generator.random(length) < params["outlier_rate"]
+        logs[slow] += np.log(generator.uniform(*params["outlier_factor"], slow.sum()))
+        return logs
+    logs = generator.normal(0, params["sd"], length)
+    slow = generator.random() < 0.5
+    factor = generator.uniform(*params["episode_factor"])
+    for index in range(length):
+        if index and generator.random() > params["stay"]:
+            slow = not slow
+            factor = generator.uniform(*params["episode_factor"])
+        if slow:
+            logs[index] += math.log(factor)
+    return logs
+
+
+def synthetic(length: int, scenario: str, *, noise: str = "calm", seed: int = 0) -> History:
+    """A history of ``length`` runs with ``scenario`` planted (:data:`SCENARIOS`) in ``noise``."""
+    generator = np.random.default_rng(seed)
+    logs = _noise(length, noise, generator)
+    middle = length // 2
+    first = last = None
+    if scenario.startswith("step"):
+        factor = float(scenario.split()[1].rstrip("x"))
+        logs[middle:] += math.log(factor)
+        first = last = middle
+    elif scenario.startswith("creep"):
+        first, last = middle - 2, middle + 2
+        for step, index in enumerate(range(first, length)):
+            logs[index] += math.log(1.03) * min(step + 1, 5)
+    elif scenario != "flat":
+        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
+    return History(tuple(BASE_SECONDS * np.exp(logs)), first, last)
+
+
+def detect_changes(history: History, **options) -> list[int]:
+    """The first runs after each change point found (empty when the history is too short)."""
+    try:
+        return [point.index for point in detect(history.values, **options).change_points]
+    except TooFewRuns:
+        return []
+
+
+def found(indices, history: History, *, slack: int = 1) -> bool:
+    """Whether a change point lies within ``slack`` runs of the planted change (its ramp, for a creep)."""
+    if history.first_changed is None:
+        return False
+    return any(history.first_changed - slack <= index <= history.last_changed + slack for index in indices)
+
+
+def _distance(indices, history: History) -> int | None:
+    if history.first_changed is None or not indices:
+        return None
+    return min(max(0, history.first_changed - index, index - history.last_changed) for index in indices)
+
+
+def measure(*, noise: str, histories: int = HISTORIES, lengths=LENGTHS, scenarios=SCENARIOS, **options) -> list:
+    """One row per scenario and length: found ±1, mean distance of the nearest, other change points."""
+    rows = []
+    for scenario in scenarios:
+        for length in lengths:
+            hits, distances, extra, with_any = 0, [], 0, 0
+            for seed in range(histories):
+                history = synthetic(length, scenario, noise=noise, seed=seed)
+                indices = detect_changes(history, **options)
+                with_any += bool(indices)
+                if history.first_changed is None:
+                    extra += len(indices)
+                    continue
+                hits += found(indices, history)
+                distance = _distance(indices, history)
+                if distance is not None:
+                    distances.append(distance)
+                extra += sum(1 for index in indices if not found([index], history))
+            rows.append({"noise": noise, "scenario": scenario, "runs": length, "histories": histories,
+                         "found_within_1": hits if scenario != "flat" else None,
+                         "mean_distance": float(np.mean(distances)) if distances else None,
+                         "histories_with_a_change_point": with_any, "other_change_points": extra})
+    return rows
+
+
+def _write_runs(folder: Path, runs: int, benchmarks: int, rounds: int, seed: int = 0) -> None:
+    """``runs`` saved-run files of ``benchmarks`` benchmarks each, calm noise, a 1.25× step halfway in one in five."""
+    generator = np.random.default_rng(seed)
+    series = [synthetic(runs, "step 1.25x" if bench % 5 == 0 else "flat", seed=seed + bench).values
+              for bench in range(benchmarks)]
+    machine = {"accelerator": None, "cpu_model": "AMD EPYC", "cpu_cores": 2}
+    for number in range(runs):
+        docs = []
+        for bench in range(benchmarks):
+            fastest = series[bench][number]
+            data = list(fastest * (1 + np.abs(generator.normal(0, 0.03, rounds))))
+            data[0] = fastest
+            docs.append({"fullname": f"tests/test_t.py::test_{bench:02}", "extra_info": {"device_kind": "cpu"},
+                         "stats": {"data": data}})
+        document = {"machine_info": {"accounting": machine}, "benchmarks": docs,
+                    "datetime": "2026-01-01T00:00:00+00:00", "commit_info": {"id": f"{number:040x}", "branch": "main"}}
+        (folder / f"{number + 1:04}_main.json").write_text(json.dumps(document))
+
+
+def time_history(runs: int = TIMING_RUNS, benchmarks: int = TIMING_BENCHMARKS, rounds: int = TIMING_ROUNDS) -> dict:
+    """Seconds to read ``runs`` saved files of ``benchmarks`` benchmarks and find every change point."""
+    with tempfile.TemporaryDirectory() as folder:
+        machine = Path(folder) / "machine"
+        machine.mkdir()
+        _write_runs(machine, runs, benchmarks, rounds)
+        started = time.perf_counter()
+        saved, _ = read_history(run_files(folder, "machine"))
+        read = time.perf_counter() - started
+        result = analyse(saved)
+        total = time.perf_counter() - started
+    return {"runs": runs, "benchmarks": benchmarks, "read_s": read, "detect_s": total - read, "total_s": total,
+            "change_points": len(result.steps)}
+
+
+HEADER = ["noise", "planted", "runs", "found ±1 run", "mean distance (runs)", "histories with a change point",
+          "other change points"]
+
+
+def summary_rows(rows) -> list[list[str]]:
+    """The table's cells."""
+    cells = []
+    for row in rows:
+        found_text = "—" if row["found_within_1"] is None else f"{row['found_within_1']} / {row['histories']}"
+        distance = "—" if row["mean_distance"] is None else f"{row['mean_distance']:.2f}"
+        cells.append([row["noise"], row["scenario"], str(row["runs"]), found_text, distance,
+                      f"{row['histories_with_a_change_point']} / {row['histories']}", str(row["other_change_points"])])
+    return cells
+
+
+def main(argv=None) -> int:
+    parser = OneLineParser(prog="python -m studies.gate_change_points", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--noise", choices=sorted(NOISE), action="append", default=None,
+                        help="noise model(s); default: all")
+    parser.add_argument("--histories", type=int, default=HISTORIES, help="histories per cell. Default: %(default)r")
+    parser.add_argument("--penalty", type=float, default=PENALTY, help="PELT penalty factor. Default: %(default)r")
+    parser.add_argument("--no-timing", dest="timing", action="store_false", help="skip the 1,000 × 50 timing")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    if args.histories < 1:
+        parser.error(f"--histories must be a positive integer, got {args.histories}")
+    rows = []
+    for noise in args.noise or sorted(NOISE):
+        rows += measure(noise=noise, histories=args.histories, penalty=args.penalty)
+    print(table(HEADER, summary_rows(rows)))
+    figures = {"rows": rows, "penalty": args.penalty}
+    if args.timing:
+        timing = time_history()
+        figures["timing"] = timing
+        print(f"\n{timing['runs']} runs × {timing['benchmarks']} benchmarks: read {timing['read_s']:.1f} s, "
+              f"detect {timing['detect_s']:.1f} s, {timing['total_s']:.1f} s in all "
+              f"({timing['change_points']} change points)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The change-point study: its synthetic histories plant what they say, and a small run of it reports its table."""
+
+import math
+
+import numpy as np
+import pytest
+
+from studies import gate_change_points as study
+
+
+@pytest.mark.parametrize("scenario, total", [("step 1.25x", 1.25), ("step 1.10x", 1.10), ("creep 3%x5", 1.03 ** 5)])
+def test_the_planted_change_is_the_difference_from_the_flat_history_of_the_same_noise(scenario, total):
+    flat = np.log(study.synthetic(30, "flat", seed=4).values)
+    changed = np.log(study.synthetic(30, scenario, seed=4).values)
+    history = study.synthetic(30, scenario, seed=4)
+    difference = changed - flat
+    assert np.allclose(difference[:history.first_changed], 0)
+    assert difference[-1] == pytest.approx(math.log(total))
+    assert np.all(np.diff(difference) >= -1e-12)  # never back down: a step or a ramp
+
+
+def test_found_counts_a_change_point_within_one_run_of_the_ramp():
+    history = study.History((0.025,) * 30, 13, 17)
+    assert study.found([12], history) and study.found([18], history) and not study.found([11, 19], history)
+
+
+def test_a_small_run_prints_its_table(capsys):
+    assert study.main(["--noise", "calm", "--histories", "2", "--no-timing"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("noise  planted")
+    assert len([line for line in out.splitlines() if line.startswith("calm")]) == len(study.SCENARIOS) * len(study.LENGTHS)
+
+
+def test_bad_options_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        study.main(["--histories", "0"])
+    assert exit_.value.code == 2 and "--histories must be a positive integer, got 0" in capsys.readouterr().err
