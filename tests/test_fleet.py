@@ -3,6 +3,7 @@ CPU shares, hung and slowed ranks, the document with its text and plot, and the 
 
 import dataclasses
 import io
+import itertools
 import json
 from fractions import Fraction
 
@@ -54,7 +55,7 @@ def test_message_sizes_split_evenly_and_grow(ranks, smallest_log, span):
     assert all(size % (collectives.ELEMENT_BYTES * ranks) == 0 for size in sizes)
     assert all(size <= max(largest, collectives.ELEMENT_BYTES * ranks) for size in sizes)
     unit = collectives.ELEMENT_BYTES * ranks  # each size is rounded down to a whole unit
-    assert all(later <= collectives.SIZE_GROWTH * (earlier + unit) for earlier, later in zip(sizes, sizes[1:]))
+    assert all(later <= collectives.SIZE_GROWTH * (earlier + unit) for earlier, later in itertools.pairwise(sizes))
     assert sizes[-1] > largest // collectives.SIZE_GROWTH - unit, "the sweep reaches the largest size allowed"
 
 

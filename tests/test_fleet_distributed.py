@@ -18,7 +18,7 @@ from accounting.fleet.collectives import COLLECTIVES
 from accounting.fleet.run import Hooks
 from tests.support import fleet_workers
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -134,7 +134,7 @@ def test_torchrun_two_ranks_end_to_end(tmp_path):
     json_path = tmp_path / "fleet.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                "-m", "accounting", "fleet", "--budget", "4", "--dtypes", "float32", "--json", str(json_path)]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=240,
+    result = subprocess.run(command, check=False, capture_output=True, text=True, cwd=ROOT, timeout=240,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(json_path.read_text())

@@ -65,7 +65,11 @@ DEFAULT_STRAGGLER_FRACTION = 0.9
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds", "min_time_s"}
 _REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
 _MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
-_FLEET_KEYS = {"straggler_fraction"}
+_FLEET_KEYS = {"straggler_fraction", "min_busbw_gbps"}
+FLEET_SCOPES = ("world", "intra-node", "inter-node")
+"""The fleet's scopes (:mod:`accounting.fleet.scopes`), which ``fleet.min_busbw_gbps`` presets name."""
+FLEET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+"""The fleet's timed collectives (:mod:`accounting.fleet.collectives`), and ``"*"`` for any of them."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,11 @@ class ModelMatrix:
 
 @dataclass(frozen=True)
 class FleetSettings:
-    """The ``fleet`` section: a rank is a straggler below ``straggler_fraction`` × the median of its peers."""
+    """The ``fleet`` section: a rank is a straggler below ``straggler_fraction`` × the median of its peers;
+    ``min_busbw_gbps`` holds named presets of minimum bus bandwidths, ``{name: {scope: {collective: GB/s}}}``."""
 
     straggler_fraction: float = DEFAULT_STRAGGLER_FRACTION
+    min_busbw_gbps: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -362,7 +368,40 @@ def _fleet(value, source: str) -> FleetSettings:
     fraction = value.get("straggler_fraction", DEFAULT_STRAGGLER_FRACTION)
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
         _fail(source, "fleet.straggler_fraction", f"= {fraction!r}: must be a number in (0, 1)")
-    return FleetSettings(float(fraction))
+    return FleetSettings(float(fraction), _busbw_presets(value.get("min_busbw_gbps", {}), source))
+
+
+def _busbw_presets(value, source: str) -> dict:
+    """``fleet.min_busbw_gbps``: presets of ``{scope: {collective or "*": positive GB/s}}``; ``_`` keys are notes.
+
+    >>> _busbw_presets({"x": {"inter-node": {"all_reduce": 0}}}, "b.json")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: b.json: fleet.min_busbw_gbps.x.inter-node.all_reduce = 0: must be a positive number of GB/s
+    """
+    presets = {}
+    for name, table in _mapping(value, source, "fleet.min_busbw_gbps").items():
+        if name.startswith("_"):
+            continue
+        where = f"fleet.min_busbw_gbps.{name}"
+        preset = {}
+        for scope, values in _mapping(table, source, where).items():
+            if scope.startswith("_"):
+                continue
+            if scope not in FLEET_SCOPES:
+                _fail(source, f"{where}.{scope}", f"is not a scope; scopes: {', '.join(FLEET_SCOPES)}")
+            preset[scope] = {}
+            for collective, gbps in _mapping(values, source, f"{where}.{scope}").items():
+                if collective.startswith("_"):
+                    continue
+                if collective != "*" and collective not in FLEET_COLLECTIVES:
+                    _fail(source, f"{where}.{scope}.{collective}",
+                          f"is not a collective; collectives: {', '.join(FLEET_COLLECTIVES)}, *")
+                if isinstance(gbps, bool) or not isinstance(gbps, numbers.Real) or not gbps > 0:
+                    _fail(source, f"{where}.{scope}.{collective}", f"= {gbps!r}: must be a positive number of GB/s")
+                preset[scope][collective] = float(gbps)
+        presets[name] = preset
+    return presets
 
 
 def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:

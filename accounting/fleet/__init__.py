@@ -9,6 +9,8 @@ One module per job:
 - :mod:`~accounting.fleet.identity` — host, device, UUID, PCI bus id, driver and versions of a rank.
 - :mod:`~accounting.fleet.measure` — the rank's own device, measured by the report's code.
 - :mod:`~accounting.fleet.collectives` — all_reduce, all_gather, reduce_scatter, broadcast timed as nccl-tests does.
+- :mod:`~accounting.fleet.agreement` — the device probe, and the gloo agreement on who may enter the next NCCL call.
+- :mod:`~accounting.fleet.thresholds` — ``--min-busbw`` per scope and collective, and benchmarks.json's presets.
 - :mod:`~accounting.fleet.scopes` — world, intra-node and inter-node groups.
 - :mod:`~accounting.fleet.gather` — barriers that name hung ranks; the records brought to rank 0.
 - :mod:`~accounting.fleet.verdict` — stragglers, drift, slow or wrong collectives, failed and hung ranks.

@@ -14,19 +14,32 @@ import sys
 import time
 
 from accounting._checks import positive_number_from_text
-from accounting.console import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNHEALTHY, check_writable, require_matplotlib
+from accounting.bench.matrix import load_benchmarks
+from accounting.console import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    check_writable,
+    require_matplotlib,
+)
 from accounting.errors import AccountingError
 from accounting.fleet.gather import FleetStopped
 from accounting.fleet.launch import read_launch
 from accounting.fleet.plot import write_plot
 from accounting.fleet.render import render
 from accounting.fleet.run import FleetOptions, Hooks, run_fleet
+from accounting.fleet.thresholds import parse_min_busbw
 from accounting.fleet.throttle import parse_slow_rank
 from accounting.memory import format_name
 from accounting.report.cli import dtype_list, positive_seconds, write_outputs
 
 DEFAULT_BUDGET_S = 60.0
 """Default ``--budget`` per rank: its own device, then its share of the collectives."""
+REPORT_GRACE_S = 30.0
+"""How long a rank other than 0 waits, after a barrier failed, before it exits with status 1. ``torchrun``
+stops every worker as soon as one exits with an error: a rank leaving at once would kill rank 0 while it
+prints and writes the report naming the hung rank. If rank 0 finishes first its own exit stops this one;
+if rank 0 is the rank that hung, this exit is what stops the job."""
 
 DESCRIPTION = (
     "Validate every device of a node, and every node of a cluster: one process per device (start it with "
@@ -44,10 +57,17 @@ EPILOG = (
 )
 
 
-def gbps(text: str) -> float:
-    """``--min-busbw``: a positive number of GB/s (10⁹ bytes per second)."""
+def gbps(text: str) -> dict:
+    """``--min-busbw``: GB/s (10⁹ bytes per second) for every scope, per scope and collective, or a preset
+    of benchmarks.json (:mod:`accounting.fleet.thresholds`), as a table."""
     try:
-        return positive_number_from_text(text, "--min-busbw", "GB/s")
+        presets = {}
+        if "=" not in text:
+            try:
+                presets = load_benchmarks().fleet.min_busbw_gbps
+            except AccountingError:
+                presets = {}  # no readable benchmarks.json: numbers and SCOPE=GBPS lists still work
+        return parse_min_busbw(text, presets)
     except AccountingError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -77,8 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="write every rank's raw figures to PATH as JSON (rank 0)")
     parser.add_argument("--plot", metavar="PATH", dest="plot_path", default=None,
                         help="draw each rank's best TFLOP/s per dtype, the median and the straggler line, to PATH")
-    parser.add_argument("--min-busbw", metavar="GBPS", type=gbps, default=None,
-                        help="flag a collective whose best bus bandwidth is below GBPS GB/s. Default: %(default)r")
+    parser.add_argument("--min-busbw", metavar="SPEC", type=gbps, default=None,
+                        help="flag a collective whose best bus bandwidth is below a minimum: GBPS for every scope, "
+                             "SCOPE[:COLLECTIVE]=GBPS,... (scopes world, intra-node, inter-node; a single node's "
+                             "world is intra-node), or a preset of benchmarks.json's fleet.min_busbw_gbps "
+                             "(h100-sxm-ndr400). Default: not judged")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when anything is flagged")
     parser.add_argument("--barrier-timeout", metavar="SECONDS", type=barrier_seconds, default=None,
                         help="how long rank 0 waits at a barrier before naming the ranks that did not arrive. "
@@ -104,13 +127,15 @@ def options_from(args: argparse.Namespace) -> FleetOptions:
 
 
 def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None,
-        store=None, hooks: Hooks = Hooks(), environ=None, overrides: dict | None = None) -> int:
+        store=None, hooks: Hooks | None = None, environ=None, overrides: dict | None = None, sleep=time.sleep) -> int:
     """Run a parsed ``fleet`` command on this rank; bad input ends it with ``parser``'s one-line error.
 
     ``store``, ``hooks``, ``environ`` and ``overrides`` (fields of :class:`FleetOptions` the command
-    line does not set, such as ``bandwidth_bytes``) let tests run real ranks with injected faults.
+    line does not set, such as ``bandwidth_bytes``) let tests run real ranks with injected faults;
+    ``sleep`` waits :data:`REPORT_GRACE_S` on a rank other than 0 whose barrier failed.
     """
     started = time.monotonic() if started is None else started
+    hooks = Hooks() if hooks is None else hooks
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     try:
@@ -130,7 +155,8 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     try:
         document = run_fleet(options, launch, store=store, hooks=hooks, started=started)
     except FleetStopped as error:
-        print(f"{parser.prog}: {error}", file=stderr)
+        print(f"{parser.prog}: {error}", file=stderr, flush=True)
+        sleep(REPORT_GRACE_S)
         return EXIT_UNHEALTHY
     except AccountingError as error:  # a bad value found only on this rank's device ($LOCAL_RANK, a dtype)
         print(f"{parser.prog}: error: rank {launch.rank}: {error}", file=stderr)

@@ -137,6 +137,27 @@ def local_device(launch: Launch, *, device_count=None) -> torch.device:
     return torch.device("cuda", launch.local_rank)
 
 
+def fleet_devices(launch: Launch, device, *, device_count=None) -> tuple[int, ...]:
+    """The CUDA device indices on this node that the fleet's *other* ranks of this node use, as
+    :func:`local_device` gives them out: their work is the fleet's, not a busy neighbour's, so the
+    telemetry sampler must not tag it as one. Empty on the CPU, and where each rank sees only its own GPU
+    (a launcher that sets ``CUDA_VISIBLE_DEVICES`` per rank: the others have no index here).
+
+    >>> fleet_devices(Launch(9, 16, 1, 4), torch.device("cuda", 1), device_count=8)
+    (0, 2, 3)
+    >>> fleet_devices(Launch(1, 4, 1, 4), torch.device("cuda", 0), device_count=1), fleet_devices(
+    ...     Launch(1, 2, 1, 2), torch.device("cpu"))
+    ((), ())
+    """
+    if device.type != "cuda":
+        return ()
+    if device_count is None:
+        device_count = torch.cuda.device_count()
+    if device_count <= 1:
+        return ()
+    return tuple(index for index in range(min(launch.local_world_size, device_count)) if index != device.index)
+
+
 def cpu_share(local_rank: int, local_world_size: int, cpus) -> list[int]:
     """The CPUs a CPU rank may use: an equal contiguous slice of ``cpus`` (the first ranks get one more
     when they do not divide evenly); with more ranks than CPUs, ranks share them round-robin.
@@ -217,4 +238,5 @@ def process_groups(launch: Launch, device: torch.device, *, timeout_s: float, st
                      store=dist.PrefixStore("accounting-fleet/", store), backend=backend)
     finally:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            with contextlib.suppress(Exception):  # a broken GPU's NCCL teardown must not hide the report
+                dist.destroy_process_group()

@@ -16,19 +16,21 @@ from accounting.telemetry.sampler import Sampler
 
 
 def measure_rank(device, *, dtypes, budget_s: float, bandwidth_bytes: int | None = None, clock=time.monotonic,
-                 case_factory=None) -> tuple[dict, dict]:
+                 case_factory=None, fleet_devices=()) -> tuple[dict, dict]:
     """``(report, telemetry)`` for ``device`` within ``budget_s`` (from now): the report document (bandwidth,
     sweep, verdict per dtype) and the :class:`~accounting.telemetry.Summary` of the device meanwhile, as dicts.
 
     Warnings raised while planning (an unknown peak) become notes in the document, as in the report;
     ``case_factory`` makes the timed products (:mod:`accounting.fleet.throttle` slows one rank on purpose).
+    ``fleet_devices``: the device indices of this node that the fleet's other ranks measure at the same
+    time (:func:`accounting.fleet.launch.fleet_devices`); the sampler does not tag their work as a busy sibling.
     """
     started = clock()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plan = prepare(device=str(device), dtypes=dtypes, budget_s=budget_s)
     plan.notes.extend(str(warning.message) for warning in caught)
-    with Sampler(device) as sampler:
+    with Sampler(device, fleet_devices=tuple(fleet_devices)) as sampler:
         report = build_report(plan, progress=ProgressBar(budget_s, enabled=False), started=started, clock=clock,
                               bandwidth_bytes=bandwidth_bytes, case_factory=case_factory)
     return report, sampler.summary.to_dict()

@@ -7,6 +7,8 @@ them, then notes and flags. Pure functions of the document (:mod:`accounting.fle
 
 from accounting._units import GB
 from accounting.console import NOT_KNOWN, fraction, table, tflops
+from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
+from accounting.fleet.verdict import best_busbw
 
 MICRO = 1e6
 
@@ -82,37 +84,41 @@ def _device(identity: dict) -> str:
 
 def collective_table(document: dict) -> list[str]:
     """nccl-tests' columns (size, count, type, redop, root, time, algbw, busbw, #wrong) per scope and
-    collective; the time is the slowest rank's, whose number is the last column."""
+    collective; the time is the mean over the group's ranks (nccl-tests' default), the slowest rank beside it,
+    and ``launch-bound`` marks a size whose time is the host's launch rate rather than the link's."""
     rows = []
     for row in document["collectives"]:
         rows.append([row["scope"], row["collective"], str(len(row["ranks"])), str(row["bytes"]), str(row["count"]),
                      row["type"], row["redop"], str(row["root"]), f"{row['seconds'] * MICRO:.1f}",
                      busbw_cell(row["algbw_bytes_per_s"]), busbw_cell(row["busbw_bytes_per_s"]), str(row["wrong"]),
-                     str(row["slowest_rank"])])
+                     str(row["slowest_rank"]), "launch-bound" if row.get("launch_bound") else ""])
     if not rows:
         return ["Collectives: none timed"]
     header = ["scope", "collective", "ranks", "size (B)", "count (elements)", "type", "redop", "root", "time (us)",
-              "algbw (GB/s)", "busbw (GB/s)", "#wrong", "slowest rank"]
-    return ["Collectives (time per call of the slowest rank; GB/s = 10^9 B/s; busbw = algbw × nccl-tests' factor):",
-            table(header, rows, indent="  ")]
+              "algbw (GB/s)", "busbw (GB/s)", "#wrong", "slowest rank", "note"]
+    title = ("Collectives (time per call: the mean over ranks, as nccl-tests' default -a 1; GB/s = 10^9 B/s; "
+             "busbw = algbw × nccl-tests' factor; launch-bound: the host launching calls set the pace, not the link):")
+    return [title, table(header, rows, indent="  ")]
 
 
 def _best_busbw_lines(document: dict) -> list[str]:
-    best: dict = {}
     wrong: dict = {}
+    nodes: dict = {}
     for row in document["collectives"]:
-        key = (row["scope"], row["collective"], len(row["ranks"]))
-        best[key] = max(best.get(key, 0.0), row["busbw_bytes_per_s"])
+        key = (row["scope"], tuple(row["ranks"]), row["collective"])
         wrong[key] = wrong.get(key, 0) + row["wrong"]
-    minimum = document["settings"].get("min_busbw_gbps")
+        nodes[key] = row.get("nodes")
+    table_ = as_table(document["settings"].get("min_busbw_gbps"))
     lines = []
-    for (scope, collective, ranks), value in best.items():
-        status = "FAILED" if wrong[(scope, collective, ranks)] else "OK"
-        if minimum is not None and value < minimum * GB:
-            status = "FAILED"
-        lines.append(f"  {scope} {collective}: best busbw {value / GB:.2f} GB/s, #wrong {wrong[(scope, collective, ranks)]}"
-                     f"  {status}")
-    if lines and minimum is None:
+    for key, (value, launch_only) in best_busbw(document["collectives"]).items():
+        scope, ranks, collective = key
+        minimum = minimum_for(table_, judged_scope(scope, nodes[key]), collective)
+        status = "FAILED" if wrong[key] or (minimum is not None and value < minimum * GB) else "OK"
+        judged = "not judged" if minimum is None else f"minimum {minimum:g}"
+        bound = " (every size launch-bound)" if launch_only else ""
+        lines.append(f"  {scope} {collective} ({len(ranks)} ranks): best busbw {value / GB:.2f} GB/s{bound} "
+                     f"({judged}), #wrong {wrong[key]}  {status}")
+    if lines and table_ is None:
         lines.append("  (no --min-busbw given: bus bandwidths are reported, not judged)")
     return lines
 

@@ -23,10 +23,19 @@ import torch.distributed as dist
 
 from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION, load_benchmarks
 from accounting.errors import AccountingError
-from accounting.fleet import collectives
+from accounting.fleet import agreement, collectives
 from accounting.fleet.gather import RanksHung, checkpoint
 from accounting.fleet.identity import identify
-from accounting.fleet.launch import LAUNCH_HINT, Launch, device_backend, local_device, pin_cpu, process_groups
+from accounting.fleet.launch import (
+    CONTROL_BACKEND,
+    LAUNCH_HINT,
+    Launch,
+    device_backend,
+    fleet_devices,
+    local_device,
+    pin_cpu,
+    process_groups,
+)
 from accounting.fleet.measure import measure_rank
 from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
@@ -53,7 +62,8 @@ class FleetOptions:
 
     budget_s: float = 60.0
     dtypes: list | None = None
-    min_busbw_gbps: float | None = None
+    min_busbw_gbps: dict | float | None = None
+    """Minimum busbw: GB/s for every scope, or ``{scope: {collective: GB/s}}`` (:mod:`accounting.fleet.thresholds`)."""
     barrier_timeout_s: float | None = None
     slow_rank: tuple[int, int] | None = None
     straggler_fraction: float | None = None
@@ -85,6 +95,9 @@ class Hooks:
     """``before_barrier(rank)``: may never return, as a hung rank does."""
     corrupt: Callable | None = None
     """``corrupt(rank, collective, output)``: may damage a checked result, as a bad link does."""
+    device_fault: Callable | None = None
+    """``device_fault(rank, collective, nbytes)``: may raise, as a rank whose device broke does; called before
+    each message size of each collective, and with ``(rank, None, 0)`` by the device probe before each round."""
 
 
 def straggler_fraction(options: FleetOptions, notes: list) -> float:
@@ -115,25 +128,125 @@ def _measure(options: FleetOptions, launch: Launch, device, hooks: Hooks, budget
     if options.slow_rank is not None and options.slow_rank[0] == launch.rank:
         extra["case_factory"] = throttled(options.slow_rank[1])
     return measure_rank(device, dtypes=options.dtypes, budget_s=budget_s, bandwidth_bytes=options.bandwidth_bytes,
-                        **extra)
+                        fleet_devices=fleet_devices(launch, device), **extra)
 
 
-def _time_collectives(scope_name, ranks, group, device, *, budget_s, options, hooks, rank) -> dict:
-    """Every collective on this rank's group in one scope; the same sizes on every rank of the group."""
-    local = collectives.largest_message(device, free_memory_bytes(device))
-    if options.max_message_bytes is not None:
-        local = min(local, options.max_message_bytes)
-    largest = int(-collectives.shared_max([-local], group=group, device=device)[0])
-    sizes = collectives.message_sizes(collectives.MIN_MESSAGE_BYTES, max(largest, collectives.MIN_MESSAGE_BYTES), ranks=len(ranks))
-    corrupt = None
+def _group(members: list, world_size: int, groups, timeout_s: float):
+    """The timed group of ``members`` and its gloo twin; called by every rank, in the same order."""
+    if members == list(range(world_size)):
+        return groups.device, groups.control
+    timeout = _timedelta(timeout_s)
+    device = dist.new_group(members, backend=groups.backend, timeout=timeout)
+    control = device if groups.backend == CONTROL_BACKEND else dist.new_group(members, backend=CONTROL_BACKEND,
+                                                                                 timeout=timeout)
+    return device, control
+
+
+def _sizes(members, control, device, options, rank, hooks, record, scope_name) -> tuple[list, list]:
+    """The message sizes every rank of the group can hold, and the ranks (global) that failed to say."""
+    largest = collectives.MIN_MESSAGE_BYTES
+    try:
+        if hooks.device_fault is not None:
+            hooks.device_fault(rank, None, 0)
+        largest = collectives.largest_message(device, free_memory_bytes(device))
+        if options.max_message_bytes is not None:
+            largest = min(largest, options.max_message_bytes)
+        ok = True
+    except Exception as error:  # noqa: BLE001 - the group hears of it before its first call
+        record["errors"].append({"phase": f"sizing the {scope_name} messages", "error": collectives.describe(error)})
+        ok = False
+    agreed = agreement.agree(ok, [-largest], group=control)
+    largest = max(int(-agreed.values[0]), collectives.MIN_MESSAGE_BYTES)
+    return collectives.message_sizes(collectives.MIN_MESSAGE_BYTES, largest, ranks=len(members)), agreed.failed
+
+
+def _sweep_group(scope_name, members, work, group, control, device, *, budget_s, options, hooks, rank, record,
+                 left_out: set) -> list:
+    """Time ``work`` (collective names) on one group; return what is left to time with the ranks still usable.
+
+    A rank that fails (named by the group's agreement) is added to ``left_out``; the collective it
+    failed in and those after it are left for a new group of the others. When *every* rank failed
+    the same step, the collective (not a device) is at fault: its error is kept and the next one runs.
+    """
+    entry = record["collectives"][scope_name]
+    sizes, failed = _sizes(members, control, device, options, rank, hooks, record, scope_name)
+    if failed:
+        entry["interrupted"].append({"collective": work[0], "bytes": None, "ranks": list(members),
+                                     "failed_ranks": failed})
+        left_out.update(failed)
+        return [] if rank in failed else list(work)
+    corrupt = fault = None
     if hooks.corrupt is not None:
         def corrupt(name, output):
             hooks.corrupt(rank, name, output)
-    results = []
-    for name in collectives.COLLECTIVES:
-        results += [done.as_dict() for done in collectives.sweep_collective(
-            name, sizes, group=group, device=device, budget_s=budget_s / len(collectives.COLLECTIVES), corrupt=corrupt)]
-    return {"ranks": list(ranks), "results": results}
+    if hooks.device_fault is not None:
+        def fault(name, nbytes):
+            hooks.device_fault(rank, name, nbytes)
+    share = budget_s / len(collectives.COLLECTIVES)
+    for index, name in enumerate(work):
+        sweep = collectives.sweep_collective(name, sizes, group=group, control=control, device=device,
+                                             budget_s=share, corrupt=corrupt, fault=fault)
+        entry["results"] += [{**done.as_dict(), "ranks": list(members)} for done in sweep.results]
+        if sweep.error is not None:
+            nbytes, error = sweep.error
+            record["errors"].append({"phase": f"timing {scope_name} {name} at {nbytes} B", "error": error})
+        if not sweep.failed:
+            continue
+        entry["interrupted"].append({"collective": name, "bytes": sweep.stopped_bytes, "ranks": list(members),
+                                     "failed_ranks": sweep.failed})
+        if set(sweep.failed) >= set(members):
+            continue
+        left_out.update(sweep.failed)
+        return [] if rank in sweep.failed else list(work[index:])
+    return []
+
+
+def _time_scope(scope, launch: Launch, device, groups, *, budget_s, options, hooks, record, timeout_s) -> None:
+    """Every collective in every group of ``scope``, leaving out ranks whose device is not usable.
+
+    Before each round the ranks probe their devices and agree over gloo (``all_gather_object`` on the
+    control group) on who is usable and what each group still has to time; every rank then creates
+    the same new groups of the usable ranks (``new_group`` needs every rank, in the same order). A
+    round ends at a gloo barrier; a group interrupted by a failing rank goes on in the next round
+    without it. Each round leaves out at least one more rank or ends the scope.
+    """
+    rank = launch.rank
+    mine = scope.group_of(rank)
+    pending = list(collectives.COLLECTIVES) if mine is not None else []
+    if mine is not None:
+        record["collectives"][scope.name] = {"ranks": mine, "results": [], "interrupted": []}
+    left_out: set = set()
+    for _round in range(launch.world_size):
+        try:
+            agreement.probe(device, fault=None if hooks.device_fault is None else
+                         (lambda: hooks.device_fault(rank, None, 0)))
+            usable = rank not in left_out
+        except Exception as error:  # noqa: BLE001 - a broken device sits the NCCL phase out and is named
+            record["errors"].append({"phase": f"probing its device before the {scope.name} collectives",
+                                     "error": collectives.describe(error)})
+            usable = False
+        if not usable:
+            pending = []
+        states = [None] * launch.world_size
+        dist.all_gather_object(states, {"usable": usable, "left_out": sorted(left_out), "pending": pending},
+                               group=groups.control)
+        for state in states:
+            left_out.update(state["left_out"])
+        plan = []
+        for ranks in scope.groups:
+            members = [member for member in ranks if states[member]["usable"] and member not in left_out]
+            work = next((states[member]["pending"] for member in members if states[member]["pending"]), [])
+            if len(members) >= 2 and work:
+                plan.append((members, work))
+        if not plan:
+            break
+        made = [_group(members, launch.world_size, groups, timeout_s) for members, _work in plan]
+        pending = []
+        for (members, work), (group, control) in zip(plan, made):
+            if rank in members:
+                pending = _sweep_group(scope.name, members, work, group, control, device, budget_s=budget_s,
+                                       options=options, hooks=hooks, rank=rank, record=record, left_out=left_out)
+        dist.barrier(group=groups.control)
 
 
 def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks = Hooks(),
@@ -179,18 +292,8 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
             scopes = plan_scopes(hosts)
             per_scope = COLLECTIVE_SHARE * options.budget_s / len(scopes)
             for scope in scopes:
-                # Every rank creates every group of the scope, in the same order, as new_group requires.
-                made = [groups.device if scope.name == "world" else
-                        dist.new_group(ranks, backend=groups.backend, timeout=_timedelta(group_timeout))
-                        for ranks in scope.groups]
-                mine = scope.group_of(launch.rank)
-                if mine is not None:
-                    group = made[scope.groups.index(mine)]
-                    timed = _attempt(record, f"timing {scope.name} collectives", lambda: _time_collectives(
-                        scope.name, mine, group, device, budget_s=per_scope, options=options, hooks=hooks,
-                        rank=launch.rank))
-                    record["collectives"][scope.name] = timed or {"ranks": mine, "results": []}
-                dist.barrier(group=groups.control)
+                _time_scope(scope, launch, device, groups, budget_s=per_scope, options=options, hooks=hooks,
+                            record=record, timeout_s=group_timeout)
             records = checkpoint(record, stage="gathered", **meet)
         except RanksHung as hung:
             notes.append(str(hung))

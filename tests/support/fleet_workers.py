@@ -18,19 +18,20 @@ DOCTORED_TORCH = "2.0.0+doctored"
 
 
 def spawn_world(world_size: int, argv: list, out_dir: Path, *, hooks=None, overrides=None, timeout_s: float = 150.0,
-                grace_s: float = 20.0) -> list:
+                grace_s: float = 20.0, prepare=None) -> list:
     """Run ``accounting fleet argv`` as ``world_size`` real ranks (spawned, gloo, a FileStore in ``out_dir``).
 
     Returns each rank's ``{"status", "stdout", "stderr"}`` (``None`` for a rank that had to be
     killed). Once rank 0 is done the others get ``grace_s`` to finish, then are killed, as
-    torchrun does when a worker exits with an error.
+    torchrun does when a worker exits with an error. ``prepare()`` runs first in every rank's
+    process (to monkeypatch torch there, as an older torch would be).
     """
     import torch.multiprocessing as mp
 
     context = mp.get_context("spawn")
     store_path = str(out_dir / "store")
     processes = [context.Process(target=run_rank, args=(rank, world_size, store_path, str(out_dir), argv, hooks,
-                                                        overrides), daemon=True)
+                                                        overrides, prepare), daemon=True)
                  for rank in range(world_size)]
     for process in processes:
         process.start()
@@ -48,10 +49,12 @@ def spawn_world(world_size: int, argv: list, out_dir: Path, *, hooks=None, overr
     return outcomes
 
 
-def run_rank(rank, world_size, store_path, out_dir, argv, hooks, overrides):
+def run_rank(rank, world_size, store_path, out_dir, argv, hooks, overrides, prepare=None):
     """One rank: the launcher's environment, a FileStore, then the command as the console script runs it."""
     from accounting.__main__ import build_parser
 
+    if prepare is not None:
+        prepare()
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world_size))
     store = dist.FileStore(store_path, world_size)
@@ -92,3 +95,45 @@ def doctor_rank_1(rank, identity):
         return {**identity, "torch": DOCTORED_TORCH}
     return identity
 
+
+
+def broadcast_with_torch_2_4_signature(broadcast=None):
+    """``dist.broadcast`` as torch 2.4 and 2.5 define it: ``(tensor, src, group=None, async_op=False)``,
+    no ``group_src`` (it arrived in 2.6); it calls the real one."""
+    real = broadcast or dist.broadcast
+
+    def broadcast_2_4(tensor, src, group=None, async_op=False):
+        return real(tensor, src=src, group=group, async_op=async_op)
+
+    return broadcast_2_4
+
+
+def torch_2_4_and_a_broken_all_gather():
+    """``prepare``: this process's torch.distributed has 2.4's broadcast, and its all-gather raises on every rank."""
+
+    def broken(*args, **kwargs):
+        raise TypeError("injected: all_gather is broken in this build")
+
+    dist.broadcast = broadcast_with_torch_2_4_signature()
+    dist.all_gather_into_tensor = broken
+    if hasattr(dist, "all_gather_single"):
+        dist.all_gather_single = broken
+
+
+def rank_0_on_another_host(rank, identity):
+    """``identity`` hook: rank 0 is alone on node "b", ranks 1 and 2 share node "a" (an intra-node group [1, 2])."""
+    return {**identity, "host": "node-b" if rank == 0 else "node-a"}
+
+
+BROKEN_RANK = 2
+_broken = []
+
+
+def break_rank_2_at_all_gather(rank, collective, nbytes):
+    """``device_fault`` hook: rank 2's device breaks when all_gather begins (all_reduce was timed) and stays
+    broken (a sticky CUDA error): from then on every use of it raises, the probe's included."""
+    if rank != BROKEN_RANK:
+        return
+    if _broken or collective == "all_gather":
+        _broken.append(collective)
+        raise RuntimeError("injected: CUDA error: an illegal memory access was encountered")
