@@ -10,7 +10,7 @@ Layers, bottom to top (a module may import from its own layer and the ones below
 2. library — the accounting formulas: ``memory``, ``strides``, ``flops``, ``flop_count``,
    ``live_memory``, ``transformer``, ``transformer_flops``, ``training_memory``;
 3. hardware — ``hardware/``, the device seam;
-4. measurement — ``telemetry/`` and ``timing`` (siblings: neither imports the other);
+4. measurement — ``telemetry/``, ``timing`` and ``health/`` (siblings: none imports another);
 5. model — ``model_mfu/``;
 6. bench — ``bench/``, the pytest plugin and the benchmark matrix;
 7. console — what the commands share;
@@ -33,7 +33,7 @@ LAYERS = (
                  "accounting.live_memory", "accounting.transformer", "accounting.transformer_flops",
                  "accounting.training_memory"), False),
     ("hardware", ("accounting.hardware",), False),
-    ("measurement", ("accounting.telemetry", "accounting.timing"), True),
+    ("measurement", ("accounting.telemetry", "accounting.timing", "accounting.health"), True),
     ("model", ("accounting.model_mfu",), False),
     ("bench", ("accounting.bench",), False),
     ("console", ("accounting.console",), False),

@@ -1,0 +1,432 @@
+"""Is a timed product right? Freivalds' check against a rounding-error bound, and a repeat check.
+
+A fast device that returns wrong numbers is not healthy. This module checks a product
+``C ≈ A @ B`` that a benchmark has just computed, for a small fraction of its cost:
+
+**Freivalds' check.** For random sign vectors ``x`` (entries ±1), ``A @ (B @ x)`` and ``C @ x``
+agree up to rounding when ``C`` is right. Both sides are computed in float64 (or float32) on
+the operands' own device: two matrix-vector products, O(mk + kn + mn) work per vector against
+the product's O(mkn). Each of the ``vectors`` vectors covers one contiguous block of
+``w = ⌈n / vectors⌉`` columns of ``C`` (zero elsewhere), so a wrong element is compared with the
+rounding of its own block of a row, not of the whole row.
+
+**The tolerance** (row ``i``, vector ``x`` over columns ``J``) bounds what rounding alone can do.
+Higham, *Accuracy and Stability of Numerical Algorithms* (2nd ed., 2002), §3.1 and §3.5: a dot
+product of length ``k`` computed in floating point with unit roundoff ``u`` (in any order, with or
+without FMA) has ``|fl(a·b) − a·b| ≤ γ_k |a|·|b|`` with ``γ_k = k·u / (1 − k·u)``; for a matrix
+product ``|fl(AB) − AB| ≤ γ_k |A||B|`` elementwise. Here ``u = torch.finfo(dtype).eps / 2``.
+With the rounding a product may add (:class:`Precision`):
+
+- ``input_unit`` ``u_in``: operands rounded before multiplying (TF32: 10 explicit mantissa
+  bits, ``u_in = 2⁻¹⁰`` whether rounded or truncated) add ``(2·u_in + u_in²)·|A||B|``;
+- ``accumulation_unit`` ``u_acc``: the sums, with one more rounding for an fp8 product's scales:
+  ``γ_{k+1}(u_acc)·|A||B|``;
+- ``output_unit`` ``u_out``: ``C`` stored in a narrower type than the sums (bfloat16 from float32
+  sums): ``|fl(y) − y| ≤ u_out·|y| ≤ u_out/(1 − u_out)·|C|``;
+- ``reduction_chunk``: where partial sums over chunks of at least this many products may be added
+  in the output type (cuBLAS "reduced-precision reductions", on by default in torch for fp16 and
+  bf16), ``γ_s(u_out)·|A||B|`` with ``s = ⌈k / reduction_chunk⌉`` partials.
+
+So ``|((AB − C)x)_i| ≤ α·(|A||B||x|)_i + β·(|C||x|)_i`` with ``α = (1 + γ_{k+1}(u_acc))(2u_in + u_in²)
++ γ_{k+1}(u_acc) + γ_s(u_out)`` and ``β = u_out/(1 − u_out)``. The check computes ``T = |A|(|B||x|)``
+and ``S = |C||x|`` alongside, in the same precision ``u_c`` (2⁻⁵³ for float64), and adds its own
+rounding (``γ_{k+w+3}(u_c)`` on ``T``, ``γ_{w+2}(u_c)`` on ``S``, ``w`` the block's width, then
+divides by ``1 − γ_{k+w+3}(u_c)`` for the rounding of ``T`` and ``S`` themselves). Underflow, which
+relative bounds leave out, adds at most ``η = `` half the smallest subnormal per operation: ``w·((k + 1)·η_acc
++ η_out + (k + w + 3)·η_c)`` (it matters only for a product in fp16's subnormal range). That is the tolerance
+``t``. A correct product never exceeds it, whatever order the library sums in — a worst-case
+bound, not a statistical one, so a failed check is a wrong result, not bad luck.
+
+**What it is guaranteed to catch.** A single element ``C[i, j]`` off by ``δ`` moves row ``i`` of its
+block's residual by exactly ``±δ`` and its tolerance by at most ``c·|δ|`` (``c = β + γ_{w+2}(u_c)``);
+so the check fails whenever ``|δ| > catch_factor · t`` with ``catch_factor = 2ρ / (1 − 2ρc)``,
+``ρ = (1 + γ_{k+w+3}(u_c)) / (1 − γ_{k+w+3}(u_c))``: just over twice the tolerance of that row's
+block (2.016 for a bfloat16 ``C``). Smaller corruptions lie inside what rounding can do and may
+pass. The worst-case bound grows with ``k·u``, so the tolerance, measured against the elements'
+own size, is figured in docs/health.md for the report sweep's shapes.
+
+**Repeat check.** Identical calls on one device give bitwise identical results (cuBLAS documents
+run-to-run reproducibility on one GPU architecture and SM count; CPU BLAS libraries with a fixed
+thread count do too): a result that changes between two identical calls is a fault.
+
+>>> a, b = torch.randn(64, 48, dtype=torch.float64), torch.randn(48, 32, dtype=torch.float64)
+>>> check_product(a, b, a @ b).ok
+True
+>>> c = a @ b
+>>> c[3, 7] += 1e-6
+>>> check = check_product(a, b, c)
+>>> check.ok, check.row, check.columns[0] <= 7 < check.columns[1]
+(False, 3, True)
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from accounting._checks import check_positive_size
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.memory import TF32, format_name, storage_dtype
+
+VECTORS = 16
+"""Sign vectors per check, each over one block of about ``n / VECTORS`` columns: the check costs
+``2·VECTORS·(mk + kn)`` multiply-adds (the signed and the absolute pass) against the product's ``mkn``."""
+
+CHUNK_ELEMENTS = 2**24
+"""Elements of an operand converted to the check's precision at a time (128 MiB of float64): the check
+never holds a float64 copy of a whole large operand."""
+
+TF32_INPUT_UNIT = 2.0**-10
+"""TF32 keeps 10 explicit mantissa bits: a float32 operand rounded (2⁻¹¹) or truncated (2⁻¹⁰) to it."""
+
+FP8_GPU_ACCUMULATION_UNIT = 2.0**-13
+"""Accumulation of an fp8 product on a GPU. DeepSeek-V3's technical report (arXiv:2412.19437, §3.3.2)
+measured the FP8 tensor-core accumulation of Hopper (H800) keeping about 14 bits, far from float32;
+2⁻¹³ bounds it. torch's CPU ``_scaled_mm`` accumulates in float32."""
+
+MMA_K_STEP = 16
+"""The smallest run of products a tensor-core partial sum covers (``mma`` k-step 16 for 16-bit inputs):
+under reduced-precision reductions a product has at most ``⌈k / 16⌉`` partials added in its output type."""
+
+
+def unit_roundoff(dtype) -> float:
+    """``u``: half the gap from 1 to the next number, ``torch.finfo(dtype).eps / 2``.
+
+    >>> unit_roundoff(torch.float32) == 2.0**-24, unit_roundoff(torch.bfloat16) == 2.0**-8
+    (True, True)
+    """
+    return torch.finfo(dtype).eps / 2
+
+
+def underflow_unit(dtype) -> float:
+    """``η``: half the smallest subnormal of ``dtype``, the most rounding can lose in the subnormal range.
+
+    >>> underflow_unit(torch.float16) == 2.0**-25
+    True
+    """
+    info = torch.finfo(dtype)
+    return info.smallest_normal * info.eps / 2
+
+
+def gamma(n: int, u: float) -> float:
+    """Higham's ``γ_n = n·u / (1 − n·u)``; infinite once ``n·u ≥ 1`` (no bound left).
+
+    >>> gamma(4, 0.125)
+    1.0
+    >>> gamma(8, 0.125)
+    inf
+    """
+    nu = n * u
+    return math.inf if nu >= 1 else nu / (1 - nu)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a product rounds (see the module's tolerance): unit roundoffs of its inputs, sums and output.
+
+    ``output_unit`` is 0 when ``C`` keeps the sums' precision; ``reduction_chunk`` is ``None`` unless
+    partial sums may be added in the output type.
+    """
+
+    input_unit: float
+    accumulation_unit: float
+    output_unit: float
+    reduction_chunk: int | None = None
+    accumulation_underflow: float = 0.0
+    output_underflow: float = 0.0
+
+    def underflow(self, k: int) -> float:
+        """The absolute error underflow may add to one element: ``(k + 1)·η_acc + η_out``.
+
+        Higham's relative bounds assume no underflow; a result in the subnormal range is rounded to
+        a fixed spacing instead, adding at most ``η`` (half the smallest subnormal) per operation.
+        """
+        return (k + 1) * self.accumulation_underflow + self.output_underflow
+
+    def product_coefficient(self, k: int) -> float:
+        """``α``: the bound on ``|fl(AB) − AB|`` as a multiple of ``|A||B|``."""
+        sums = gamma(k + 1, self.accumulation_unit)
+        inputs = (1 + sums) * (2 * self.input_unit + self.input_unit**2)
+        partials = gamma(math.ceil(k / self.reduction_chunk), self.output_unit) if self.reduction_chunk else 0.0
+        return inputs + sums + partials
+
+    @property
+    def output_coefficient(self) -> float:
+        """``β = u_out / (1 − u_out)``: the output's rounding as a multiple of ``|C|``."""
+        return self.output_unit / (1 - self.output_unit)
+
+
+def precision_of(dtype, device="cpu", *, out_dtype=None) -> Precision:
+    """How a product in ``dtype`` (a name as :func:`accounting.memory.format_name` takes) rounds on ``device``.
+
+    float64 and float32 sum in their own type; tf32 rounds its float32 inputs to 10 mantissa bits;
+    bfloat16, float16 and fp8 sum in float32 (fp8 on a GPU: :data:`FP8_GPU_ACCUMULATION_UNIT`) and
+    round into ``out_dtype`` (default: the inputs' type; fp8 products write bfloat16 in the benchmarks).
+    On CUDA, fp16 and bf16 products allowed reduced-precision reductions
+    (``torch.backends.cuda.matmul.allow_*_reduced_precision_reduction``, on by default) get
+    ``reduction_chunk = MMA_K_STEP``.
+
+    >>> bf16 = precision_of("bf16")
+    >>> bf16.accumulation_unit == 2.0**-24, bf16.output_unit == 2.0**-8, bf16.reduction_chunk
+    (True, True, None)
+    >>> precision_of("float32").output_unit
+    0
+    """
+    name = format_name(dtype)
+    store = storage_dtype(name)
+    kind = torch.device(device).type
+    out = store if out_dtype is None else out_dtype
+    if not isinstance(out, torch.dtype):
+        raise AccountingTypeError(f"out_dtype must be a torch.dtype, got {out_dtype!r}")
+    accumulation = unit_roundoff(torch.float64 if store == torch.float64 else torch.float32)
+    if name.startswith("float8") and kind != "cpu":
+        accumulation = FP8_GPU_ACCUMULATION_UNIT
+    output = unit_roundoff(out) if unit_roundoff(out) > accumulation else 0
+    sums = torch.float64 if store == torch.float64 else torch.float32
+    chunk = None
+    if kind == "cuda" and store in (torch.float16, torch.bfloat16):
+        flag = "allow_fp16_reduced_precision_reduction" if store == torch.float16 else "allow_bf16_reduced_precision_reduction"
+        if bool(getattr(torch.backends.cuda.matmul, flag, True)):
+            chunk = MMA_K_STEP
+    return Precision(TF32_INPUT_UNIT if name == TF32 else 0, accumulation, output, chunk,
+                     underflow_unit(sums), underflow_unit(out) if output else 0.0)
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """Freivalds' residuals of one product, their tolerances, and the blocks of columns they cover.
+
+    ``residual`` and ``tolerance`` are ``(m, vectors)`` tensors; vector ``v`` covers columns
+    ``bounds[v]`` to ``bounds[v + 1]``. A single element off by more than ``catch_factor`` times its
+    row's tolerance is always caught.
+    """
+
+    residual: torch.Tensor
+    tolerance: torch.Tensor
+    bounds: tuple[int, ...]
+    catch_factor: float
+
+    def excess(self) -> torch.Tensor:
+        """``|residual| / tolerance`` (infinite where the residual is not finite, or non-zero against a zero tolerance)."""
+        size = self.residual.abs()
+        ratio = torch.where(self.tolerance > 0, size / self.tolerance.clamp_min(torch.finfo(size.dtype).tiny),
+                            torch.where(size > 0, math.inf, 0.0))
+        return torch.where(torch.isfinite(size) & ~torch.isnan(self.tolerance), ratio, math.inf)
+
+    def vector_of(self, column: int) -> int:
+        """Which vector covers ``column``."""
+        for vector in range(len(self.bounds) - 1):
+            if self.bounds[vector] <= column < self.bounds[vector + 1]:
+                return vector
+        raise AccountingError(f"column {column!r} is outside 0..{self.bounds[-1] - 1}")
+
+
+@dataclass(frozen=True)
+class ResultCheck:
+    """The verdict on one product: ``ok``, and where and by how much it is worst.
+
+    ``excess`` is the worst ``|residual| / tolerance`` (at most 1 passes; ``inf`` for a non-finite
+    result); ``row`` and ``columns`` (half-open) say where. ``repeat_identical`` is ``None`` when the
+    product was not repeated.
+    """
+
+    dtype: str
+    shape: tuple[int, int, int]
+    excess: float
+    row: int
+    columns: tuple[int, int]
+    residual: float
+    tolerance: float
+    repeat_identical: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.excess <= 1 and self.repeat_identical is not False
+
+    @property
+    def reason(self) -> str:
+        """One line saying what is wrong (empty when ``ok``)."""
+        shape = "x".join(map(str, self.shape))
+        parts = []
+        if self.excess > 1:
+            size = "not finite" if math.isinf(self.excess) else f"off by {self.excess:.3g}x its rounding tolerance"
+            parts.append(f"{self.dtype} {shape} product wrong: row {self.row}, columns "
+                         f"{self.columns[0]}-{self.columns[1] - 1} {size} "
+                         f"(residual {self.residual:.3g}, tolerance {self.tolerance:.3g})")
+        if self.repeat_identical is False:
+            parts.append(f"{self.dtype} {shape} product changed between two identical calls")
+        return "; ".join(parts)
+
+
+def _operand(x, what):
+    if not isinstance(x, torch.Tensor):
+        raise AccountingTypeError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise AccountingError(f"{what} must be a matrix, got shape {tuple(x.shape)}")
+    return x
+
+
+def _scale(scale, what, length, axis):
+    """A ``_scaled_mm`` scale as a tensor that broadcasts: a scalar, or one per row of A / column of B."""
+    if scale is None:
+        return None
+    if not isinstance(scale, torch.Tensor):
+        raise AccountingTypeError(f"{what} must be a torch.Tensor or None, got {type(scale).__name__}")
+    if scale.numel() == 1:
+        return scale.reshape(())
+    wanted = (length, 1) if axis == 0 else (1, length)
+    if tuple(scale.shape) != wanted:
+        raise AccountingError(f"{what} must be a scalar or of shape {wanted}, got {tuple(scale.shape)}")
+    return scale
+
+
+def _rows(total: int, width: int):
+    step = max(1, CHUNK_ELEMENTS // max(1, width))
+    for start in range(0, total, step):
+        yield start, min(total, start + step)
+
+
+def _block_sums(x, width, signs, acc, scale=None):
+    """Per block of ``width`` columns: the signed sums ``x[:, J] @ signs[J]`` and the sums of ``|x[:, J]|``, in ``acc``.
+
+    The columns are zero-padded to whole blocks and summed as a reshaped view: O(rows·n), no index scatter.
+    """
+    rows, n = x.shape
+    vectors = -(-n // width)
+    pad = vectors * width - n
+    signed = torch.empty(rows, vectors, dtype=acc, device=x.device)
+    absolute = torch.empty_like(signed)
+    for start, stop in _rows(rows, n):
+        block = x[start:stop].to(acc, copy=True)  # a copy of its own: abs_ below must not touch x
+        if scale is not None:
+            block = block * scale.to(acc)
+        if pad:
+            block = torch.nn.functional.pad(block, (0, pad))
+        signed[start:stop] = (block * signs).view(stop - start, vectors, width).sum(-1)
+        absolute[start:stop] = block.abs_().view(stop - start, vectors, width).sum(-1)
+    return signed, absolute
+
+
+def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | None = None, dtype=None,
+              vectors: int = VECTORS, seed: int = 0, check_dtype=torch.float64) -> Residuals:
+    """Freivalds' residuals ``A(Bx) − Cx`` and their tolerances (module docstring), on the operands' device.
+
+    ``a`` (m, k) and ``b`` (k, n) as the benchmark multiplied them (``b`` may be a transposed view);
+    ``scale_a``/``scale_b`` the float32 scales of a ``torch._scaled_mm`` product (scalars, or one
+    per row of ``a`` / column of ``b``); ``c`` (m, n) the product. ``precision`` defaults to
+    :func:`precision_of` for ``dtype`` (default: ``a``'s), on ``a``'s device, into ``c``'s dtype.
+    ``check_dtype`` is float64, or float32 where a device has no float64 (not for a float64 product).
+    """
+    a, b, c = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2 or tuple(c.shape) != (m, n):
+        raise AccountingError(f"shapes do not match: a {tuple(a.shape)}, b {tuple(b.shape)}, c {tuple(c.shape)}")
+    if not a.device == b.device == c.device:
+        raise AccountingError(f"a, b and c must be on one device, got {a.device}, {b.device}, {c.device}")
+    if check_dtype not in (torch.float64, torch.float32):
+        raise AccountingError(f"check_dtype must be torch.float64 or torch.float32, got {check_dtype!r}")
+    if check_dtype == torch.float32 and torch.float64 in (a.dtype, b.dtype, c.dtype):
+        raise AccountingError("a float64 product cannot be checked in float32: use check_dtype=torch.float64")
+    vectors = min(check_positive_size(vectors, "vectors"), n)
+    precision = precision or precision_of(a.dtype if dtype is None else dtype, a.device, out_dtype=c.dtype)
+    scale_a, scale_b = _scale(scale_a, "scale_a", m, 0), _scale(scale_b, "scale_b", n, 1)
+
+    width = -(-n // vectors)
+    vectors = -(-n // width)
+    bounds = tuple(min(v * width, n) for v in range(vectors + 1))
+    generator = torch.Generator(device=a.device).manual_seed(seed)
+    signs = torch.randint(0, 2, (vectors * width,), generator=generator, device=a.device).to(check_dtype) * 2 - 1
+    y, y_abs = _block_sums(b, width, signs, check_dtype, scale_b)
+    left = torch.empty(m, vectors, dtype=check_dtype, device=a.device)
+    bound_t = torch.empty_like(left)
+    for start, stop in _rows(m, k):
+        block = a[start:stop].to(check_dtype, copy=True)  # a copy of its own: abs_ below must not touch a
+        if scale_a is not None:
+            block = block * (scale_a if scale_a.dim() == 0 else scale_a[start:stop]).to(check_dtype)
+        left[start:stop] = block @ y
+        bound_t[start:stop] = block.abs_() @ y_abs
+    right, bound_s = _block_sums(c, width, signs, check_dtype)
+
+    u_check = unit_roundoff(check_dtype)
+    long_sums = gamma(k + width + 3, u_check)
+    short_sums = gamma(width + 2, u_check)
+    alpha = precision.product_coefficient(k) + long_sums
+    beta = precision.output_coefficient + short_sums
+    floor = width * (precision.underflow(k) + (k + width + 3) * underflow_unit(check_dtype))
+    tolerance = (alpha * bound_t + beta * bound_s + floor) / (1 - long_sums)
+    rho = (1 + long_sums) / (1 - long_sums)
+    catch = 2 * rho / (1 - 2 * rho * beta) if 2 * rho * beta < 1 else math.inf
+    return Residuals(left - right, tolerance, bounds, catch)
+
+
+def check_product(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | None = None, dtype=None,
+                  vectors: int = VECTORS, seed: int = 0, check_dtype=torch.float64,
+                  repeat_identical: bool | None = None) -> ResultCheck:
+    """Freivalds' check of ``c ≈ a @ b`` (arguments as :func:`residuals`): a :class:`ResultCheck`.
+
+    ``repeat_identical`` is passed through (from :func:`same_bits` of two identical calls).
+    """
+    found = residuals(a, b, c, scale_a=scale_a, scale_b=scale_b, precision=precision, dtype=dtype,
+                      vectors=vectors, seed=seed, check_dtype=check_dtype)
+    excess = found.excess()
+    worst = int(torch.argmax(excess).item())
+    row, vector = divmod(worst, excess.shape[1])
+    name = format_name(a.dtype if dtype is None else dtype)
+    return ResultCheck(name, (a.shape[0], a.shape[1], b.shape[1]), float(excess[row, vector].item()), row,
+                       (found.bounds[vector], found.bounds[vector + 1]), float(found.residual[row, vector].item()),
+                       float(found.tolerance[row, vector].item()), repeat_identical)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    return x.contiguous().view(as_int)
+
+
+def same_bits(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Whether two results are bitwise identical (NaNs with the same bits count as equal).
+
+    >>> x = torch.tensor([1.0, float("nan")])
+    >>> same_bits(x, x.clone()), same_bits(x, x + 1)
+    (True, False)
+    """
+    if first.shape != second.shape or first.dtype != second.dtype:
+        return False
+    return bool(torch.equal(_bits(first), _bits(second)))
+
+
+def check_case(case, *, vectors: int = VECTORS, seed: int = 0, repeat: bool = True,
+               check_dtype=torch.float64) -> ResultCheck:
+    """Run a benchmark's product once (twice with ``repeat``) and check it: the hook for the sweep and benchmarks.
+
+    ``case`` is anything shaped like :class:`accounting.timing.MatmulCase`: ``fn()`` returns the
+    product; ``operands`` are ``(a, b, out)``, or ``(a, b, scale_a, scale_b)`` for fp8
+    (``torch._scaled_mm``); ``dtype``, and ``runs_as`` where set, name the dtype. Call it outside
+    the timed repetitions (it runs the product itself).
+
+    >>> import types
+    >>> a, b = torch.randn(32, 16), torch.randn(16, 8)
+    >>> case = types.SimpleNamespace(fn=lambda: a @ b, operands=(a, b), dtype="float32", runs_as=None)
+    >>> check_case(case).ok
+    True
+    """
+    fn = getattr(case, "fn", None)
+    operands = tuple(getattr(case, "operands", ()))
+    if not callable(fn) or len(operands) < 2:
+        raise AccountingTypeError(f"case must have fn() and operands (a, b, ...), got {case!r}")
+    name = format_name(getattr(case, "runs_as", None) or getattr(case, "dtype", operands[0].dtype))
+    scales = operands[2:4] if name.startswith("float8") else (None, None)
+    result = _call(fn)
+    identical = None
+    if repeat:
+        result = result.clone()
+        identical = same_bits(result, _call(fn))
+    return check_product(operands[0], operands[1], result, scale_a=scales[0], scale_b=scales[1], dtype=name,
+                         vectors=vectors, seed=seed, check_dtype=check_dtype, repeat_identical=identical)
+
+
+def _call(fn: Callable[[], object]) -> torch.Tensor:
+    result = fn()
+    if not isinstance(result, torch.Tensor):
+        raise AccountingTypeError(f"the case's fn() must return the product tensor, got {type(result).__name__}")
+    return result
