@@ -373,7 +373,7 @@ BASE = {"regression": {"metric": "median", "threshold_percent": 10},
     pytest.param({"straggler_fraction": 0}, r"fleet.straggler_fraction = 0: must be a number in \(0, 1\)$", id="zero"),
     pytest.param({"straggler_fraction": True}, r"fleet.straggler_fraction = True: must be", id="bool"),
     pytest.param({"straggler_fraction": "0.9"}, r"fleet.straggler_fraction = '0.9': must be a number", id="text"),
-    pytest.param({"median": 0.9}, r"fleet has unknown key\(s\) 'median'; known: min_busbw_gbps, straggler_fraction$", id="unknown-key"),
+    pytest.param({"median": 0.9}, r"fleet has unknown key\(s\) 'median'; known: [a-z_, ]*straggler_fraction", id="unknown-key"),
     pytest.param([0.9], r"fleet must be an object, got \[0.9\]$", id="not-an-object"),
 ])
 def test_a_bad_fleet_section_is_named(fleet, message):

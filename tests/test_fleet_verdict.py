@@ -83,7 +83,9 @@ def test_collective_rows_take_the_mean_over_ranks_as_nccl_tests_and_sum_wrong_el
 def test_a_fleet_with_nothing_wrong_is_healthy():
     records = [_record({"bfloat16": _section(700.0 + rank)}) for rank in range(3)]
     result = verdict.judge(records, fraction=0.9, min_busbw_gbps=None)
-    assert result == {"verdict": verdict.HEALTHY, "flags": [], "collectives": []}
+    assert {key: result[key] for key in ("verdict", "flags", "collectives", "links")} == {
+        "verdict": verdict.HEALTHY, "flags": [], "collectives": [], "links": []}
+    assert not any(figures["neighbours"]["busy"] for figures in result["figures"].values())
 
 
 def test_hung_and_failed_ranks_are_named_with_the_phase_and_error():

@@ -65,7 +65,13 @@ DEFAULT_STRAGGLER_FRACTION = 0.9
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds", "min_time_s"}
 _REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
 _MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
-_FLEET_KEYS = {"straggler_fraction", "min_busbw_gbps"}
+_FLEET_KEYS = {"straggler_fraction", "min_busbw_gbps", "figure_fractions", "busy_cpu_share"}
+FLEET_FIGURES = ("memory_bandwidth", "slowest_share", "p2p_link")
+"""The per-rank and per-link figures the fleet compares besides matmul TFLOP/s (:mod:`accounting.fleet.figures`)."""
+DEFAULT_FIGURE_FRACTIONS = {"memory_bandwidth": 0.85, "slowest_share": 0.25, "p2p_link": 0.7}
+"""``fleet.figure_fractions`` when the file sets none (see benchmarks.json for the reasoning)."""
+DEFAULT_BUSY_CPU_SHARE = 0.1
+"""``fleet.busy_cpu_share`` when the file sets none (see benchmarks.json for the reasoning)."""
 FLEET_SCOPES = ("world", "intra-node", "inter-node")
 """The fleet's scopes (:mod:`accounting.fleet.scopes`), which ``fleet.min_busbw_gbps`` presets name."""
 FLEET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -102,10 +108,14 @@ class ModelMatrix:
 @dataclass(frozen=True)
 class FleetSettings:
     """The ``fleet`` section: a rank is a straggler below ``straggler_fraction`` × the median of its peers;
-    ``min_busbw_gbps`` holds named presets of minimum bus bandwidths, ``{name: {scope: {collective: GB/s}}}``."""
+    ``min_busbw_gbps`` holds named presets of minimum bus bandwidths, ``{name: {scope: {collective: GB/s}}}``;
+    ``figure_fractions`` the same rule's fraction for each of :data:`FLEET_FIGURES`; a rank is busy when other
+    processes took more than ``busy_cpu_share`` of its cores while it measured."""
 
     straggler_fraction: float = DEFAULT_STRAGGLER_FRACTION
     min_busbw_gbps: dict = field(default_factory=dict)
+    figure_fractions: dict = field(default_factory=lambda: dict(DEFAULT_FIGURE_FRACTIONS))
+    busy_cpu_share: float = DEFAULT_BUSY_CPU_SHARE
 
 
 @dataclass(frozen=True)
@@ -368,7 +378,32 @@ def _fleet(value, source: str) -> FleetSettings:
     fraction = value.get("straggler_fraction", DEFAULT_STRAGGLER_FRACTION)
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
         _fail(source, "fleet.straggler_fraction", f"= {fraction!r}: must be a number in (0, 1)")
-    return FleetSettings(float(fraction), _busbw_presets(value.get("min_busbw_gbps", {}), source))
+    busy = value.get("busy_cpu_share", DEFAULT_BUSY_CPU_SHARE)
+    if isinstance(busy, bool) or not isinstance(busy, numbers.Real) or not 0 < busy < 1:
+        _fail(source, "fleet.busy_cpu_share", f"= {busy!r}: must be a number in (0, 1)")
+    return FleetSettings(float(fraction), _busbw_presets(value.get("min_busbw_gbps", {}), source),
+                         _figure_fractions(value.get("figure_fractions", {}), source), float(busy))
+
+
+def _figure_fractions(value, source: str) -> dict:
+    """``fleet.figure_fractions``: ``{figure: fraction in (0, 1)}`` for :data:`FLEET_FIGURES`; the defaults fill gaps.
+
+    >>> _figure_fractions({"memory_bandwidth": 0.8}, "b.json")["memory_bandwidth"]
+    0.8
+    >>> _figure_fractions({"matmul": 0.8}, "b.json")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: b.json: fleet.figure_fractions has unknown key(s) 'matmul'; known: memory_bandwidth, p2p_link, slowest_share
+    """
+    value = _mapping(value, source, "fleet.figure_fractions")
+    _check_keys(value, set(FLEET_FIGURES), source, "fleet.figure_fractions")
+    fractions = dict(DEFAULT_FIGURE_FRACTIONS)
+    for figure in FLEET_FIGURES:
+        fraction = value.get(figure, fractions[figure])
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
+            _fail(source, f"fleet.figure_fractions.{figure}", f"= {fraction!r}: must be a number in (0, 1)")
+        fractions[figure] = float(fraction)
+    return fractions
 
 
 def _busbw_presets(value, source: str) -> dict:

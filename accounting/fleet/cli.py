@@ -45,9 +45,11 @@ DESCRIPTION = (
     "Validate every device of a node, and every node of a cluster: one process per device (start it with "
     "torchrun), each measuring its own matmul TFLOP/s, MFU and memory bandwidth with the report's code, then "
     "all_reduce, all_gather, reduce_scatter and broadcast timed together as nccl-tests times them (algbw, busbw, "
-    "wrong values counted). Rank 0 prints a table per rank and per collective and flags stragglers (below the "
-    "straggler fraction of benchmarks.json × the median of the other ranks, or below the dtype's MFU floor), "
-    "configuration drift (device, driver, CUDA/ROCm, torch), collectives below --min-busbw, failed and hung ranks."
+    "wrong values counted), then every pair's point-to-point link. Rank 0 prints a table per rank, per collective and "
+    "per link and flags the rank below its fraction of benchmarks.json × the median of the other ranks on every "
+    "figure (matmul TFLOP/s or the dtype's MFU floor, memory bandwidth, how often it is the slowest), slow links "
+    "with both ends, ranks that shared their cores or device with other work (busy), configuration drift (device, "
+    "driver, CUDA/ROCm, torch), collectives below --min-busbw, failed and hung ranks."
 )
 EPILOG = (
     "one node: torchrun --standalone --nproc-per-node=gpu -m accounting fleet; several: torchrun --nnodes=N "

@@ -1,8 +1,11 @@
-"""The fleet document as text for a terminal: a per-rank table, the collectives as nccl-tests prints
-them, then notes and flags. Pure functions of the document (:mod:`accounting.fleet.results`).
+"""The fleet document as text for a terminal: a per-rank table (its figures, its neighbours), the collectives
+as nccl-tests prints them, the point-to-point matrix, then notes and flags. Pure functions of the document
+(:mod:`accounting.fleet.results`).
 
 >>> print(busbw_cell(None), busbw_cell(2.5e9))
 — 2.50
+>>> neighbour_cell({"share": 0.48, "where": "CPU 1", "busy": True, "shared_with": []})
+'48% of CPU 1 (busy)'
 """
 
 from accounting._units import GB
@@ -34,11 +37,26 @@ def _dtypes(document: dict) -> list[str]:
 def _flagged_kinds(document: dict) -> dict:
     kinds: dict = {}
     for flag in document["flags"]:
-        if flag["rank"] is not None:
-            kinds.setdefault(flag["rank"], [])
-            if flag["kind"] not in kinds[flag["rank"]]:
-                kinds[flag["rank"]].append(flag["kind"])
+        ranks = flag.get("ranks") or ([flag["rank"]] if flag["rank"] is not None else [])
+        for rank in ranks:
+            kinds.setdefault(rank, [])
+            if flag["kind"] not in kinds[rank]:
+                kinds[rank].append(flag["kind"])
     return kinds
+
+
+def neighbour_cell(entry) -> str:
+    """Other work's share of a rank's cores (or its device's memory), where it ran, and whether that made it busy."""
+    if not entry or entry.get("share") is None:
+        return NOT_KNOWN
+    cell = f"{entry['share']:.0%} of {entry['where']}"
+    if entry.get("shared_with"):
+        return cell + f" (shared with rank {', '.join(map(str, entry['shared_with']))})"
+    return cell + (" (busy)" if entry.get("busy") else "")
+
+
+def _share_cell(entry) -> str:
+    return NOT_KNOWN if not entry else f"{entry['share']:.0%} of {entry['rows']}"
 
 
 def rank_rows(document: dict) -> tuple[list[str], list[list[str]]]:
@@ -47,7 +65,7 @@ def rank_rows(document: dict) -> tuple[list[str], list[list[str]]]:
     header = ["rank", "host", "device"]
     for dtype in dtypes:
         header += [f"{dtype} TFLOP/s", "MFU"]
-    header += ["copy GB/s", "clock MHz", "power W", "temp °C", "throttle", "flags"]
+    header += ["copy GB/s", "slowest", "clock MHz", "power W", "temp °C", "throttle", "neighbours", "flags"]
     kinds = _flagged_kinds(document)
     hung = set(document["hung_ranks"])
     rows = []
@@ -62,8 +80,11 @@ def rank_rows(document: dict) -> tuple[list[str], list[list[str]]]:
             best = section.get("best")
             row += [tflops(best and best["flops_per_s"]), fraction(section.get("mfu"))]
         bandwidth = (report.get("bandwidth") or {}).get("measured_bytes_per_s")
-        row += [busbw_cell(bandwidth), _number(telemetry.get("clock_mhz_mean")), _number(telemetry.get("power_w_mean")),
-                _number(telemetry.get("temperature_c_max")), ",".join(telemetry.get("throttle_reasons") or ()) or NOT_KNOWN]
+        figures = (document.get("figures") or {}).get(str(rank)) or {}
+        row += [busbw_cell(bandwidth), _share_cell(figures.get("slowest_share")),
+                _number(telemetry.get("clock_mhz_mean")), _number(telemetry.get("power_w_mean")),
+                _number(telemetry.get("temperature_c_max")), ",".join(telemetry.get("throttle_reasons") or ()) or NOT_KNOWN,
+                neighbour_cell(figures.get("neighbours"))]
         marks = list(kinds.get(rank, []))
         if rank in hung and "hung" not in marks:
             marks.append("hung")
@@ -123,12 +144,43 @@ def _best_busbw_lines(document: dict) -> list[str]:
     return lines
 
 
+def link_matrix(document: dict) -> list[str]:
+    """The point-to-point links as one matrix per scope: GB/s from the row's rank to the column's, ``—`` where
+    the pair was not timed (another node's, or sampled away); and how many rounds ran."""
+    links = document.get("links") or []
+    if not links:
+        return []
+    lines = [("Point-to-point links (GB/s = 10^9 B/s, row sends to column; each pair alone with its peer, "
+              "both directions; the time is the mean of the two ends'):")]
+    for scope in sorted({row["scope"] for row in links}):
+        rows = [row for row in links if row["scope"] == scope]
+        ranks = sorted({row["src"] for row in rows} | {row["dst"] for row in rows})
+        cells = {(row["src"], row["dst"]): busbw_cell(row["bytes_per_s"]) for row in rows}
+        body = [[str(src)] + [cells.get((src, dst), "·" if src == dst else NOT_KNOWN) for dst in ranks]
+                for src in ranks]
+        lines += [f"  {scope}:", table(["from ↓ to →"] + [str(rank) for rank in ranks], body, indent="    ")]
+    runs = [((record or {}).get("p2p") or {}) for record in document["ranks"]]
+    runs = [run for run in runs if run.get("rounds")]
+    if runs:
+        done, planned = min(run["rounds_run"] for run in runs), runs[0]["rounds"]
+        sampled = "complete" if done >= planned else "sampled: the budget ran out"
+        lines.append(f"  {done} of {planned} round(s) of disjoint pairs ran ({sampled}); "
+                     f"{runs[0]['bytes']} B per transfer")
+    return lines
+
+
 def render(document: dict) -> str:
     """The whole fleet as text."""
     settings = document["settings"]
     head = (f"Fleet: {settings['world_size']} rank(s)" + (f" ({settings['backend']})" if settings["backend"] else "")
             + f", budget {settings['budget_s']:g} s per rank, straggler below {settings['straggler_fraction']:g} × "
               "the median of the other ranks")
+    fractions = settings.get("figure_fractions")
+    if fractions:
+        head += (f" (memory bandwidth {fractions['memory_bandwidth']:g} ×, point-to-point links {fractions['p2p_link']:g} × "
+                 f"the other pairs'; slowest share above the others' ÷ {fractions['slowest_share']:g})")
+    if settings.get("busy_cpu_share") is not None:
+        head += f"; busy: other work took over {settings['busy_cpu_share']:.0%} of a rank's cores"
     loads = [((record or {}).get("report") or {}).get("machine", {}).get("load_average_1min") for record in document["ranks"]]
     loads = [load for load in loads if load is not None]
     if loads:
@@ -139,6 +191,9 @@ def render(document: dict) -> str:
     best = _best_busbw_lines(document)
     if best:
         blocks.append(["Bus bandwidth:"] + best)
+    links = link_matrix(document)
+    if links:
+        blocks.append(links)
     if document["notes"]:
         blocks.append(["Notes:"] + [f"  - {note}" for note in document["notes"]])
     flags = [f"  {flag['kind']}: {flag['message']}" for flag in document["flags"]]

@@ -7,7 +7,11 @@ The phases, in order (each rank runs all of them; only rank 0 returns the docume
    communication at all — an error here is recorded, not raised;
 3. a checkpoint (:mod:`~accounting.fleet.gather`): a rank that never arrives is named here;
 4. the collectives, per scope (:mod:`~accounting.fleet.scopes`), within ``COLLECTIVE_SHARE`` of the budget;
-5. a last checkpoint, where the records travel to rank 0 as one ``all_gather_object``.
+5. the point-to-point links, pair by pair (:mod:`~accounting.fleet.p2p`), within ``LINK_SHARE`` of it;
+6. a last checkpoint, where the records travel to rank 0 as one ``all_gather_object``.
+
+Around phases 4 and 5 each rank reads which share of its cores other processes took
+(:class:`accounting.telemetry.cpu.ForeignCpuWindow`), as its sampler did during phase 2.
 
 ``Hooks`` let the tests make a rank fail, hang, lie about itself or corrupt a result, on a
 real multi-process run.
@@ -21,9 +25,14 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from accounting.bench.matrix import DEFAULT_STRAGGLER_FRACTION, load_benchmarks
+from accounting.bench.matrix import (
+    DEFAULT_BUSY_CPU_SHARE,
+    DEFAULT_FIGURE_FRACTIONS,
+    DEFAULT_STRAGGLER_FRACTION,
+    load_benchmarks,
+)
 from accounting.errors import AccountingError
-from accounting.fleet import agreement, collectives
+from accounting.fleet import agreement, collectives, p2p
 from accounting.fleet.gather import RanksHung, checkpoint
 from accounting.fleet.identity import identify
 from accounting.fleet.launch import (
@@ -41,12 +50,16 @@ from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
 from accounting.fleet.throttle import throttled
 from accounting.hardware.devices import detect_device, free_memory_bytes
+from accounting.telemetry.cpu import ForeignCpuWindow
 
-MEASURE_SHARE = 0.6
+MEASURE_SHARE = 0.55
 """Share of the per-rank budget for the rank's own device (bandwidth and the matmul sweep)."""
-COLLECTIVE_SHARE = 0.3
-"""Share for the collectives, split evenly between scopes and then collectives; the rest is start-up and gathering."""
-WORLD_OF_ONE_SHARE = MEASURE_SHARE + COLLECTIVE_SHARE
+COLLECTIVE_SHARE = 0.25
+"""Share for the collectives, split evenly between scopes and then collectives."""
+LINK_SHARE = 0.1
+"""Share for the point-to-point links (the rest is start-up and gathering). Each pair's first transfer, which
+connects it, is outside it, as each collective's first call is; rounds past it are sampled away."""
+WORLD_OF_ONE_SHARE = MEASURE_SHARE + COLLECTIVE_SHARE + LINK_SHARE
 """A world of one has no collectives: its device gets their share too."""
 MIN_BARRIER_TIMEOUT_S = 30.0
 BARRIER_TIMEOUT_BUDGET_FRACTION = 0.25
@@ -71,6 +84,12 @@ class FleetOptions:
     bandwidth_bytes: int | None = None
     """Bytes per device copy (``None``: the report's default); tests make it small."""
     max_message_bytes: int | None = None
+    link_bytes: int | None = None
+    """Bytes per point-to-point transfer (``None``: :func:`accounting.fleet.p2p.link_bytes`)."""
+    figure_fractions: dict | None = None
+    """``None``: ``fleet.figure_fractions`` from benchmarks.json."""
+    busy_cpu_share: float | None = None
+    """``None``: ``fleet.busy_cpu_share`` from benchmarks.json."""
 
     def barrier_timeout(self) -> float:
         """``barrier_timeout_s``, or the default from the budget.
@@ -98,6 +117,9 @@ class Hooks:
     device_fault: Callable | None = None
     """``device_fault(rank, collective, nbytes)``: may raise, as a rank whose device broke does; called before
     each message size of each collective, and with ``(rank, None, 0)`` by the device probe before each round."""
+    link_path: Callable | None = None
+    """``link_path(rank, peer)``: runs before each of the rank's point-to-point transfers with ``peer``; may
+    sleep, as a slow link's path delays them."""
 
 
 def straggler_fraction(options: FleetOptions, notes: list) -> float:
@@ -109,6 +131,41 @@ def straggler_fraction(options: FleetOptions, notes: list) -> float:
     except AccountingError as error:
         notes.append(f"straggler fraction {DEFAULT_STRAGGLER_FRACTION} (the default): {error}")
         return DEFAULT_STRAGGLER_FRACTION
+
+
+def judging_settings(options: FleetOptions) -> dict:
+    """The fractions of the figures and the busy share: the options, else benchmarks.json's, else the defaults."""
+    try:
+        fleet = load_benchmarks().fleet
+        fractions, busy = fleet.figure_fractions, fleet.busy_cpu_share
+    except AccountingError:  # straggler_fraction's note already says benchmarks.json was not read
+        fractions, busy = dict(DEFAULT_FIGURE_FRACTIONS), DEFAULT_BUSY_CPU_SHARE
+    return {"figure_fractions": {**fractions, **(options.figure_fractions or {})},
+            "busy_cpu_share": busy if options.busy_cpu_share is None else options.busy_cpu_share}
+
+
+def _time_links(hosts, launch: Launch, device, groups, *, budget_s: float, options: FleetOptions, hooks: Hooks,
+                record: dict) -> None:
+    """Every rank's point-to-point pairs (:func:`accounting.fleet.p2p.time_links`), after a device probe and an
+    agreement on the transfer size, so a rank whose device broke sits it out and its peers skip it."""
+    rank = launch.rank
+    try:
+        agreement.probe(device, fault=None if hooks.device_fault is None else (lambda: hooks.device_fault(rank, None, 0)))
+        nbytes = options.link_bytes or p2p.link_bytes(device, free_memory_bytes(device))
+        ok = True
+    except Exception as error:  # noqa: BLE001 - a broken device sits the links out and is named
+        record["errors"].append({"phase": "probing its device before the point-to-point links",
+                                 "error": collectives.describe(error)})
+        nbytes, ok = collectives.MIN_MESSAGE_BYTES, False
+    agreed = agreement.agree(ok, [-nbytes], group=groups.control)
+    nbytes = max(int(-agreed.values[0]), collectives.ELEMENT_BYTES)
+    path = None
+    if hooks.link_path is not None:
+        def path(me, peer):
+            hooks.link_path(me, peer)
+    record["p2p"] = p2p.time_links(p2p.plan_links(hosts), rank=rank, device=device, group=groups.device,
+                                   control=groups.control, budget_s=budget_s, nbytes=nbytes, path=path,
+                                   excluded=agreed.failed)
 
 
 def _attempt(record: dict, phase: str, work):
@@ -264,11 +321,12 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
     settings = {
         "world_size": launch.world_size, "backend": device_backend(device) if launch.distributed else None,
         "budget_s": options.budget_s, "dtypes": options.dtypes, "straggler_fraction": straggler_fraction(options, notes),
+        **judging_settings(options),
         "min_busbw_gbps": options.min_busbw_gbps, "barrier_timeout_s": options.barrier_timeout(),
         "slow_rank": None if options.slow_rank is None else list(options.slow_rank),
     }
     record = {"rank": launch.rank, "identity": None, "report": None, "telemetry": None, "collectives": {},
-              "errors": []}
+              "p2p": None, "neighbours": None, "errors": []}
     info = detect_device(device)
     identity = identify(info, rank=launch.rank, local_rank=launch.local_rank, cpus=cpus)
     record["identity"] = hooks.identity(launch.rank, identity) if hooks.identity is not None else identity
@@ -291,9 +349,17 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
             hosts = checkpoint(record, stage="measured", share=record["identity"]["host"], **meet)
             scopes = plan_scopes(hosts)
             per_scope = COLLECTIVE_SHARE * options.budget_s / len(scopes)
+            window = ForeignCpuWindow().start()
             for scope in scopes:
                 _time_scope(scope, launch, device, groups, budget_s=per_scope, options=options, hooks=hooks,
                             record=record, timeout_s=group_timeout)
+            _time_links(hosts, launch, device, groups, budget_s=LINK_SHARE * options.budget_s, options=options,
+                        hooks=hooks, record=record)
+            foreign = window.stop()
+            if foreign is not None:
+                record["neighbours"] = {"foreign_cpu_share": foreign.foreign_share,
+                                        "stolen_cpu_share": foreign.stolen_share, "cpus": list(foreign.cpus),
+                                        "wall_s": foreign.wall_s}
             records = checkpoint(record, stage="gathered", **meet)
         except RanksHung as hung:
             notes.append(str(hung))

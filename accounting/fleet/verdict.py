@@ -5,6 +5,13 @@ Pure functions of the gathered records (see :mod:`accounting.fleet.results`), te
 - **straggler**: a rank whose best TFLOP/s for a dtype is below ``fraction ×`` the median of the *other*
   ranks' best (the median, so the bad rank cannot drag its own yardstick down; ``fraction`` from
   ``benchmarks.json``, ``fleet.straggler_fraction``);
+- **slow memory** and **often slowest**: the same rule on the rank's memory bandwidth, and on its share of
+  the collective rows in which it was the slowest (:mod:`accounting.fleet.figures`; fractions in
+  ``fleet.figure_fractions``);
+- **slow link**: a directed point-to-point link below its fraction of the median of the other pairs' links,
+  both ends named (:mod:`accounting.fleet.links`);
+- **busy**: a rank that shared its cores or its device with other work (:mod:`accounting.fleet.neighbours`);
+  its low figures are named in that flag, not as a straggler's, and the verdict says it was busy;
 - **below floor** / **above peak**: a rank whose best MFU for a dtype is under the dtype's absolute floor, or
   over the ceiling (a wrong peak, a faster mode than the dtype's) — the report's own verdict on that rank;
 - **drift**: a rank whose device model, driver, CUDA/ROCm or torch version (:data:`~accounting.fleet.identity.DRIFT_FIELDS`)
@@ -24,8 +31,17 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from accounting._units import GB, TERA
+from accounting.bench.matrix import DEFAULT_BUSY_CPU_SHARE, DEFAULT_FIGURE_FRACTIONS
 from accounting.fleet.collectives import algbw, busbw, launch_bound
+from accounting.fleet.figures import (
+    above_peers,
+    bandwidth_by_rank,
+    below_peers,
+    slowest_shares,
+)
 from accounting.fleet.identity import DRIFT_FIELDS
+from accounting.fleet.links import common_end, link_rows, slow_links
+from accounting.fleet.neighbours import neighbours
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR
 
@@ -38,26 +54,40 @@ SLOW_COLLECTIVE = "slow collective"
 FAILED = "failed"
 LEFT_OUT = "left out"
 HUNG = "hung"
+SLOW_MEMORY = "slow memory"
+OFTEN_SLOWEST = "often slowest"
+SLOW_LINK = "slow link"
+BUSY = "busy"
 
 TIME_OVER_RANKS = "mean"
 """How a row's time is taken over its ranks: their mean, as nccl-tests reports by default (``-a 1``)."""
 
 HEALTHY = "healthy"
 FLAGGED = "flagged"
+BUSY_ONLY = "busy"
+"""The verdict when every flag is a busy rank's: the fleet was not measured alone, nothing else was found."""
 
 
 @dataclass(frozen=True)
 class Flag:
     """One thing wrong: its ``kind`` (a constant above), the rank it concerns (``None``: a group), a message,
-    and what it is about where that is one name (the dtype of a straggler, the field that drifted)."""
+    what it is about where that is one name (the dtype of a straggler, the field that drifted, the figure),
+    and for a link both its ends (``ranks``)."""
 
     kind: str
     rank: int | None
     message: str
     subject: str | None = None
+    ranks: tuple | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The flag as plain JSON values; ``ranks`` only where the flag has two ends (a link)."""
+        out = asdict(self)
+        if self.ranks is None:
+            del out["ranks"]
+        else:
+            out["ranks"] = list(self.ranks)
+        return out
 
 
 def _g(value: float) -> str:
@@ -65,16 +95,63 @@ def _g(value: float) -> str:
 
 
 def stragglers(dtype: str, best: dict, *, fraction: float) -> list[Flag]:
-    """Ranks whose ``best[rank]`` (FLOP/s, or any rate) is below ``fraction ×`` the median of the others'."""
+    """Ranks whose ``best[rank]`` (TFLOP/s, or any rate) is below ``fraction ×`` the median of the others'."""
+    return [Flag(STRAGGLER, rank, f"rank {rank} {dtype}: best {_g(value)} TFLOP/s < {fraction:g} × "
+                                  f"{_g(median)} (median of the other ranks)", subject=dtype)
+            for rank, value, median in below_peers(best, fraction=fraction)]
+
+
+MEMORY_FIGURE = "memory bandwidth"
+SLOWEST_FIGURE = "slowest share"
+
+
+def figure_flags(records, rows, *, fractions: dict) -> list[Flag]:
+    """Memory bandwidth below its fraction of the other ranks' median; a rank slowest in the collectives far more
+    often than the others (:mod:`accounting.fleet.figures`). Each flag names the figure and the rank."""
     flags = []
-    for rank, value in sorted(best.items()):
-        peers = [other for peer, other in best.items() if peer != rank]
-        if not peers:
+    fraction = fractions["memory_bandwidth"]
+    for rank, value, median in below_peers(bandwidth_by_rank(records), fraction=fraction):
+        flags.append(Flag(SLOW_MEMORY, rank, f"rank {rank} {MEMORY_FIGURE}: copy {value / GB:.3g} GB/s < "
+                                             f"{fraction:g} × {median / GB:.3g} (median of the other ranks)",
+                          subject=MEMORY_FIGURE))
+    shares = slowest_shares(rows)
+    fraction = fractions["slowest_share"]
+    for rank, share, median in above_peers(shares, fraction=fraction):
+        flags.append(Flag(OFTEN_SLOWEST, rank, f"rank {rank} {SLOWEST_FIGURE}: the slowest in {share:.0%} of its "
+                                               f"{shares[rank]['rows']} collective rows > {median:.0%} (median of the "
+                                               f"other ranks) / {fraction:g}", subject=SLOWEST_FIGURE))
+    return flags
+
+
+def link_flags(rows, *, fraction: float) -> list[Flag]:
+    """Wrong elements received over a link; a link below ``fraction ×`` the median of the other pairs' links
+    (:func:`accounting.fleet.links.slow_links`), both ends named, and the common end of every slow link."""
+    flags = [Flag(WRONG, None, f"point-to-point {row['scope']} rank {row['src']} → rank {row['dst']}: {row['wrong']} "
+                               "wrong element(s) received", subject="p2p", ranks=(row["src"], row["dst"]))
+             for row in rows if row["wrong"]]
+    slow = slow_links(rows, fraction=fraction)
+    shared = common_end(slow)
+    for row, median in slow:
+        common = f"; rank {shared} is an end of every slow link" if shared is not None else ""
+        flags.append(Flag(SLOW_LINK, None, f"{row['scope']} link rank {row['src']} → rank {row['dst']}: "
+                                           f"{row['bytes_per_s'] / GB:.3g} GB/s < {fraction:g} × {median / GB:.3g} "
+                                           f"(median of the other pairs' links){common}",
+                          subject=f"{row['src']}->{row['dst']}", ranks=(row["src"], row["dst"])))
+    return flags
+
+
+def busy_flags(found: dict, low: list[Flag]) -> list[Flag]:
+    """One flag per busy rank (:func:`accounting.fleet.neighbours.neighbours`), naming its low figures (``low``:
+    the figure flags of that rank, which it replaces): they are not the device's."""
+    flags = []
+    for rank, entry in sorted(found.items()):
+        if not entry["busy"]:
             continue
-        median = statistics.median(peers)
-        if value < fraction * median:
-            flags.append(Flag(STRAGGLER, rank, f"rank {rank} {dtype}: best {_g(value)} TFLOP/s < {fraction:g} × "
-                                               f"{_g(median)} (median of the other ranks)", subject=dtype))
+        figures = [flag.message.split(": ", 1)[1] if ": " in flag.message else flag.message
+                   for flag in low if flag.rank == rank]
+        said = f"; its low figures are not the device's: {'; '.join(figures)}" if figures else ""
+        flags.append(Flag(BUSY, rank, f"rank {rank} shared its device with other work: {entry['why']}{said}",
+                          subject=entry["where"]))
     return flags
 
 
@@ -222,23 +299,53 @@ def left_out_flags(records) -> list[Flag]:
     return [Flag(LEFT_OUT, rank, message, subject=scope) for (scope, rank), message in sorted(seen.items())]
 
 
-def judge(records, *, fraction: float, min_busbw_gbps=None, hung=()) -> dict:
-    """Everything flagged about the fleet, and the collective rows, as plain JSON values.
+def per_rank_figures(records, rows, found: dict) -> dict:
+    """``{rank: {...}}``: the figures compared across ranks besides TFLOP/s (memory bandwidth, slowest share)
+    and the rank's neighbours, for the text, the JSON and the plot."""
+    bandwidth = bandwidth_by_rank(records)
+    shares = slowest_shares(rows)
+    return {str(rank): {"memory_bytes_per_s": bandwidth.get(rank), "slowest_share": shares.get(rank),
+                        "neighbours": found.get(rank)}
+            for rank, record in enumerate(records) if record}
+
+
+def judge(records, *, fraction: float, min_busbw_gbps=None, hung=(), figure_fractions=None,
+          busy_cpu_share: float | None = None) -> dict:
+    """Everything flagged about the fleet, the collective rows, the links and the per-rank figures, as plain
+    JSON values.
 
     ``min_busbw_gbps``: ``None`` (bus bandwidths reported, not judged), a number of GB/s, or a table
-    per scope and collective (:mod:`accounting.fleet.thresholds`).
+    per scope and collective (:mod:`accounting.fleet.thresholds`). ``figure_fractions`` (per figure of
+    ``fleet.figure_fractions``) and ``busy_cpu_share`` default to benchmarks.json's defaults. A busy rank's
+    low figures are named in its busy flag, first, instead of as a straggler's.
     """
+    fractions = {**DEFAULT_FIGURE_FRACTIONS, **(figure_fractions or {})}
+    busy_share = DEFAULT_BUSY_CPU_SHARE if busy_cpu_share is None else busy_cpu_share
     flags = [Flag(HUNG, rank, f"rank {rank} never reached the barrier (it hangs or died)") for rank in hung]
     for rank, record in enumerate(records):
         for error in (record or {}).get("errors", []):
             flags.append(Flag(FAILED, rank, f"rank {rank} failed while {error['phase']}: {error['error']}"))
+        for error in ((record or {}).get("p2p") or {}).get("errors", []):
+            flags.append(Flag(FAILED, rank, f"rank {rank} failed while timing its point-to-point links: {error}"))
     flags += left_out_flags(records)
+    rows = collective_rows(records)
+    low = []
     for dtype, best in best_by_dtype(records).items():
-        flags += stragglers(dtype, {rank: value / TERA for rank, value in best.items()}, fraction=fraction)
+        low += stragglers(dtype, {rank: value / TERA for rank, value in best.items()}, fraction=fraction)
+    low += figure_flags(records, rows, fractions=fractions)
+    found = neighbours(records, busy_cpu_share=busy_share)
+    busy = {rank for rank, entry in found.items() if entry["busy"]}
+    flags += busy_flags(found, low)
+    flags += [flag for flag in low if flag.rank not in busy]
     flags += floor_flags(records)
     identities = {rank: record["identity"] for rank, record in enumerate(records) if record and record.get("identity")}
     flags += drift(identities)
-    rows = collective_rows(records)
     flags += collective_flags(rows, min_busbw_gbps=min_busbw_gbps)
-    return {"verdict": FLAGGED if flags else HEALTHY, "flags": [flag.as_dict() for flag in flags],
-            "collectives": rows}
+    links = link_rows(records)
+    flags += link_flags(links, fraction=fractions["p2p_link"])
+    if not flags:
+        verdict = HEALTHY
+    else:
+        verdict = BUSY_ONLY if all(flag.kind == BUSY for flag in flags) else FLAGGED
+    return {"verdict": verdict, "flags": [flag.as_dict() for flag in flags], "collectives": rows, "links": links,
+            "figures": per_rank_figures(records, rows, found)}

@@ -14,6 +14,10 @@
 - Throttling: a rise in ``thermal_throttle/*_throttle_count`` (Intel) during the window.
 - Host CPU time: the whole machine's busy and stolen CPU seconds from ``/proc/stat``
   (:func:`read_host_cpu_times`), so a caller can tell its own work from everyone else's.
+- Neighbours on this process's cores: the ``cpuN`` lines of ``/proc/stat`` for the CPUs in the
+  affinity mask (:func:`read_core_times`), less this process's own CPU time, over a window
+  (:class:`ForeignCpuWindow`): the share of *these* cores other processes took. A rank pinned
+  to one core of a busy machine reads its own neighbour, not the machine's load average.
 
 Paths are module constants so tests can point them at a fake tree.
 
@@ -102,6 +106,110 @@ def read_host_cpu_times(path: Path | None = None) -> HostCpuTimes | None:
     per_second = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # USER_HZ
     return HostCpuTimes(sum(ticks[index] for index in _BUSY_FIELDS) / per_second, ticks[_STEAL_FIELD] / per_second,
                         cpus)
+
+
+# /proc/stat per-CPU fields that are a process's work on that CPU: user, nice, system (a guest's time is in user).
+# irq and softirq are left out: the kernel bills them to whichever CPU took the interrupt, and loopback TCP
+# (gloo between ranks of one host) would put one rank's network work on its neighbour's core.
+_WORK_FIELDS = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class CoreTimes:
+    """CPU seconds some logical CPUs (``cpus``) have spent since boot: ``work_s`` running processes
+    (user, nice, system), ``steal_s`` waiting while the hypervisor ran another guest."""
+
+    cpus: tuple[int, ...]
+    work_s: float
+    steal_s: float
+
+
+def read_core_times(cpus, path: Path | None = None) -> CoreTimes | None:
+    """``/proc/stat``'s ``cpuN`` lines summed over ``cpus`` (``None`` where a CPU has no line or the file is absent).
+
+    >>> times = read_core_times([0])
+    >>> times is None or (times.cpus == (0,) and times.work_s > 0)
+    True
+    """
+    wanted = tuple(sorted(set(cpus)))
+    text = read_text(path or PROC_STAT)
+    if text is None or not wanted:
+        return None
+    lines = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if name.startswith("cpu") and name[3:].isdigit():
+            lines[int(name[3:])] = rest.split()
+    if any(cpu not in lines or len(lines[cpu]) <= _STEAL_FIELD for cpu in wanted):
+        return None
+    try:
+        ticks = [[int(value) for value in lines[cpu]] for cpu in wanted]
+    except ValueError:
+        return None
+    per_second = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # USER_HZ
+    return CoreTimes(wanted, sum(row[index] for row in ticks for index in _WORK_FIELDS) / per_second,
+                     sum(row[_STEAL_FIELD] for row in ticks) / per_second)
+
+
+@dataclass(frozen=True)
+class ForeignCpu:
+    """Over a window of ``wall_s`` seconds, the share of ``cpus``' time (0 to 1) other processes ran there
+    (``foreign_share``) and the hypervisor gave to other guests (``stolen_share``)."""
+
+    cpus: tuple[int, ...]
+    wall_s: float
+    foreign_share: float
+    stolen_share: float
+
+
+def foreign_cpu(before: CoreTimes, after: CoreTimes, *, own_s: float, wall_s: float) -> ForeignCpu | None:
+    """Other processes' share of the cores between two :func:`read_core_times` readings, given this
+    process's own CPU seconds ``own_s`` in between (all its threads ran on those cores: its affinity mask);
+    ``None`` for an empty window or readings of different CPUs.
+
+    >>> foreign_cpu(CoreTimes((1,), 100.0, 2.0), CoreTimes((1,), 110.0, 2.5), own_s=5.0, wall_s=10.0)
+    ForeignCpu(cpus=(1,), wall_s=10.0, foreign_share=0.5, stolen_share=0.05)
+    """
+    if wall_s <= 0 or before.cpus != after.cpus:
+        return None
+    capacity = wall_s * len(after.cpus)
+    others = max(0.0, after.work_s - before.work_s - own_s)
+    stolen = max(0.0, after.steal_s - before.steal_s)
+    return ForeignCpu(after.cpus, wall_s, min(1.0, others / capacity), min(1.0, stolen / capacity))
+
+
+class ForeignCpuWindow:
+    """Other processes' share of this process's cores over a window: :meth:`start`, the work, :meth:`stop`.
+
+    ``cpus`` defaults to the affinity mask (a fleet rank is pinned to its share of the cores, so these are
+    its cores); the process's own CPU time (every thread's, :func:`time.process_time`) is subtracted. The
+    clock ticks of ``/proc/stat`` are 10 ms: a window of a second or more reads to a percent.
+
+    >>> window = ForeignCpuWindow().start()
+    >>> _ = sum(range(10000))
+    >>> share = window.stop()
+    >>> share is None or 0.0 <= share.foreign_share <= 1.0
+    True
+    """
+
+    def __init__(self, cpus=None, *, read=read_core_times, own=time.process_time, now=time.monotonic):
+        self.cpus = tuple(sorted(cpus)) if cpus is not None else tuple(_allowed_cpus())
+        self._read, self._own, self._now = read, own, now
+        self._start = None
+
+    def start(self) -> "ForeignCpuWindow":
+        self._start = (self._read(self.cpus), self._own(), self._now())
+        return self
+
+    def stop(self) -> ForeignCpu | None:
+        """The window's :class:`ForeignCpu` (``None`` where ``/proc/stat`` does not say, or before :meth:`start`)."""
+        if self._start is None:
+            return None
+        before, own, then = self._start
+        after = self._read(self.cpus)
+        if before is None or after is None:
+            return None
+        return foreign_cpu(before, after, own_s=self._own() - own, wall_s=self._now() - then)
 
 
 def _allowed_cpus() -> list[int]:

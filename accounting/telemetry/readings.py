@@ -40,7 +40,11 @@ READING_FIELDS = (
     "temperature_c_max",
     "load_average_1m",
     "other_process_memory_bytes",
+    "foreign_cpu_share",
+    "stolen_cpu_share",
 )
+HOST_FIELDS = ("load_average_1m", "foreign_cpu_share", "stolen_cpu_share")
+"""Readings of the host, not the device: the sampler takes them whatever backend reads the device."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,10 @@ class Summary:
     ``throttle_reasons``: every reason seen during the window that held the clock
     down (idle and display-clock reasons are left out: they do not slow work).
     ``busy_siblings``: other GPUs more than 10 % utilised or holding more than 4 GiB (the GPUs of the
-    sampler's ``fleet_devices`` left out). ``power_source``: what the power readings are
+    sampler's ``fleet_devices`` left out). ``foreign_cpu_share``: the share (0 to 1) of the time of the
+    CPUs this process may run on (``foreign_cpus``, its affinity mask) that other processes ran there during
+    the window; ``stolen_cpu_share`` the share the hypervisor gave to other guests
+    (:class:`accounting.telemetry.cpu.ForeignCpuWindow`). ``power_source``: what the power readings are
     (``"instant"``, ``"1 s average"``: NVML on Ampere and newer where the driver has no instant field;
     several joined with ``" + "``). ``mig_slice``: the ``MIG-`` uuid where the device is a MIG slice
     (which has no published peak); ``notes``: what the backend wants said about its readings.
@@ -103,6 +110,9 @@ class Summary:
     load_average_1m: float | None = None
     other_process_memory_bytes: int | None = None
     busy_siblings: tuple[str, ...] = ()
+    foreign_cpu_share: float | None = None
+    stolen_cpu_share: float | None = None
+    foreign_cpus: tuple[int, ...] = ()
     mig_slice: str | None = None
     notes: tuple[str, ...] = ()
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -117,6 +127,7 @@ class Summary:
         out = dataclasses.asdict(self)
         out["throttle_reasons"] = list(self.throttle_reasons)
         out["busy_siblings"] = list(self.busy_siblings)
+        out["foreign_cpus"] = list(self.foreign_cpus)
         out["notes"] = list(self.notes)
         out["unavailable"] = dict(self.unavailable)
         return out
@@ -132,7 +143,7 @@ class NoBackend:
 
     def __init__(self, reason: str):
         self.unavailable = {
-            name: reason for name in (*READING_FIELDS, "throttle_reasons") if name != "load_average_1m"
+            name: reason for name in (*READING_FIELDS, "throttle_reasons") if name not in HOST_FIELDS
         }
         self.notes: list[str] = []
 

@@ -24,7 +24,7 @@ import torch
 from accounting._checks import check_positive
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.devices import as_device
-from accounting.telemetry.cpu import CpuBackend, read_host_cpu_times
+from accounting.telemetry.cpu import CpuBackend, ForeignCpuWindow, read_host_cpu_times
 from accounting.telemetry.gpu import open_gpu_backend
 from accounting.telemetry.readings import (
     ENERGY_COUNTER_MIN_WINDOW_S,
@@ -114,8 +114,11 @@ def _window_energy(backend, readings: list[Reading], duration_s: float, power: l
     return None, None, backend.unavailable.get("energy_j", "no energy counter and no power readings")
 
 
-def summarise(device: str, backend, readings: list[Reading], *, extra_unavailable=None) -> Summary:
+def summarise(device: str, backend, readings: list[Reading], *, extra_unavailable=None, foreign_cpu=None) -> Summary:
     """Fold ``readings`` (the first and last are the window's edges) into a :class:`Summary`.
+
+    ``foreign_cpu``: the window's :class:`~accounting.telemetry.cpu.ForeignCpu` (other processes on this
+    process's cores), where it was read.
 
     >>> readings = [Reading(0.0, clock_mhz=1400.0, power_w=300.0), Reading(2.0, clock_mhz=1200.0, power_w=500.0)]
     >>> from accounting.telemetry.readings import NoBackend
@@ -151,6 +154,8 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
         "temperature_c_max": max(temperatures) if temperatures else None,
         "load_average_1m": _load_average(),
         "other_process_memory_bytes": max(others) if others else None,
+        "foreign_cpu_share": foreign_cpu.foreign_share if foreign_cpu is not None else None,
+        "stolen_cpu_share": foreign_cpu.stolen_share if foreign_cpu is not None else None,
     }
     if energy_reason is not None:
         unavailable["energy_j"] = energy_reason
@@ -159,6 +164,9 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
             unavailable.setdefault(name, "no reading during the window")
         else:
             unavailable.pop(name, None)
+    if foreign_cpu is None and duration == 0:
+        for name in ("foreign_cpu_share", "stolen_cpu_share"):
+            unavailable[name] = "a snapshot has no window to share"
     if reasons:
         unavailable.pop("throttle_reasons", None)
     return Summary(
@@ -172,6 +180,7 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
         power_source=" + ".join(str(source) for source in power_sources) if power_sources else None,
         throttle_reasons=tuple(reasons),
         busy_siblings=tuple(siblings),
+        foreign_cpus=foreign_cpu.cpus if foreign_cpu is not None else (),
         mig_slice=getattr(backend, "mig_slice", None),
         notes=tuple(getattr(backend, "notes", ())),
         unavailable=unavailable,
@@ -189,6 +198,8 @@ class Sampler:
     0.1 s each) where the VM shows only a nominal clock; the clock is then ``None``.
     ``fleet_devices``: torch indices of the GPUs on this node that this fleet's other ranks
     use; their work is not named in ``busy_siblings`` (another process's would be).
+    Between the edges it also reads which share of this process's cores other processes took
+    (``foreign_cpu_share``, :class:`~accounting.telemetry.cpu.ForeignCpuWindow`).
 
     >>> with Sampler("cpu", measure_clock=False) as sampler:
     ...     _ = sum(range(1000))
@@ -209,6 +220,7 @@ class Sampler:
         self._readings: list[Reading] = []
         self._backend = None
         self._sampling_error: str | None = None
+        self._cpu_window = None
 
     @property
     def interval_s(self) -> float:
@@ -223,6 +235,7 @@ class Sampler:
             raise AccountingError(f"Sampler({self.device!r}) is already running")
         self._backend = _open_backend(self.device, measure_clock=self._measure_clock, fleet_devices=self.fleet_devices)
         self._readings = [self._backend.read(edge=True)]
+        self._cpu_window = ForeignCpuWindow().start()  # after the opening edge: its clock measurement is not in it
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{self.device}", daemon=True)
         self._thread.start()
@@ -244,12 +257,14 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self._thread = None
+        foreign_cpu = self._cpu_window.stop() if self._cpu_window is not None else None
         try:
             self._readings.append(self._backend.read(edge=True))
         finally:
             self._backend.close()
         extra = {"samples": self._sampling_error} if self._sampling_error else None
-        self._summary = summarise(self.device, self._backend, self._readings, extra_unavailable=extra)
+        self._summary = summarise(self.device, self._backend, self._readings, extra_unavailable=extra,
+                                  foreign_cpu=foreign_cpu)
         return self._summary
 
     def __enter__(self) -> "Sampler":

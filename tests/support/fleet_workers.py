@@ -53,10 +53,10 @@ def run_rank(rank, world_size, store_path, out_dir, argv, hooks, overrides, prep
     """One rank: the launcher's environment, a FileStore, then the command as the console script runs it."""
     from accounting.__main__ import build_parser
 
-    if prepare is not None:
-        prepare()
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world_size))
+    if prepare is not None:
+        prepare()
     store = dist.FileStore(store_path, world_size)
     parser = build_parser()
     args = parser.parse_args(["fleet", *argv])
@@ -137,3 +137,43 @@ def break_rank_2_at_all_gather(rank, collective, nbytes):
     if _broken or collective == "all_gather":
         _broken.append(collective)
         raise RuntimeError("injected: CUDA error: an illegal memory access was encountered")
+
+
+COPY_SLOWDOWN = 3
+"""How much longer rank 1's device copy reads in :func:`slow_copy_on_rank_1` (a memory at a third of its speed)."""
+
+
+def slow_copy_on_rank_1():
+    """``prepare``: on rank 1 (``$RANK``), the report's device copy reads ``COPY_SLOWDOWN`` times as long, as a
+    device whose memory runs slow would; its matmuls are untouched."""
+    if os.environ.get("RANK") != "1":
+        return
+    import dataclasses
+
+    from accounting.report import measure
+
+    real = measure.measure_bandwidth
+
+    def slowed(*args, **kwargs):
+        done = real(*args, **kwargs)
+        return None if done is None else dataclasses.replace(done, seconds=done.seconds * COPY_SLOWDOWN)
+
+    measure.measure_bandwidth = slowed
+
+
+LINK_DELAY_S = 0.02
+"""What :func:`slow_link_between_0_and_2` adds before each of rank 2's transfers with rank 0: a 1 MiB transfer
+over loopback takes about a millisecond, so the link reads a tenth or less of the others."""
+
+
+def slow_link_between_0_and_2(rank, peer):
+    """``link_path`` hook: rank 2's point-to-point path to rank 0 (and only that one) is slow, both directions."""
+    if rank == 2 and peer == 0:
+        time.sleep(LINK_DELAY_S)
+
+
+def spin_on(cpu: int):
+    """A CPU-bound neighbour: pin this process to ``cpu`` and spin until killed."""
+    os.sched_setaffinity(0, {cpu})
+    while True:
+        pass
