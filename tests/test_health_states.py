@@ -167,8 +167,15 @@ def test_ecc_disabled_and_unsupported_readings_are_unchecked_not_healthy_reasons
 
 
 def test_mfu_below_its_floor_and_throttling_degrade():
-    verdict = run_nvml(mfu=0.41, mfu_floor=0.55, throttle_reasons=("sw_power_cap",))
+    verdict = run_nvml(mfu=0.41, mfu_floor=0.55, throttle_reasons=("sw_power_cap", "hw_thermal_slowdown"))
     assert codes(verdict) == {"mfu", "throttled"} and verdict.state == DEGRADED
+    assert "throttled: hw_thermal_slowdown" in [reason.text for reason in verdict.reasons]
+
+
+def test_running_at_the_power_limit_is_not_throttling():
+    """A dense GEMM holds an H100 at its power cap: sw_power_cap (AMD: package power tracking) is the limit working."""
+    assert run_nvml(throttle_reasons=("sw_power_cap", "gpu_idle", "ppt_power")).state == HEALTHY
+    assert run_nvml(throttle_reasons=("sw_power_cap", "sw_thermal_slowdown")).state == DEGRADED
     assert run_nvml(mfu=0.6, mfu_floor=0.55).state == HEALTHY
 
 

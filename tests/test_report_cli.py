@@ -37,7 +37,7 @@ def test_report_runs_and_says_what_it_found(cpu_run):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     for heading in ("Device: cpu", "Spec figures it compares against", "Memory bandwidth:", "Matmul sweep",
-                    "float32 cases", "bfloat16 cases", "Verdict:"):
+                    "float32 cases", "bfloat16 cases", "Verdict:", "Health:"):
         assert heading in result.stdout
     assert "%" in result.stderr and "TFLOP/s" in result.stderr, "a progress bar on stderr"
 
@@ -48,7 +48,8 @@ def test_json_has_the_documented_fields(cpu_run):
     assert report is not None
     assert {"schema", "created_utc", "elapsed_s", "settings", "machine", "bandwidth", "dtypes", "notes",
             "verdict"} <= set(report)
-    assert report["settings"] == {"device": "cpu", "dtypes": ["float32", "bfloat16"], "budget_s": 2.0}
+    assert report["settings"] == {"device": "cpu", "dtypes": ["float32", "bfloat16"], "budget_s": 2.0,
+                                  "level": "standard"}
     device = report["machine"]["device"]
     assert device["kind"] == "cpu" and device["cores"] >= 1 and device["memory_bytes"] > 0
     assert isinstance(device["cpu_flags"], list)
@@ -56,6 +57,10 @@ def test_json_has_the_documented_fields(cpu_run):
     assert bandwidth["bytes_moved"] >= 2 * 256 * 2**20
     assert bandwidth["measured_bytes_per_s"] == pytest.approx(bandwidth["bytes_moved"] / bandwidth["seconds"])
     assert bandwidth["spec_bytes_per_s"] is None, "no spec bandwidth is invented for a CPU"
+    health = report["health"]
+    assert health["state"] in ("healthy", "degraded") and health["checks"]["failed"] == 0
+    assert health["checks"]["products"] == sum(len(section["measurements"]) for section in report["dtypes"].values())
+    assert all(row["check"]["ok"] for section in report["dtypes"].values() for row in section["measurements"])
 
 
 @pytest.mark.slow
@@ -202,7 +207,7 @@ def test_ctrl_c_closes_the_bar_once_and_exits_130(monkeypatch, capsys, any_host)
         def close(self):
             self.stream.write("[bar closed]\n")
 
-    def interrupted(plan, *, progress, started):
+    def interrupted(plan, *, progress, started, **_options):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "ProgressBar", RecordingBar)

@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+from accounting.health.states import roll_up
 from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size, step
 from accounting.report import cli
+from accounting.report.health_section import health_document
 from accounting.report.run import preview
 from accounting.transformer_flops import transformer_flops
 from tests.support.cli_runs import run_main
@@ -22,9 +24,11 @@ def no_sweep(monkeypatch):
     """build_report without measuring matmuls: the document as it stands before the sweep."""
     calls = []
 
-    def fake_build_report(plan, *, progress, started):
+    def fake_build_report(plan, *, progress, started, **_options):
         calls.append(plan)
-        return preview(plan)
+        document = preview(plan)
+        document["health"] = health_document(roll_up("node", []))
+        return document
 
     monkeypatch.setattr(cli, "build_report", fake_build_report)
     return calls

@@ -9,22 +9,28 @@ from accounting.__main__ import main
 from accounting.hardware.devices import detect_device
 from accounting.hardware.native import native_matmul
 from accounting.hardware.peaks import device_peak_flops
+from accounting.health.states import EXIT_DEGRADED
 from accounting.report import run
+from accounting.report.health_counters import CpuCounters
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import MatmulMeasurement
+from accounting.timing import matmul_case
 from tests.support.fake_devices import CASCADE_LAKE, FAKE_CPUS, SAPPHIRE_RAPIDS, ZEN3
+from tests.support.fake_health import edac_tree
 
 FRACTION_OF_PEAK = 0.5
 """The fake device runs every matmul at this share of the CPU's estimated peak."""
 
 
 @pytest.fixture
-def half_speed_cpu(monkeypatch):
-    """Matmuls at ``FRACTION_OF_PEAK`` of the real peak estimate, timed instantly; a 10 GB/s copy."""
+def half_speed_cpu(monkeypatch, tmp_path):
+    """Matmuls at ``FRACTION_OF_PEAK`` of the real peak estimate, timed instantly, each shape checked (a real
+    16³ product of its dtype); a 10 GB/s copy; a host whose EDAC and machine-check counters read clean."""
 
     class InstantTimer:
         def __init__(self, info, *, target_s):
             self.info = info
+            self.checker = None
 
         def expected_wall_s(self, per_call_s):
             return 0.0
@@ -32,12 +38,15 @@ def half_speed_cpu(monkeypatch):
         def __call__(self, dtype, m, k, n):
             flops = 2 * m * k * n
             seconds = flops / (FRACTION_OF_PEAK * device_peak_flops(self.info, dtype))
-            return MatmulMeasurement(dtype, m, k, n, flops, seconds, 0.0, 5)
+            check = None if self.checker is None else self.checker(dtype, matmul_case(dtype, 16, 16, 16))
+            return MatmulMeasurement(dtype, m, k, n, flops, seconds, 0.0, 5, check=check)
 
     monkeypatch.setattr(run.measuring, "MatmulTimer", InstantTimer)
     monkeypatch.setattr(run.measuring, "measure_bandwidth",
                         lambda info: BandwidthMeasurement(bytes_moved=2 * 2**28, seconds=2 * 2**28 / 10e9, iqr_s=0.0,
                                                           repeats=10))
+    clean_host = edac_tree(tmp_path / "host", [(0, 0)], mce=[0, 0])
+    monkeypatch.setattr(run, "device_counters", lambda info: [CpuCounters(root=clean_host)])
     monkeypatch.delenv("ACCOUNTING_PEAK_TFLOPS", raising=False)
 
 
@@ -132,9 +141,32 @@ def test_below_the_floor_says_by_how_much(half_speed_cpu, tmp_path, monkeypatch,
     assert "machine: below floor" in out
 
 
-def test_strict_exits_1_when_below_the_floor(half_speed_cpu, tmp_path, monkeypatch, capsys):
-    status, _out, _document = report(tmp_path, monkeypatch, capsys, {"float32": 0.6}, "--strict")
-    assert status == 1
+def test_strict_exits_3_degraded_when_below_the_floor(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    """Below its floor is a degraded reason: exit status 3 (EXIT_DEGRADED) with --strict, where it was 1."""
+    status, out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.6}, "--strict")
+    assert status == EXIT_DEGRADED
+    health = document["health"]
+    assert health["state"] == "degraded" and health["exit_status"] == EXIT_DEGRADED and health["strict"]
+    assert [reason["code"] for reason in health["reasons"]] == ["mfu-below-floor"]
+    assert document["dtypes"]["float32"]["verdict"]["message"] in health["reasons"][0]["text"]
+    assert "Health: degraded (exit status 3)" in out
+
+
+def test_below_the_floor_without_strict_is_degraded_but_exits_0(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    status, out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.6})
+    assert status == 0 and document["health"]["state"] == "degraded"
+    assert "Health: degraded (exit status 0; 3 with --strict)" in out
+
+
+def test_what_could_not_be_checked_is_listed_not_degraded(half_speed_cpu, tmp_path, monkeypatch, capsys):
+    """A host whose counters cannot be read (no EDAC, no MCE line, as in a VM) is not called healthy on their
+    word: they are listed as unchecked. Nor is it a worse device: --strict does not fail it for them."""
+    monkeypatch.setattr(run, "device_counters", lambda info: [CpuCounters(root=tmp_path / "empty")])
+    for strict in ((), ("--strict",)):
+        status, _out, document = report(tmp_path, monkeypatch, capsys, {"float32": 0.4}, *strict)
+        assert status == 0 and document["health"]["state"] == "healthy" and not document["health"]["reasons"]
+        unchecked = document["health"]["unchecked"]
+        assert any("edac.corrected" in item for item in unchecked) and any("mce.exceptions" in item for item in unchecked)
 
 
 def test_memory_bound_cases_are_marked(half_speed_cpu, tmp_path, monkeypatch, capsys):

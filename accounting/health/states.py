@@ -60,6 +60,14 @@ reset — 63 because a pending remap applies only at the reset — or points to 
 WATCH_XIDS = {92: "high single-bit ECC error rate"}
 """Xids that degrade it: a warning of failing memory, not yet an error. Any other Xid degrades too."""
 
+ROUTINE_CLOCK_EVENTS = frozenset({
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "sync_boost", "display_clock_setting",  # NVML
+    "ppt_power", "ppt0", "ppt1", "ppt2", "ppt3", "spl", "fppt", "sppt", "sppt_apu",  # AMD package power tracking
+})
+"""Clock events that are a healthy device doing its job, not throttling: idle, clocks an operator set, and
+running at the power limit (a dense GEMM holds an H100 or MI300X at its power cap: that is what the limit is
+for). Thermal, hardware-slowdown, power-brake, current and reliability events degrade a device."""
+
 _RISING = (
     (names.ECC_CORRECTED, "correctable ECC errors"),
     (names.EDAC_CORRECTED, "correctable CPU memory errors (EDAC)"),
@@ -206,8 +214,9 @@ def judge(device: DeviceId | str | None = None, *, before: Snapshot | None = Non
 
     if mfu is not None and mfu_floor is not None and mfu < mfu_floor:
         add(DEGRADED, "mfu", f"MFU {mfu:.3f} below its floor {mfu_floor:.3f}")
-    if throttle_reasons:
-        add(DEGRADED, "throttled", "throttled: " + ", ".join(throttle_reasons))
+    slowed = [reason for reason in throttle_reasons if reason not in ROUTINE_CLOCK_EVENTS]
+    if slowed:
+        add(DEGRADED, "throttled", "throttled: " + ", ".join(slowed))
     if now is None:
         unchecked.append("health counters: none read")
     else:

@@ -21,6 +21,7 @@ from accounting._checks import check_positive, check_positive_size, check_size
 from accounting.hardware.clocks import synchronize
 from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
 from accounting.hardware.peaks import last_level_cache_bytes
+from accounting.report.checks import ResultChecker, is_out_of_memory
 from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
@@ -93,15 +94,8 @@ def wave_grid(info: DeviceInfo) -> WaveGrid | None:
     return WaveGrid(units=max(1, torch.get_num_threads()), tile_m=CPU_TILE[0], tile_n=CPU_TILE[1])
 
 
-_OUT_OF_MEMORY_TEXTS = ("out of memory", "cublas_status_alloc_failed", "hipblas_status_alloc_failed")
-"""Lower-case texts of out-of-memory errors that are not ``torch.cuda.OutOfMemoryError``: cuBLAS and
-hipBLAS(Lt) fail to allocate their handle or workspace with ``*_STATUS_ALLOC_FAILED`` (a RuntimeError)."""
-
-
 def _out_of_memory(error: BaseException) -> bool:
-    # torch.cuda.OutOfMemoryError, not the later alias torch.OutOfMemoryError: torch>=2.4 is allowed.
-    text = str(error).lower()
-    return isinstance(error, torch.cuda.OutOfMemoryError) or any(part in text for part in _OUT_OF_MEMORY_TEXTS)
+    return is_out_of_memory(error)
 
 
 class MatmulTimer:
@@ -116,14 +110,20 @@ class MatmulTimer:
     the timed device's own), each shape's timed calls run inside a sampler and the
     measurement carries its readings; :meth:`repeat` times single repetitions for the
     burst and sustained headlines (:mod:`accounting.report.headlines`).
+
+    With ``checker`` (a :class:`~accounting.report.checks.ResultChecker`), each shape's product is
+    checked once right after its timed calls, outside the timed region and the telemetry window,
+    and the measurement carries the :class:`~accounting.health.results.ResultCheck`.
     """
 
-    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None, telemetry: str | None = None):
+    def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None, telemetry: str | None = None,
+                 checker: ResultChecker | None = None):
         self.info = info
         self.target_s = check_positive(target_s, "target_s")
         self.case_factory = case_factory
         """Makes the timed product (``None``: :func:`accounting.timing.matmul_case`; the fleet's ``--slow-rank`` wraps it)."""
         self.telemetry = telemetry
+        self.checker = checker
 
     def _sampler(self, *, measure_clock: bool):
         if self.telemetry is None:
@@ -180,20 +180,22 @@ class MatmulTimer:
         sampler = None
         try:
             with self._sampler(measure_clock=False) as sampler:
-                timing = self._time(dtype, m, k, n)
+                timing, case = self._time(dtype, m, k, n)
+            check = None if self.checker is None else self.checker(dtype, case)  # outside the timed window
         except RuntimeError as error:  # torch.cuda.OutOfMemoryError is one
             if not _out_of_memory(error):
                 raise
-            timing = None
+            timing = case = None
         if timing is None:
             # Out here the error, its traceback and the operands its frames held are gone, so the
             # allocator's cached blocks can really be handed back.
             release_cached_memory(self.info.device)
             return None
         return MatmulMeasurement(dtype, m, k, n, timing.flops, timing.median, timing.iqr, len(timing.samples),
-                                 telemetry=self._readings(sampler))
+                                 telemetry=self._readings(sampler), check=check)
 
     def _time(self, dtype, m, k, n):
+        """``(timing, case)``: the shape's timed calls, and the case they timed (for the check)."""
         device = self.info.device
         case = (self.case_factory or matmul_case)(dtype, m, k, n, device)
         synchronize(device)
@@ -201,11 +203,12 @@ class MatmulTimer:
         case.fn()
         synchronize(device)
         first_call = time.perf_counter() - before
-        return time_fn(
+        timing = time_fn(
             case.fn, device=device, warmup=self._warmup(first_call), repeats=MIN_REPEATS, min_time_s=self.target_s,
             max_repeats=MAX_REPEATS, flops=case.flops,
             flush_cache=should_flush_l2(device, *case.operands),
         )
+        return timing, case
 
 
 def least_bandwidth_bytes(info: DeviceInfo) -> int:

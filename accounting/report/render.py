@@ -10,6 +10,7 @@ bfloat16     1.93
 from accounting._units import GB, readable_bytes
 from accounting.console import NOT_KNOWN, fraction, table, tflops
 from accounting.hardware.cpu_clock import SCALAR_CLOCK_SOURCE
+from accounting.report.health_section import health_lines
 from accounting.report.model_section import model_lines
 
 MATMUL_CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
@@ -81,7 +82,9 @@ def _summary_lines(report: dict) -> list[str]:
             str(len(section["measurements"])),
         ])
     header = ["dtype", "best TFLOP/s", "at m×k×n", "median TFLOP/s", "MFU", "median MFU", "shapes"]
-    return [f"Matmul sweep (budget {report['settings']['budget_s']:g} s):", table(header, rows, indent="  ")]
+    what = ("Matmul, one checked shape per dtype (--level quick)" if report["settings"].get("level") == "quick"
+            else "Matmul sweep")
+    return [f"{what} (budget {report['settings']['budget_s']:g} s):", table(header, rows, indent="  ")]
 
 
 def _number(value, digits: int = 0) -> str:
@@ -138,7 +141,29 @@ def _case_lines(dtype: str, section: dict) -> list[str]:
     tagged = [f"  {shape(row)}: {'; '.join(row['tags'])}" for row in section["measurements"] if row.get("tags")]
     if tagged:
         lines += ["  tagged:"] + [f"  {line}" for line in tagged]
+    wrong = [f"  {row['check']['reason']}" for row in section["measurements"]
+             if row.get("check") and not row["check"]["ok"]]
+    if wrong:
+        lines += ["  wrong results:"] + [f"  {line}" for line in wrong]
     return lines
+
+
+def _burn_lines(report: dict) -> list[str]:
+    """``--level long``'s sustained phase: per dtype the shape, time, products, mismatches, checks, clock and power."""
+    burns = report.get("burn") or {}
+    if not burns:
+        return []
+    rows = []
+    for dtype, found in burns.items():
+        telemetry = found.get("telemetry") or {}
+        clocks = (telemetry.get("clock_mhz_min"), telemetry.get("clock_mhz_max"))
+        rows.append([dtype, "×".join(map(str, found["shape"])), f"{found['seconds']:.1f}", str(found["products"]),
+                     str(found["mismatches"]), str(found["checks"]), str(len(found["failed"])),
+                     NOT_KNOWN if None in clocks else f"{clocks[0]:.0f}-{clocks[1]:.0f}",
+                     _number(telemetry.get("power_w_mean"))])
+    header = ["dtype", "m×k×n", "seconds", "products", "bits differ", "checked", "wrong", "clock MHz", "power W"]
+    return ["Sustained phase (every result compared with the first; Freivalds-checked periodically):",
+            table(header, rows, indent="  ")]
 
 
 def _verdict_lines(report: dict) -> list[str]:
@@ -174,9 +199,14 @@ def render_results(report: dict, *, cases: bool = True) -> str:
         blocks += [_case_lines(dtype, section) for dtype, section in report["dtypes"].items()]
     if report.get("model"):  # accounting report --model SIZE
         blocks.append(model_lines(report["model"]))
+    burn_lines = _burn_lines(report)
+    if burn_lines:
+        blocks.append(burn_lines)
     if report["notes"]:
         blocks.append(["Notes:"] + [f"  - {note}" for note in report["notes"]])
     blocks.append(_verdict_lines(report))
+    if report.get("health"):
+        blocks.append(health_lines(report["health"]))
     return _join(blocks)
 
 

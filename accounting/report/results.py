@@ -36,6 +36,7 @@ highest clock and power, and the thermal soak).
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import platform
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from accounting.flops import achieved_mfu
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
-from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall
+from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall, wrong_result
 from accounting.telemetry.validity import validity_tags
 
 SCHEMA = "accounting-report/1"
@@ -83,6 +84,40 @@ def ridge_basis(*, spec_peak: bool, spec_bandwidth: bool) -> str:
     return f"{flops} FLOP/s / {memory} bandwidth"
 
 
+def _finite(value):
+    """``value`` as a JSON number, ``None`` where it is not finite (JSON has no infinity)."""
+    return value if value is None or math.isfinite(value) else None
+
+
+def check_dict(check) -> dict | None:
+    """A :class:`~accounting.health.results.ResultCheck` as plain JSON values (``None`` for no check).
+
+    ``excess`` (worst |residual| / tolerance; at most 1 passes) is ``null`` for a result that is not finite.
+
+    >>> from accounting.health.results import ResultCheck
+    >>> not_finite = ResultCheck("float32", (8, 4, 2), float("inf"), 3, (0, 2), float("nan"), 1e-6, True)
+    >>> check_dict(not_finite)["excess"] is None
+    True
+    """
+    if check is None:
+        return None
+    return {"ok": check.ok, "shape": list(check.shape), "excess": _finite(check.excess), "row": check.row,
+            "columns": list(check.columns), "residual": _finite(check.residual), "tolerance": _finite(check.tolerance),
+            "repeat_identical": check.repeat_identical, "reason": check.reason}
+
+
+def checks_summary(measurements, *, seconds: float | None = None, skipped=()) -> dict:
+    """What the result checks of one dtype's products found: how many ran, which failed, the worst, their cost.
+
+    ``seconds``: the time the checks took (outside the timed calls); ``skipped``: products not checked, and why.
+    """
+    checks = [done.check for done in measurements if getattr(done, "check", None) is not None]
+    finite = [check.excess for check in checks if math.isfinite(check.excess)]
+    worst = math.inf if len(finite) < len(checks) else max(finite, default=None)
+    return {"checked": len(checks), "failed": [check_dict(check) for check in checks if not check.ok],
+            "worst_excess": _finite(worst), "seconds": seconds, "skipped": list(skipped)}
+
+
 def _measurement_row(done, peak, ridge, run_max_power_w=None) -> dict:
     intensity = arithmetic_intensity(done.m, done.k, done.n, done.dtype)
     telemetry = getattr(done, "telemetry", None) or {}
@@ -97,11 +132,13 @@ def _measurement_row(done, peak, ridge, run_max_power_w=None) -> dict:
         "clock_mhz": telemetry.get("clock_mhz_mean"),
         "power_w": telemetry.get("power_w_mean"),
         "tags": validity_tags(telemetry or None, run_max_power_w=run_max_power_w),
+        "check": check_dict(getattr(done, "check", None)),
     }
 
 
 def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,
-                  peak_source=None, native=None, mfu_against=None, headlines=None, run_max_power_w=None) -> dict:
+                  peak_source=None, native=None, mfu_against=None, headlines=None, run_max_power_w=None,
+                  check_seconds: float | None = None, checks_skipped=()) -> dict:
     """Everything the report says about one dtype.
 
     ``bandwidth`` is the measured bytes/s (or ``None``); ``reason`` explains a missing
@@ -112,6 +149,8 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     ``headlines``: ``{"burst": Headline, "sustained": Headline}``
     (:mod:`accounting.report.headlines`); ``run_max_power_w`` the run's highest power, for
     the rows' ``power-suspect`` tag. A verdict judged from a tagged number names the tags.
+    A product that failed its result check (each measurement's ``check``) makes the verdict
+    ``wrong result``, whatever the speed; ``checks`` sums the checks up (``check_seconds`` their cost).
     """
     summary = summarise(measurements)
     best = summary["best"]
@@ -137,6 +176,9 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
         floor = None  # a floor is written for native hardware: it never applies here
         verdict = not_judged(dtype, best_mfu, label=native.label, reason=native.reason,
                              peak_label=mfu_against or "its peak")
+    failed = [done.check for done in measurements if getattr(done, "check", None) is not None and not done.check.ok]
+    if failed:
+        verdict = wrong_result(dtype, failed, mfu=best_mfu, floor=floor)
     verdict = verdict.as_dict()
     verdict["tags"] = list(best_row["tags"]) if best_row else []
     if verdict["tags"] and verdict["healthy"] is not None:
@@ -165,6 +207,7 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
         "verdict": verdict,
         "headlines": headline_dicts,
         "j_per_tflop": sustained.get("j_per_tflop"),
+        "checks": checks_summary(measurements, seconds=check_seconds, skipped=checks_skipped),
     }
 
 

@@ -35,6 +35,11 @@ from accounting.hardware.peaks import (
 from accounting.memory import format_name
 from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
+from accounting.report.burn import burn, burn_seconds, burn_size
+from accounting.report.checks import ResultChecker
+from accounting.report.health_counters import HealthWindows, device_counters, read_under_load
+from accounting.report.health_section import checks_document, health_document, judge_devices
+from accounting.report.levels import LONG, QUICK, QUICK_SIZE, QUICK_TARGET_S, STANDARD, level_named, report_budget_s
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
 from accounting.report.sweep import Sweep
 from accounting.timing import MEMORY_FRACTION, matmul_case
@@ -251,16 +256,25 @@ def _load_average() -> float | None:
         return None
 
 
-def _sections(plan: Plan, sweeps: dict, bandwidth, found=None) -> dict:
+QUICK_FLOOR_REASON = "the quick level times one mid-size shape; MFU floors are judged at --level standard"
+
+
+def _sections(plan: Plan, sweeps: dict, bandwidth, found=None, checker: ResultChecker | None = None,
+              level: str = STANDARD) -> dict:
     measured = bandwidth.bytes_per_second if bandwidth is not None else None
     found = found or {}
+    skipped = checker.skipped if checker is not None else []
     return {
-        dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype], floor=plan.floors[dtype],
+        dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype],
+                             floor=None if level == QUICK else plan.floors[dtype],
+                             reason=QUICK_FLOOR_REASON if level == QUICK else None,
                              bandwidth=measured, spec_bandwidth=plan.spec_bandwidth,
                              peak_source=plan.peak_sources[dtype], native=plan.native.get(dtype),
                              mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None,
                              headlines=found.get("headlines", {}).get(dtype),
-                             run_max_power_w=found.get("run_max_power_w"))
+                             run_max_power_w=found.get("run_max_power_w"),
+                             check_seconds=None if checker is None else checker.seconds.get(dtype, 0.0),
+                             checks_skipped=[item for item in skipped if item.startswith(f"{dtype} ")])
         for dtype in plan.dtypes
     }
 
@@ -311,7 +325,7 @@ def sweep_budget_s(budget_s: float, spent_s: float) -> float:
 
 
 def make_sweep(plan: Plan, *, sweep_budget_s: float, clock=time.monotonic, on_measurement=None, case_factory=None,
-               telemetry: str | None = None) -> tuple:
+               telemetry: str | None = None, checker: ResultChecker | None = None) -> tuple:
     """The report's timer and its wave-aware :class:`~accounting.report.sweep.Sweep` over ``sweep_budget_s``.
 
     Each shape is timed for about ``1 / TARGET_SHAPES_PER_DTYPE`` of a dtype's share (within
@@ -326,15 +340,99 @@ def make_sweep(plan: Plan, *, sweep_budget_s: float, clock=time.monotonic, on_me
     timer = (measuring.MatmulTimer(info, target_s=target) if case_factory is None
              else measuring.MatmulTimer(info, target_s=target, case_factory=case_factory))
     timer.telemetry = telemetry or str(info.device)  # the device the sampler reads beside each shape
+    timer.checker = checker  # each shape's product checked once, after its timed calls
     sweep = Sweep(timer, budget_s=sweep_budget_s, start_size=START_SIZE.get(info.kind, START_SIZE["cpu"]),
                   max_size=lambda dtype: limits[dtype], clock=clock, on_measurement=on_measurement,
                   expected_wall_s=timer.expected_wall_s, waves=measuring.wave_grid(info))
     return timer, sweep
 
 
+def quick_sweeps(plan: Plan, timer) -> dict:
+    """``--level quick``: one timed, checked product per dtype at :data:`~accounting.report.levels.QUICK_SIZE`
+    (capped by free memory; halved until it fits)."""
+    limits = max_sizes(plan)
+    found = {}
+    for dtype in plan.dtypes:
+        size = min(QUICK_SIZE.get(plan.info.kind, QUICK_SIZE["cpu"]), limits[dtype])
+        done = None
+        while done is None and size >= 16:
+            done = timer(dtype, size, size, size)
+            size //= 2
+        found[dtype] = [done] if done is not None else []
+    return found
+
+
+def _under_load(windows: HealthWindows, plan: Plan, sweeps: dict, case_factory) -> None:
+    """The counters' reading under load: on a GPU while products of the fastest shape run (an idle link trains
+    down); on a CPU, whose counters have no link, right away."""
+    best = [max(done, key=lambda row: row.flops_per_second) for done in sweeps.values() if done]
+    if plan.info.kind != "cuda" or not best:
+        windows.under_load()
+        return
+    shape = best[0].shape
+    case = (case_factory or matmul_case)(best[0].dtype, *shape, plan.info.device)
+    read_under_load(windows, case.fn, plan.info.device)
+
+
+def _throttle_reasons(sweeps: dict, found: dict, burns: dict) -> list[str]:
+    """Every throttle reason the telemetry saw during the timed work (sweep, headlines, sustained phase)."""
+    summaries = [getattr(done, "telemetry", None) for measurements in sweeps.values() for done in measurements]
+    for figures in found.get("headlines", {}).values():
+        summaries += [getattr(figure, "telemetry", None) for figure in figures.values()]
+    summaries += [result.telemetry for result in burns.values()]
+    reasons = []
+    for summary in summaries:
+        for reason in (summary or {}).get("throttle_reasons") or ():
+            if reason not in reasons:
+                reasons.append(reason)
+    return reasons
+
+
+def _burns(plan: Plan, sweeps: dict, *, budget_s: float, telemetry: str | None, checker: ResultChecker,
+           windows: HealthWindows, progress, clock, started, case_factory) -> dict:
+    """``--level long``'s sustained phase, each dtype for its share of ``budget_s`` (:mod:`accounting.report.burn`)."""
+    limits = max_sizes(plan)
+    results = {}
+    on_load = windows.under_load if plan.info.kind == "cuda" else None
+    for position, dtype in enumerate(plan.dtypes):
+        measured = sweeps.get(dtype) or []
+        if not measured:
+            plan.notes.append(f"{dtype}: no sustained phase (the sweep measured nothing to size it by)")
+            continue
+        left = max(budget_s - (clock() - started), 1.0)
+        seconds = burn_seconds(left, len(plan.dtypes) - position)
+        rate = max(done.flops_per_second for done in measured)
+        size = burn_size(rate_flops_per_s=rate, seconds=seconds, limit=limits[dtype])
+        progress.update(clock() - started,
+                        f"{dtype} sustained phase: {size}³ for {seconds:.0f} s, every result checked")
+        results[dtype] = burn(plan.info.device, dtype, size, seconds, telemetry=telemetry, checker=checker,
+                              clock=clock, on_load=on_load, case_factory=case_factory)
+        on_load = None
+    return results
+
+
+def _check_evidence(sweeps: dict, burns: dict, checker: ResultChecker | None, plan: Plan) -> tuple[list, list[str]]:
+    """The result checks for the health judgement, and what went unchecked (a product out of memory, a dtype
+    with no product checked)."""
+    checks = [done.check for measurements in sweeps.values() for done in measurements
+              if getattr(done, "check", None) is not None]
+    for result in burns.values():
+        checks += result.checks
+    unchecked = []
+    if checker is not None:
+        unchecked += [f"result check: {item}" for item in checker.skipped]
+        for dtype in plan.dtypes:
+            if not any(getattr(done, "check", None) is not None for done in sweeps.get(dtype, [])):
+                unchecked.append(f"result check: no {dtype} product was checked")
+    return checks, unchecked
+
+
 def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
-                 case_factory=None, telemetry: str | None = None) -> dict:
-    """Measure bandwidth, sweep every dtype, then its burst and sustained headlines, within the budget.
+                 case_factory=None, telemetry: str | None = None, level: str = STANDARD,
+                 checker: ResultChecker | None = None, check_results: bool = True, counters=None,
+                 strict: bool = False) -> dict:
+    """Measure bandwidth, sweep every dtype, then its burst and sustained headlines, within the budget; check
+    every timed product; read the health counters around it all; judge the device's health.
 
     ``started`` is the ``clock()`` reading the budget counts from; ``progress`` has
     ``update(done_s, text)`` (a :class:`~accounting.report.progress.ProgressBar`);
@@ -342,39 +440,84 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
     ``case_factory`` makes each timed product (``None``: the usual; see :class:`~accounting.report.measure.MatmulTimer`).
     ``telemetry`` names the device :class:`accounting.telemetry.Sampler` reads (default:
     the timed device).
+
+    ``level`` (:mod:`accounting.report.levels`): ``quick`` times one checked product per dtype and no
+    sweep, ``long`` adds the sustained phase. ``checker`` (:class:`~accounting.report.checks.ResultChecker`,
+    default a new one) checks each product once, outside the timed calls (with ``--inject-fault``'s fault);
+    ``check_results=False`` is for timers whose products are fakes. ``counters``: the health counter
+    readers (default :func:`~accounting.report.health_counters.device_counters` of the device);
+    ``strict`` makes a degraded device exit non-zero (what was not checked is listed, never taken for
+    healthy, and never degrades: a VM without EDAC or a PCIe card without NVLink is not a worse device).
+    The document's ``health`` holds the verdict.
     """
     info = plan.info
-    progress.update(clock() - started, "memory bandwidth (device copy)")
-    if bandwidth_bytes is None:
-        bandwidth = measuring.measure_bandwidth(info)
-    else:
-        bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
-    if bandwidth is None:  # too little free memory for a copy that times memory, not cache
-        plan.notes.append(measuring.bandwidth_skipped_note(info, free_memory_bytes(info.device)))
-    progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s" if bandwidth
-                    else "bandwidth not measured")
+    level = level_named(level).name
+    checker = (checker or ResultChecker()) if check_results else None
+    readers = device_counters(info) if counters is None else counters
+    budget_s = report_budget_s(level, plan.budget_s)
+    found, burns = {}, {}
+    with HealthWindows(readers) as windows:
+        progress.update(clock() - started, "memory bandwidth (device copy)")
+        if bandwidth_bytes is None:
+            bandwidth = measuring.measure_bandwidth(info)
+        else:
+            bandwidth = measuring.measure_bandwidth(info, nbytes=bandwidth_bytes)
+        if bandwidth is None:  # too little free memory for a copy that times memory, not cache
+            plan.notes.append(measuring.bandwidth_skipped_note(info, free_memory_bytes(info.device)))
+        progress.update(clock() - started, f"bandwidth {bandwidth.bytes_per_second / GB:.1f} GB/s" if bandwidth
+                        else "bandwidth not measured")
 
-    def on_measurement(done, _elapsed):
-        progress.update(clock() - started,
-                        f"{done.dtype} {done.m}×{done.k}×{done.n}: {tflops(done.flops_per_second)} TFLOP/s")
+        def on_measurement(done, _elapsed):
+            check = getattr(done, "check", None)
+            checked = "" if check is None else ", checked" if check.ok else ", WRONG RESULT"
+            speed = tflops(done.flops_per_second)
+            progress.update(clock() - started, f"{done.dtype} {done.m}×{done.k}×{done.n}: {speed} TFLOP/s{checked}")
 
-    timer, sweep = make_sweep(plan, sweep_budget_s=sweep_budget_s(plan.budget_s, clock() - started), clock=clock,
-                              on_measurement=on_measurement, case_factory=case_factory, telemetry=telemetry)
-    sweeps = sweep.run(plan.dtypes)
-    found = {}
-    if hasattr(timer, "repeat"):  # a timer that times single repetitions (not a sweep-only stand-in)
-        progress.update(clock() - started, "burst and sustained headlines (idle, soak, lock-in)")
-        headline_budget = max(plan.budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
-        found = headline_phase.measure_headlines(
-            timer, headline_candidates(sweeps), budget_s=headline_budget, device_name=str(info.device),
-            sweep_telemetry=[getattr(done, "telemetry", None) for measurements in sweeps.values() for done in measurements])
-    for dtype, figures in found.get("headlines", {}).items():
-        steady = figures["sustained"]
-        shown = tflops(steady.flops_per_s) if steady.published else "withheld"
-        progress.update(clock() - started, f"{dtype} sustained: {shown} TFLOP/s")
+        if level == QUICK:
+            timer = measuring.MatmulTimer(info, target_s=QUICK_TARGET_S, case_factory=case_factory,
+                                          telemetry=telemetry or str(info.device), checker=checker)
+            sweeps = quick_sweeps(plan, timer)
+            for measurements in sweeps.values():
+                for done in measurements:
+                    on_measurement(done, None)
+        else:
+            timer, sweep = make_sweep(plan, sweep_budget_s=sweep_budget_s(budget_s, clock() - started), clock=clock,
+                                      on_measurement=on_measurement, case_factory=case_factory, telemetry=telemetry,
+                                      checker=checker)
+            sweeps = sweep.run(plan.dtypes)
+        _under_load(windows, plan, sweeps, case_factory)
+        if level != QUICK and hasattr(timer, "repeat"):  # a timer that times single repetitions (not a stand-in)
+            progress.update(clock() - started, "burst and sustained headlines (idle, soak, lock-in)")
+            headline_budget = max(budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
+            found = headline_phase.measure_headlines(
+                timer, headline_candidates(sweeps), budget_s=headline_budget, device_name=str(info.device),
+                sweep_telemetry=[getattr(done, "telemetry", None)
+                                 for measurements in sweeps.values() for done in measurements])
+        for dtype, figures in found.get("headlines", {}).items():
+            steady = figures["sustained"]
+            shown = tflops(steady.flops_per_s) if steady.published else "withheld"
+            progress.update(clock() - started, f"{dtype} sustained: {shown} TFLOP/s")
+        if level == LONG:
+            burn_checker = ResultChecker()
+            burns = _burns(plan, sweeps, budget_s=plan.budget_s * (1 - FINISH_RESERVE_FRACTION), telemetry=telemetry
+                           or str(info.device), checker=burn_checker, windows=windows, progress=progress,
+                           clock=clock, started=started, case_factory=case_factory)
     release_cached_memory(info.device)
-    report = assemble(settings=plan.settings, machine=_machine(plan),
+    sections = _sections(plan, sweeps, bandwidth, found, checker, level)
+    report = assemble(settings={**plan.settings, "level": level}, machine=_machine(plan),
                       bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth),
-                      dtypes=_sections(plan, sweeps, bandwidth, found), elapsed_s=clock() - started, notes=plan.notes)
+                      dtypes=sections, elapsed_s=clock() - started, notes=plan.notes)
     report["telemetry"] = telemetry_section(found)
+    if level == LONG:
+        report["burn"] = {dtype: result.to_dict() for dtype, result in burns.items()}
+    checks, unchecked = _check_evidence(sweeps, burns, checker, plan)
+    verdicts = judge_devices(windows.windows, checks=checks, dtypes=sections,
+                             throttle_reasons=_throttle_reasons(sweeps, found, burns), unchecked=unchecked,
+                             judge_speed=level != QUICK)
+    by_dtype = {dtype: section["checks"] for dtype, section in sections.items()}
+    fault = None if checker is None or checker.fault is None else str(checker.fault)
+    report["health"] = health_document(verdicts, windows.windows, strict=strict, checks=checks_document(
+        by_dtype, injected=None if checker is None else checker.injected, fault=fault,
+        burn=report.get("burn")))
+    report["elapsed_s"] = clock() - started
     return report

@@ -88,6 +88,8 @@ class MatmulMeasurement:
     phase: str = "ramp"
     telemetry: dict | None = None
     """The device's readings during the measurement (``accounting.telemetry.Summary.to_dict()``), where taken."""
+    check: object = None
+    """The product's result check (:class:`accounting.health.results.ResultCheck`), where one ran."""
 
     @property
     def flops_per_second(self) -> float:

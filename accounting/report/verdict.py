@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from accounting._checks import check_non_negative
 from accounting.console import tflops
+from accounting.errors import AccountingError
 from accounting.flops import MFU_CEILING
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 
@@ -31,6 +32,8 @@ ABOVE_PEAK = "above peak"
 UNKNOWN = "unknown"
 NOT_JUDGED = "not judged"
 """A dtype the device only emulates (or runs as another): measured and shown, never judged."""
+WRONG_RESULT = "wrong result"
+"""A product of the dtype failed its result check: failed, whatever its speed (emulated or not)."""
 
 
 @dataclass(frozen=True)
@@ -106,17 +109,38 @@ def not_judged(dtype: str, mfu: float | None, *, label: str, reason: str,
     return Verdict(dtype, NOT_JUDGED, None, mfu, None, None, f"{label} — {NOT_JUDGED}: {shown}{reason}")
 
 
+def wrong_result(dtype: str, checks, *, mfu: float | None = None, floor: float | None = None) -> Verdict:
+    """The verdict on a dtype one of whose products failed its result check (``checks``: the failed
+    :class:`~accounting.health.results.ResultCheck` s): wrong, whatever its MFU.
+
+    >>> from accounting.health.results import ResultCheck
+    >>> bad = ResultCheck("bfloat16", (256, 256, 256), 4.2e6, 0, (0, 16), 3.0, 7.1e-7)
+    >>> print(wrong_result("bfloat16", [bad], mfu=0.7, floor=0.5).message)  # doctest: +NORMALIZE_WHITESPACE
+    wrong result: bfloat16 256x256x256 product wrong: row 0, columns 0-15 off by 4.2e+06x its rounding tolerance
+    (residual 3, tolerance 7.1e-07)
+    """
+    checks = list(checks)
+    if not checks:
+        raise AccountingError(f"wrong_result needs the failed checks of {dtype}, got none")
+    message = f"{WRONG_RESULT}: " + "; ".join(check.reason for check in checks)
+    return Verdict(dtype, WRONG_RESULT, False, mfu, floor, None, message)
+
+
 def overall(statuses) -> str:
     """One word for the machine from the judged dtypes' statuses: ``healthy`` only when every one is.
 
-    ``not judged`` dtypes (emulated) are left out; with nothing judged the machine is ``unknown``.
+    ``not judged`` dtypes (emulated) are left out of the speed verdict; with nothing judged the machine
+    is ``unknown``. A ``wrong result`` anywhere, emulated dtypes included, makes the machine's.
 
     >>> overall([judge("a", 0.6, 0.5).status, judge("b", 0.2, 0.5).status])
     'below floor'
     >>> overall([HEALTHY, UNKNOWN]), overall([HEALTHY, NOT_JUDGED]), overall([NOT_JUDGED])
     ('unknown', 'healthy', 'unknown')
     """
-    statuses = set(statuses) - {NOT_JUDGED}
+    statuses = set(statuses)
+    if WRONG_RESULT in statuses:
+        return WRONG_RESULT  # a wrong result counts even on a dtype that is not judged for speed
+    statuses -= {NOT_JUDGED}
     if not statuses:
         return UNKNOWN
     for worst_first in (BELOW_FLOOR, ABOVE_PEAK):

@@ -269,6 +269,21 @@ class NvmlBackend:
 
     # ---- which device ----------------------------------------------------------------------------
 
+    @property
+    def library(self):
+        """The initialised ``pynvml`` module this backend reads through (other readers of this device share it)."""
+        return self.nvml
+
+    def device_handle(self):
+        """The NVML handle of the whole GPU: a MIG slice's parent GPU, else :attr:`handle`.
+
+        ECC counts, row remapping, the PCIe link and Xid events belong to the physical GPU, not to a slice
+        (NVML answers a slice's handle with "not supported" for them).
+        """
+        if self.mig_slice is None:
+            return self.handle
+        return self.nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self.handle)
+
     def _by_uuid(self, uuid) -> tuple:
         """``(handle, uuid)`` of torch's ``uuid``: ``GPU-`` for a GPU, ``MIG-`` for a MIG slice (torch gives neither)."""
         text = str(uuid)
@@ -569,6 +584,15 @@ class AmdSmiBackend:
         self._throttle_errors: dict[str, str] = {}
 
     _ask = NvmlBackend._ask
+
+    @property
+    def library(self):
+        """The initialised ``amdsmi`` module this backend reads through (other readers of this device share it)."""
+        return self.amdsmi
+
+    def device_handle(self):
+        """The AMD SMI processor handle of the device torch calls ``cuda:<index>`` (found by PCI address)."""
+        return self.handle
 
     def _throttle_source(self, call_name: str):
         """``amdsmi.<call_name>(handle)``, or ``None`` with the reason kept (and not asked again)."""

@@ -9,6 +9,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support import fake_nvml
+
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
@@ -271,3 +273,18 @@ def edac_tree(root: Path, controllers: list[tuple[int, int]], *, mce: list[int] 
                                          f"MCE: {counts}   Machine check exceptions\n"
                                          f"MCP: {polls}   Machine check polls\n")
     return root
+
+
+def combined_nvml(telemetry_gpus=None, health_gpus=None):
+    """One fake ``pynvml`` for the telemetry (:mod:`tests.support.fake_nvml`: clocks, power, handles by UUID)
+    and the health counters (:class:`FakeNvml` here: ECC, remapping, PCIe, NVLink, Xids) of the same GPUs,
+    as the report reads both through one ``pynvml``. Handles are indices in both."""
+    health = FakeNvml(health_gpus)
+
+    class Combined(fake_nvml.FakeNvml):
+        def __getattr__(self, name):  # the health calls and constants the telemetry fake lacks
+            return getattr(health, name)
+
+    combined = Combined(telemetry_gpus)
+    combined.health = health
+    return combined
