@@ -24,7 +24,6 @@ DISTRIBUTION = "pytest-accounting"
 and its command is ``accounting``. The index's ``accounting`` is an unrelated money-formatting package."""
 
 EXIT_OK = 0
-EXIT_UNHEALTHY = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 

@@ -169,8 +169,9 @@ def test_render_shows_every_rank_and_the_collectives(crafted):
                   "sw_power_cap", "busbw (GB/s)", "#wrong", "straggler: rank 1 bfloat16", "Verdict: flagged (2 flag(s))",
                   "(no --min-busbw given"):
         assert piece in text, piece
-    rank_lines = [line for line in text.splitlines() if line.strip().startswith(("0  ", "1  ", "2  "))]
-    assert "straggler" in rank_lines[1] and rank_lines[0].rstrip().endswith("ok")
+    rank_lines = [line.split() for line in text.splitlines() if line.strip().startswith(("0  ", "1  ", "2  "))]
+    assert [line[-2:] for line in rank_lines] == [["ok", "healthy"], ["straggler", "degraded"], ["drift", "degraded"]]
+    assert "Health: degraded (exit status 0; 3 with --strict)" in text
 
 
 def test_plot_is_a_png(crafted, tmp_path):

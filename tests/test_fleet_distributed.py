@@ -47,7 +47,7 @@ def _flags(document, kind):
 
 def test_every_rank_finishes_and_rank_0_reports(faulty_world):
     outcomes, document, _plot = faulty_world
-    assert [outcome and outcome["status"] for outcome in outcomes] == [1, 0, 0], outcomes  # --strict: flagged
+    assert [outcome and outcome["status"] for outcome in outcomes] == [4, 0, 0], outcomes  # rank 2 failed
     assert document is not None, outcomes[0]
     assert outcomes[1]["stdout"] == outcomes[2]["stdout"] == "", "only rank 0 prints"
     assert "Ranks (best of each rank's matmul sweep)" in outcomes[0]["stdout"]
@@ -68,6 +68,9 @@ def test_a_rank_that_raises_reports_its_error_and_the_others_still_count(faulty_
     assert [flag["rank"] for flag in failed] == [2]
     assert "injected failure: this rank's device is broken" in failed[0]["message"]
     assert document["ranks"][2]["report"] is None
+    lost = document["health"]["ranks"][2]
+    assert lost["state"] == "failed" and lost["reasons"][0]["code"] == "lost", lost
+    assert "injected failure: this rank's device is broken" in lost["reasons"][0]["text"]
     assert document["ranks"][2]["collectives"]["world"]["results"], "the failed rank still joins the collectives"
     assert document["ranks"][0]["report"]["dtypes"]["float32"]["best"] is not None
 
@@ -82,6 +85,8 @@ def test_corrupted_results_are_counted_where_they_happened(faulty_world):
         assert set(row["seconds_by_rank"]) == {"0", "1", "2"}
     wrong = _flags(document, "wrong values")
     assert wrong and all("all_reduce" in flag["message"] for flag in wrong)
+    assert document["health"]["ranks"][0]["state"] == "failed", "rank 0 received the wrong values"
+    assert any(reason["code"] == "wrong-values" for reason in document["health"]["ranks"][0]["reasons"])
 
 
 def test_configuration_drift_names_the_doctored_rank(faulty_world):
@@ -115,10 +120,11 @@ def hung_world(tmp_path_factory):
 
 def test_a_rank_that_never_reaches_the_barrier_is_named(hung_world):
     outcomes, document = hung_world
-    assert outcomes[0] is not None and outcomes[0]["status"] == 1, outcomes  # a hung rank: always 1
+    assert outcomes[0] is not None and outcomes[0]["status"] == 4, outcomes  # a hung rank failed: always 4
     assert outcomes[1] is None, "the hung rank had to be killed"
     assert document["hung_ranks"] == [1]
     assert [flag["rank"] for flag in _flags(document, "hung")] == [1]
+    assert document["health"]["ranks"][1]["state"] == "failed" and document["health"]["state"] == "failed"
     assert "did not reach the measured barrier within 3 s" in outcomes[0]["stdout"]
 
 
@@ -127,7 +133,7 @@ def test_rank_0_still_prints_its_figures_when_another_hangs(hung_world):
     assert document["ranks"][0]["report"]["dtypes"]["float32"]["best"] is not None
     assert document["ranks"][1] is None, "the hung rank left no record"
     rank_line = next(line for line in outcomes[0]["stdout"].splitlines() if line.strip().startswith("1  "))
-    assert rank_line.rstrip().endswith("hung")
+    assert rank_line.split()[-2:] == ["hung", "failed"]
 
 
 @pytest.mark.slow

@@ -57,6 +57,11 @@ def test_a_collective_failing_everywhere_keeps_the_others_figures(old_torch_worl
     assert all("all_gather" in flag["message"] and "injected: all_gather is broken" in flag["message"]
                for flag in failed), failed
     assert not _flags(document, "left out"), "every rank failed alike: the collective is at fault, not a device"
+    health = document["health"]
+    assert "failed" not in [entry["state"] for entry in health["ranks"]], health["ranks"]
+    assert health["state"] == "failed" and health["exit_status"] == 4
+    assert {(reason["device"], reason["code"]) for reason in health["reasons"]} == {
+        (f"{scope} all_gather", "collective-failed") for scope in ("world", "intra-node", "inter-node")}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +78,7 @@ def broken_rank_world(tmp_path_factory):
 def test_the_other_ranks_time_every_collective_without_the_broken_one(broken_rank_world):
     outcomes, document = broken_rank_world
     assert document is not None, outcomes
-    assert [outcome and outcome["status"] for outcome in outcomes] == [0, 0, 0], outcomes
+    assert [outcome and outcome["status"] for outcome in outcomes] == [4, 0, 0], outcomes  # rank 2's device failed
     full = {row["collective"] for row in _rows(document, "world") if row["ranks"] == [0, 1, 2]}
     assert full == {"all_reduce"}, "what all three measured before the break is kept"
     rest = {row["collective"] for row in _rows(document, "world") if row["ranks"] == [0, 1]}
@@ -89,5 +94,9 @@ def test_the_broken_rank_is_named_in_the_json_and_the_text(broken_rank_world):
     assert failed and {flag["rank"] for flag in failed} == {broken}
     assert any("all_gather" in flag["message"] and "illegal memory access" in flag["message"] for flag in failed)
     assert any("probing its device" in flag["message"] for flag in failed), "the sticky error fails the probe too"
+    states = [entry["state"] for entry in document["health"]["ranks"]]
+    assert states[broken] == "failed" and "failed" not in states[:broken], states  # the others: this CPU's speed
+    lost = document["health"]["ranks"][broken]["reasons"]
+    assert lost[0]["code"] == "lost" and "illegal memory access" in lost[0]["text"]
     line = next(line for line in outcomes[0]["stdout"].splitlines() if line.strip().startswith(f"{broken}  "))
     assert "left out" in line and "failed" in line

@@ -259,7 +259,8 @@ def test_the_text_shows_the_matrix_the_neighbours_and_marks_both_ends_of_a_slow_
         assert piece in text, piece
     rank_lines = {line.split()[0]: line for line in text.splitlines() if line.strip()[:2] in ("0 ", "1 ", "2 ")
                   and "AMD EPYC" in line}
-    assert rank_lines["0"].rstrip().endswith("slow link") and "slow memory" in rank_lines["1"]
+    assert rank_lines["0"].split()[-3:] == ["slow", "link", "degraded"] and "slow memory" in rank_lines["1"]
+    assert rank_lines["2"].split()[-1] == "healthy", "busy: its end of the slow link is a neighbour's doing"
     matrix = text[text.index("from ↓ to →"):].splitlines()
     assert matrix[2].split() == ["0", "·", f"{2**20 / 1e-3 / GB:.2f}", f"{2**20 / 20e-3 / GB:.2f}"]
 

@@ -287,7 +287,8 @@ def test_rollups_keep_the_worst_state_and_every_reason():
 def test_exit_statuses_are_distinct_and_clear_of_the_commands_own():
     from accounting import console
     from accounting.__main__ import EXIT_BROKEN_PIPE
-    taken = {console.EXIT_UNHEALTHY, console.EXIT_BAD_INPUT, console.EXIT_INTERRUPTED, EXIT_BROKEN_PIPE}
+    from accounting.gate.cli import EXIT_REGRESSION
+    taken = {EXIT_REGRESSION, console.EXIT_BAD_INPUT, console.EXIT_INTERRUPTED, EXIT_BROKEN_PIPE}
     assert len({EXIT_HEALTHY, EXIT_DEGRADED, EXIT_FAILED}) == 3
     assert not {EXIT_DEGRADED, EXIT_FAILED} & taken and EXIT_HEALTHY == console.EXIT_OK
 

@@ -14,6 +14,8 @@ One module per job:
 - :mod:`~accounting.fleet.scopes` — world, intra-node and inter-node groups.
 - :mod:`~accounting.fleet.gather` — barriers that name hung ranks; the records brought to rank 0.
 - :mod:`~accounting.fleet.verdict` — stragglers, drift, slow or wrong collectives, failed and hung ranks.
+- :mod:`~accounting.fleet.health` — each device healthy, degraded or failed, rolled up per node and for the fleet.
+- :mod:`~accounting.fleet.levels` — ``--level quick|standard|long``: what each rank and the ranks together run.
 - :mod:`~accounting.fleet.results`, :mod:`~accounting.fleet.render`, :mod:`~accounting.fleet.plot` — JSON, text, PNG.
 - :mod:`~accounting.fleet.throttle` — a deliberate straggler (``--slow-rank``).
 - :mod:`~accounting.fleet.run` and :mod:`~accounting.fleet.cli` — one rank from start to exit status.

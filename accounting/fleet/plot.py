@@ -2,7 +2,9 @@
 over each bar, that rank's straggler line (``straggler_fraction ×`` the median of the *other* ranks, the
 rule the verdict applies); flagged ranks' bars are hatched. Beside it, each rank's memory bandwidth with
 its own line (``figure_fractions.memory_bandwidth``), busy ranks' bars crossed and their neighbour's share
-written over them; and where links were timed, the point-to-point matrix (GB/s), slow links outlined.
+written over them; and where links were timed, the point-to-point matrix (GB/s), slow links outlined. Each rank's
+label carries its device's health where it is not healthy (red: failed, orange: degraded), and a failed rank's
+bars are drawn with a red edge: its figures are kept, not trusted.
 
 matplotlib runs headless (``Agg``), imported only when a plot is asked for, as the report's plot is.
 """
@@ -19,6 +21,21 @@ PANEL_WIDTH_IN = 5.0
 """Width added for each panel beside the TFLOP/s one (memory bandwidth, the link matrix)."""
 BAR_SPAN = 0.8
 """Share of one rank's slot on the x-axis that its bars fill."""
+STATE_COLOURS = {"failed": "red", "degraded": "darkorange"}
+"""Tick-label colours of a rank whose device is not healthy."""
+
+
+def _states(document: dict) -> dict:
+    return {entry["rank"]: entry["state"] for entry in (document.get("health") or {}).get("ranks", [])}
+
+
+def _rank_ticks(axes, ranks: list, states: dict) -> None:
+    """``rank N`` under each rank, with its state in colour where it is not healthy."""
+    labels = [f"rank {rank}" + (f"\n{states[rank]}" if states.get(rank) in STATE_COLOURS else "") for rank in ranks]
+    axes.set_xticks(ranks, labels)
+    for label, rank in zip(axes.get_xticklabels(), ranks):
+        if states.get(rank) in STATE_COLOURS:
+            label.set_color(STATE_COLOURS[states[rank]])
 
 
 def write_plot(document: dict, path: str) -> None:
@@ -28,6 +45,7 @@ def write_plot(document: dict, path: str) -> None:
     fraction = document["settings"]["straggler_fraction"]
     stragglers = {(flag["rank"], flag["subject"]) for flag in document["flags"] if flag["kind"] == STRAGGLER}
     ranks = list(range(len(document["ranks"])))
+    states = _states(document)
     links = document.get("links") or []
     panels = 2 + bool(links)
     figure, all_axes = pyplot.subplots(1, panels, figsize=(FIGURE_SIZE_IN[0] + PANEL_WIDTH_IN * (panels - 1),
@@ -42,8 +60,10 @@ def write_plot(document: dict, path: str) -> None:
         for rank in ranks:
             if rank not in values:
                 continue
+            failed = states.get(rank) == "failed"
             axes.bar(rank + offset, values[rank] / TERA, width=width, color=colour,
-                     hatch="//" if (rank, dtype) in stragglers else None, edgecolor="black", linewidth=0.5,
+                     hatch="//" if (rank, dtype) in stragglers else None,
+                     edgecolor=STATE_COLOURS["failed"] if failed else "black", linewidth=2.0 if failed else 0.5,
                      label=dtype if rank == min(values) else None)
         median = statistics.median(values.values()) / TERA
         axes.axhline(median, color=colour, linestyle="--", linewidth=1.2, label=f"{dtype} median {median:.3g}")
@@ -55,9 +75,11 @@ def write_plot(document: dict, path: str) -> None:
                             linestyles=":", linewidth=1.6,
                             label=f"straggler line ({fraction:g} × median of the other ranks)"
                             if position == 0 and rank == min(values) else None)
-    axes.set_xticks(ranks, [f"rank {rank}" for rank in ranks])
+    _rank_ticks(axes, ranks, states)
     axes.set_ylabel("best TFLOP/s")
-    axes.set_title(f"Best matmul TFLOP/s per rank ({len(ranks)} ranks) — hatched: straggler")
+    state = (document.get("health") or {}).get("state")
+    axes.set_title(f"Best matmul TFLOP/s per rank ({len(ranks)} ranks" + (f", fleet {state}" if state else "")
+                   + ") — hatched: straggler; red edge: failed device")
     axes.grid(True, axis="y", alpha=0.3)
     figure.legend(loc="outside lower center", ncol=max(len(best), 1), fontsize="small", frameon=False)
     _memory_panel(all_axes[1], document, ranks)
@@ -84,7 +106,7 @@ def _memory_panel(axes, document: dict, ranks: list) -> None:
         if peers and fraction:
             axes.hlines(fraction * statistics.median(peers) / GB, rank - BAR_SPAN / 2, rank + BAR_SPAN / 2,
                         colors="black", linestyles=":", linewidth=1.6)
-    axes.set_xticks(ranks, [f"rank {rank}" for rank in ranks])
+    _rank_ticks(axes, ranks, _states(document))
     axes.set_ylabel("memory bandwidth GB/s (device copy)")
     line = f"{fraction:g} × median of the others" if fraction else "no line"
     axes.set_title(f"Memory bandwidth — dotted: {line}; hatched: slow; crossed: busy", fontsize="small")

@@ -1,6 +1,7 @@
-"""The fleet document as text for a terminal: a per-rank table (its figures, its neighbours), the collectives
-as nccl-tests prints them, the point-to-point matrix, then notes and flags. Pure functions of the document
-(:mod:`accounting.fleet.results`).
+"""The fleet document as text for a terminal: a per-rank table (its figures, its neighbours, its device's health),
+the collectives as nccl-tests prints them, the point-to-point matrix, notes and flags, then the Health section
+(each node's and the fleet's state, every failed or degraded device named with its reasons). Pure functions of
+the document (:mod:`accounting.fleet.results`).
 
 >>> print(busbw_cell(None), busbw_cell(2.5e9))
 — 2.50
@@ -10,6 +11,7 @@ as nccl-tests prints them, the point-to-point matrix, then notes and flags. Pure
 
 from accounting._units import GB
 from accounting.console import NOT_KNOWN, fraction, table, tflops
+from accounting.fleet.health import health_lines
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
 from accounting.fleet.verdict import best_busbw
 
@@ -60,14 +62,16 @@ def _share_cell(entry) -> str:
 
 
 def rank_rows(document: dict) -> tuple[list[str], list[list[str]]]:
-    """Header and one row per rank: host, device, best TFLOP/s and MFU per dtype, bandwidth, telemetry, flags."""
+    """Header and one row per rank: host, device, best TFLOP/s and MFU per dtype, bandwidth, telemetry, flags and
+    the device's health (``healthy``, ``degraded``, ``failed``; a failed rank's figures are still shown)."""
     dtypes = _dtypes(document)
     header = ["rank", "host", "device"]
     for dtype in dtypes:
         header += [f"{dtype} TFLOP/s", "MFU"]
-    header += ["copy GB/s", "slowest", "clock MHz", "power W", "temp °C", "throttle", "neighbours", "flags"]
+    header += ["copy GB/s", "slowest", "clock MHz", "power W", "temp °C", "throttle", "neighbours", "flags", "health"]
     kinds = _flagged_kinds(document)
     hung = set(document["hung_ranks"])
+    health = {entry["rank"]: entry["state"] for entry in (document.get("health") or {}).get("ranks", [])}
     rows = []
     for rank, record in enumerate(document["ranks"]):
         record = record or {}
@@ -89,6 +93,7 @@ def rank_rows(document: dict) -> tuple[list[str], list[list[str]]]:
         if rank in hung and "hung" not in marks:
             marks.append("hung")
         row.append(", ".join(marks) or "ok")
+        row.append(health.get(rank, NOT_KNOWN))
         rows.append(row)
     return header, rows
 
@@ -198,4 +203,6 @@ def render(document: dict) -> str:
         blocks.append(["Notes:"] + [f"  - {note}" for note in document["notes"]])
     flags = [f"  {flag['kind']}: {flag['message']}" for flag in document["flags"]]
     blocks.append(["Verdict: " + document["verdict"] + (f" ({len(flags)} flag(s))" if flags else "")] + flags)
+    if document.get("health"):
+        blocks.append(health_lines(document["health"]))
     return "\n\n".join("\n".join(block) for block in blocks)

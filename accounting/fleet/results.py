@@ -6,7 +6,8 @@ Fields (``SCHEMA`` names the version):
 - ``settings``: ``world_size``, ``backend``, ``budget_s`` (per rank), ``dtypes``, ``straggler_fraction``,
   ``figure_fractions`` (``memory_bandwidth``, ``slowest_share``, ``p2p_link``), ``busy_cpu_share``,
   ``min_busbw_gbps`` (``null``, or ``{scope: {collective: GB/s}}`` with ``"*"`` for any),
-  ``barrier_timeout_s``, ``slow_rank``
+  ``barrier_timeout_s``, ``slow_rank``, ``level`` (``quick``, ``standard``, ``long``), ``strict``, ``inject_fault``
+  (``RANK:DTYPE:SPEC`` or ``null``)
 - ``ranks``: one record per rank (``null`` for a rank that hung before leaving one): ``rank``,
   ``identity`` (see :mod:`accounting.fleet.identity`), ``report`` (the whole ``accounting report``
   document of :mod:`accounting.report.results` for that rank's device), ``telemetry`` (clocks, power,
@@ -19,7 +20,8 @@ Fields (``SCHEMA`` names the version):
   ``rounds_run``, ``results`` with ``scope``, ``src``, ``dst``, ``seconds``, ``iterations``, ``wrong``;
   ``skipped``, ``errors``), ``neighbours`` (other processes' share of the rank's cores while it timed the
   collectives and links: ``foreign_cpu_share``, ``stolen_cpu_share``, ``cpus``, ``wall_s``), ``errors``
-  (``phase``, ``error``)
+  (``phase``, ``error``; ``scope`` and ``collective`` for a collective that raised), ``health`` (the fleet's
+  verdict on this rank's device, as in ``health.ranks`` below; its report's own is ``report.health``)
 - ``collectives``: rows merged over ranks (see :func:`accounting.fleet.verdict.collective_rows`): ``seconds``
   is the mean over ranks (``time_over_ranks``: ``mean``, nccl-tests' default), with ``slowest_rank``,
   ``slowest_seconds``, ``nodes``, ``launch_bound``, ``algbw_bytes_per_s``, ``busbw_bytes_per_s``
@@ -30,26 +32,38 @@ Fields (``SCHEMA`` names the version):
   ``shared_with``, ``busy``, ``why``)
 - ``hung_ranks``, ``flags`` (``kind``, ``rank``, ``message``, ``subject``: the figure, dtype or field; ``ranks``: both
   ends of a link), ``notes``, ``verdict`` (``healthy``; ``busy`` when every flag is a busy rank's; else ``flagged``)
+- ``health`` (:func:`accounting.fleet.health.fleet_health`): ``state`` (``healthy``, ``degraded``, ``failed``: the
+  worst of the nodes'), ``exit_status`` (4 failed, 3 degraded with ``strict``, else 0), ``strict``, ``nodes`` (per
+  host: ``state``, ``ranks``, ``counts`` per state, ``reasons``), ``reasons`` (``state``, ``device``: the rank with its
+  host, device, UUID and PCI bus id, ``code``, ``text``), ``unchecked`` (grouped over ranks), ``notes`` (busy ranks:
+  neighbours, not faults), ``ranks`` (one entry per rank, hung ones included: ``rank``, ``host``, ``device``,
+  ``uuid``, ``pci_bus_id``, ``label``, ``state``, ``report_state``, ``reasons``, ``unchecked``, ``notes``)
 """
 
 import datetime
 
+from accounting.fleet.health import fleet_health
 from accounting.fleet.verdict import judge
 
 SCHEMA = "accounting-fleet/1"
+"""Fields are only ever added under one version (``health`` and ``settings.level``/``strict``/``inject_fault`` were)."""
 
 
 def document(records, *, settings: dict, elapsed_s: float, notes=(), hung=()) -> dict:
-    """The whole document, judged (:func:`accounting.fleet.verdict.judge`)."""
+    """The whole document, judged (:func:`accounting.fleet.verdict.judge`), each device's health rolled up per node and
+    for the fleet (:func:`accounting.fleet.health.fleet_health`, ``settings["strict"]`` for its exit status)."""
     verdict = judge(records, fraction=settings["straggler_fraction"], hung=hung,
                     min_busbw_gbps=settings.get("min_busbw_gbps"), figure_fractions=settings.get("figure_fractions"),
                     busy_cpu_share=settings.get("busy_cpu_share"))
+    health = fleet_health(records, verdict["flags"], hung=hung, strict=bool(settings.get("strict")))
+    ranks = [None if record is None else {**record, "health": health["ranks"][rank]}
+             for rank, record in enumerate(records)]
     return {
         "schema": SCHEMA,
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "elapsed_s": elapsed_s,
         "settings": settings,
-        "ranks": list(records),
+        "ranks": ranks,
         "collectives": verdict["collectives"],
         "links": verdict["links"],
         "figures": verdict["figures"],
@@ -57,4 +71,5 @@ def document(records, *, settings: dict, elapsed_s: float, notes=(), hung=()) ->
         "flags": verdict["flags"],
         "notes": list(notes),
         "verdict": verdict["verdict"],
+        "health": health,
     }

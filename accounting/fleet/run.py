@@ -3,11 +3,13 @@
 The phases, in order (each rank runs all of them; only rank 0 returns the document):
 
 1. identity, and the CPU share of a CPU rank (:mod:`~accounting.fleet.launch`);
-2. its own device within ``MEASURE_SHARE`` of the budget (:mod:`~accounting.fleet.measure`), no
-   communication at all — an error here is recorded, not raised;
+2. its own device within ``MEASURE_SHARE`` of the budget (:mod:`~accounting.fleet.measure`: the report at the
+   fleet's ``--level``, every product checked, health counters around it), no communication at all — an error
+   here is recorded, not raised;
 3. a checkpoint (:mod:`~accounting.fleet.gather`): a rank that never arrives is named here;
-4. the collectives, per scope (:mod:`~accounting.fleet.scopes`), within ``COLLECTIVE_SHARE`` of the budget;
-5. the point-to-point links, pair by pair (:mod:`~accounting.fleet.p2p`), within ``LINK_SHARE`` of it;
+4. the collectives, per scope (:mod:`~accounting.fleet.scopes`), within ``COLLECTIVE_SHARE`` of the budget
+   (at ``--level quick`` one all_reduce over the world: :mod:`~accounting.fleet.levels`);
+5. the point-to-point links, pair by pair (:mod:`~accounting.fleet.p2p`), within ``LINK_SHARE`` of it (not at quick);
 6. a last checkpoint, where the records travel to rank 0 as one ``all_gather_object``.
 
 Around phases 4 and 5 each rank reads which share of its cores other processes took
@@ -45,11 +47,14 @@ from accounting.fleet.launch import (
     pin_cpu,
     process_groups,
 )
+from accounting.fleet.levels import fleet_level
 from accounting.fleet.measure import measure_rank
 from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
 from accounting.fleet.throttle import throttled
 from accounting.hardware.devices import detect_device, free_memory_bytes
+from accounting.report.checks import ResultChecker
+from accounting.report.levels import STANDARD
 from accounting.telemetry.cpu import ForeignCpuWindow
 
 MEASURE_SHARE = 0.55
@@ -90,6 +95,12 @@ class FleetOptions:
     """``None``: ``fleet.figure_fractions`` from benchmarks.json."""
     busy_cpu_share: float | None = None
     """``None``: ``fleet.busy_cpu_share`` from benchmarks.json."""
+    level: str = STANDARD
+    """``quick``, ``standard`` or ``long``: every rank's report, and the phases between ranks (:mod:`~accounting.fleet.levels`)."""
+    strict: bool = False
+    """Exit 3 when a device is degraded (a failed one exits 4 either way)."""
+    inject_fault: tuple | None = None
+    """``(rank, InjectedFault)``: the result check's self-test on that rank (:func:`accounting.report.checks.parse_injected_fault`)."""
 
     def barrier_timeout(self) -> float:
         """``barrier_timeout_s``, or the default from the budget.
@@ -184,8 +195,12 @@ def _measure(options: FleetOptions, launch: Launch, device, hooks: Hooks, budget
     extra = {}
     if options.slow_rank is not None and options.slow_rank[0] == launch.rank:
         extra["case_factory"] = throttled(options.slow_rank[1])
+    fault = None
+    if options.inject_fault is not None and options.inject_fault[0] == launch.rank:
+        fault = options.inject_fault[1]
     return measure_rank(device, dtypes=options.dtypes, budget_s=budget_s, bandwidth_bytes=options.bandwidth_bytes,
-                        fleet_devices=fleet_devices(launch, device), **extra)
+                        fleet_devices=fleet_devices(launch, device), level=options.level,
+                        checker=ResultChecker(fault), strict=options.strict, **extra)
 
 
 def _group(members: list, world_size: int, groups, timeout_s: float):
@@ -206,8 +221,9 @@ def _sizes(members, control, device, options, rank, hooks, record, scope_name) -
         if hooks.device_fault is not None:
             hooks.device_fault(rank, None, 0)
         largest = collectives.largest_message(device, free_memory_bytes(device))
-        if options.max_message_bytes is not None:
-            largest = min(largest, options.max_message_bytes)
+        for cap in (options.max_message_bytes, fleet_level(options.level).max_message_bytes):
+            if cap is not None:
+                largest = min(largest, cap)
         ok = True
     except Exception as error:  # noqa: BLE001 - the group hears of it before its first call
         record["errors"].append({"phase": f"sizing the {scope_name} messages", "error": collectives.describe(error)})
@@ -239,14 +255,15 @@ def _sweep_group(scope_name, members, work, group, control, device, *, budget_s,
     if hooks.device_fault is not None:
         def fault(name, nbytes):
             hooks.device_fault(rank, name, nbytes)
-    share = budget_s / len(collectives.COLLECTIVES)
+    share = budget_s / len(fleet_level(options.level).collectives)
     for index, name in enumerate(work):
         sweep = collectives.sweep_collective(name, sizes, group=group, control=control, device=device,
                                              budget_s=share, corrupt=corrupt, fault=fault)
         entry["results"] += [{**done.as_dict(), "ranks": list(members)} for done in sweep.results]
         if sweep.error is not None:
             nbytes, error = sweep.error
-            record["errors"].append({"phase": f"timing {scope_name} {name} at {nbytes} B", "error": error})
+            record["errors"].append({"phase": f"timing {scope_name} {name} at {nbytes} B", "error": error,
+                                     "scope": scope_name, "collective": name})
         if not sweep.failed:
             continue
         entry["interrupted"].append({"collective": name, "bytes": sweep.stopped_bytes, "ranks": list(members),
@@ -269,7 +286,7 @@ def _time_scope(scope, launch: Launch, device, groups, *, budget_s, options, hoo
     """
     rank = launch.rank
     mine = scope.group_of(rank)
-    pending = list(collectives.COLLECTIVES) if mine is not None else []
+    pending = list(fleet_level(options.level).collectives) if mine is not None else []
     if mine is not None:
         record["collectives"][scope.name] = {"ranks": mine, "results": [], "interrupted": []}
     left_out: set = set()
@@ -324,6 +341,8 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
         **judging_settings(options),
         "min_busbw_gbps": options.min_busbw_gbps, "barrier_timeout_s": options.barrier_timeout(),
         "slow_rank": None if options.slow_rank is None else list(options.slow_rank),
+        "level": options.level, "strict": options.strict,
+        "inject_fault": None if options.inject_fault is None else f"{options.inject_fault[0]}:{options.inject_fault[1]}",
     }
     record = {"rank": launch.rank, "identity": None, "report": None, "telemetry": None, "collectives": {},
               "p2p": None, "neighbours": None, "errors": []}
@@ -337,6 +356,7 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
         record["report"], record["telemetry"] = measured
     if not launch.distributed:
         return document([record], settings=settings, elapsed_s=clock() - started, notes=notes)
+    level = fleet_level(options.level)
 
     barrier_timeout = options.barrier_timeout()
     group_timeout = options.budget_s + barrier_timeout + GROUP_TIMEOUT_MARGIN_S
@@ -347,14 +367,15 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
             if hooks.before_barrier is not None:
                 hooks.before_barrier(launch.rank)
             hosts = checkpoint(record, stage="measured", share=record["identity"]["host"], **meet)
-            scopes = plan_scopes(hosts)
+            scopes = plan_scopes(hosts) if level.every_scope else plan_scopes(hosts)[:1]
             per_scope = COLLECTIVE_SHARE * options.budget_s / len(scopes)
             window = ForeignCpuWindow().start()
             for scope in scopes:
                 _time_scope(scope, launch, device, groups, budget_s=per_scope, options=options, hooks=hooks,
                             record=record, timeout_s=group_timeout)
-            _time_links(hosts, launch, device, groups, budget_s=LINK_SHARE * options.budget_s, options=options,
-                        hooks=hooks, record=record)
+            if level.links:
+                _time_links(hosts, launch, device, groups, budget_s=LINK_SHARE * options.budget_s, options=options,
+                            hooks=hooks, record=record)
             foreign = window.stop()
             if foreign is not None:
                 record["neighbours"] = {"foreign_cpu_share": foreign.foreign_share,

@@ -12,8 +12,9 @@ Pure functions of the gathered records (see :mod:`accounting.fleet.results`), te
   both ends named (:mod:`accounting.fleet.links`);
 - **busy**: a rank that shared its cores or its device with other work (:mod:`accounting.fleet.neighbours`);
   its low figures are named in that flag, not as a straggler's, and the verdict says it was busy;
-- **below floor** / **above peak**: a rank whose best MFU for a dtype is under the dtype's absolute floor, or
-  over the ceiling (a wrong peak, a faster mode than the dtype's) — the report's own verdict on that rank;
+- **below floor** / **above peak** / **wrong result**: a rank whose best MFU for a dtype is under the dtype's
+  absolute floor, or over the ceiling (a wrong peak, a faster mode than the dtype's), or whose checked product was
+  wrong — the report's own verdict on that rank;
 - **drift**: a rank whose device model, driver, CUDA/ROCm or torch version (:data:`~accounting.fleet.identity.DRIFT_FIELDS`)
   differs from the majority's — or every rank, naming each value, when no value has a majority;
 - **wrong values**: a collective whose checked result had wrong elements on any rank (nccl-tests' ``#wrong``);
@@ -43,11 +44,13 @@ from accounting.fleet.identity import DRIFT_FIELDS
 from accounting.fleet.links import common_end, link_rows, slow_links
 from accounting.fleet.neighbours import neighbours
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
-from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR
+from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, WRONG_RESULT
 
 STRAGGLER = "straggler"
 FLOOR = BELOW_FLOOR
 OVER_PEAK = ABOVE_PEAK
+WRONG_PRODUCT = WRONG_RESULT
+"""A rank whose report found a product wrong (Freivalds' check or the repeat check): its device failed."""
 DRIFT = "drift"
 WRONG = "wrong values"
 SLOW_COLLECTIVE = "slow collective"
@@ -198,13 +201,19 @@ def best_by_dtype(records) -> dict:
 
 
 def floor_flags(records) -> list[Flag]:
-    """Ranks whose report judged a dtype below its MFU floor, or above the peak (a wrong peak or timer)."""
+    """Ranks whose report judged a dtype below its MFU floor, above the peak (a wrong peak or timer), or found one
+    of its products wrong (``wrong result``: the device failed, :mod:`accounting.fleet.health`).
+
+    >>> wrong = {"status": "wrong result", "message": "wrong result: float32 64x64x64 product wrong: row 3"}
+    >>> [(flag.kind, flag.rank) for flag in floor_flags([None, {"report": {"dtypes": {"float32": {"verdict": wrong}}}}])]
+    [('wrong result', 1)]
+    """
     flags = []
     for rank, record in enumerate(records):
         report = (record or {}).get("report")
         for dtype, section in (report or {}).get("dtypes", {}).items():
             status = section["verdict"]["status"]
-            if status in (FLOOR, OVER_PEAK):
+            if status in (FLOOR, OVER_PEAK, WRONG_PRODUCT):
                 flags.append(Flag(status, rank, f"rank {rank} {dtype}: {section['verdict']['message']}", subject=dtype))
     return flags
 

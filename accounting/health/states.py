@@ -17,7 +17,7 @@ or a fleet's state is the worst of its members', every member's reasons kept.
 
 Exit statuses for a Slurm prolog or health check, or a Kubernetes node check: :data:`EXIT_HEALTHY`
 (0), :data:`EXIT_DEGRADED` (3), :data:`EXIT_FAILED` (4). They stay clear of the package's others
-(``accounting.console``: 1 unhealthy run, 2 bad input, 130 interrupted; 141 broken pipe).
+(``accounting.console``: 1 a regression the gate found, 2 bad input, 130 interrupted; 141 broken pipe).
 
 >>> from accounting.health.counters import DeviceId, Snapshot, Counter, ECC_UNCORRECTED
 >>> gpu = DeviceId("cuda", 0, uuid="GPU-1", pci_bus_id="00000000:3B:00.0")
