@@ -21,6 +21,11 @@ With ``--ab`` it measures ``accounting gate ab`` instead (:mod:`accounting.gate.
 baseline is saved; each gated job runs A (unchanged) and B (slowed, or not) in interleaved
 pairs of fresh processes.
 
+``--benchmarks N`` makes the module a matrix of N such benchmarks (``test_matmul_1024[b00]`` …),
+every one slowed alike in a slowed tree, as a change to a shared code path slows a team's whole
+matrix; a job fails the gate when any of them is convicted, and the decisions are counted per
+benchmark. Only the first benchmark of a slowed run checks the injected factor in-process.
+
 Targets (2-core CPU, N = 20): false alarms ≤ 1/20, a 1.25× slowdown caught ≥ 19/20,
 a 1.10× slowdown reported as it is, one gated run ≤ 2 minutes. What it measured, and on which
 machines: docs/benchmarks-and-gate.md ("Measured error rates of check" and "... of ab").
@@ -90,12 +95,13 @@ BENCHMARK_MODULE = textwrap.dedent('''\
 
 
     @pytest.mark.cpu
-    def test_matmul_1024(flops_benchmark):
+    @pytest.mark.parametrize("index", {INDICES})
+    def test_matmul_1024(flops_benchmark, index):
         case, fn, factor = _work()
         flops_benchmark(fn, flops=case.flops, dtype="float32", device="cpu", shape=SHAPE, rounds={ROUNDS},
                         min_time_s={MIN_TIME_S})
         flops_benchmark.benchmark.extra_info["intended_slowdown"] = factor
-        if fn is not case.fn:  # the factor really injected, measured in-process, interleaved
+        if fn is not case.fn and index == {FIRST}:  # the factor really injected, measured in-process, interleaved
             started = time.perf_counter()
             ratios = [time_fn(fn, repeats=5, min_time_s=0).median / time_fn(case.fn, repeats=5, min_time_s=0).median
                       for _ in range({CHECK_PAIRS})]
@@ -182,10 +188,10 @@ class Scenario:
         """
         seconds -= sum(bench.extra_info.get("check_seconds", 0.0) for run in current
                        for bench in run.benchmarks.values())
-        decision = result.verdicts[0].decision if result.verdicts else None
-        label = decision.value if decision is not None else "not compared"
-        self.decisions[label] = self.decisions.get(label, 0) + 1
-        self.failed += bool(result.regressions)
+        for verdict in result.verdicts or (None,):
+            label = verdict.decision.value if verdict is not None and verdict.decision is not None else "not compared"
+            self.decisions[label] = self.decisions.get(label, 0) + 1
+        self.failed += bool(getattr(result, "failed", result.regressions))
         self.seconds.append(seconds)
         self.processes.append(1 + extra)
         self.set_aside += sum(1 for run in current if recorded_disturbances(run.guard))
@@ -258,20 +264,33 @@ def spread_text(values, metric: str) -> str:
             f"({len(values)} runs)")
 
 
-def module_source(*, rounds: int, min_time_s: float, check_pairs: int = CHECK_PAIRS) -> str:
-    """:data:`BENCHMARK_MODULE` filled in: its rounds (at least ``rounds``, filling ``min_time_s``) and check pairs.
+def benchmark_ids(count: int) -> list[str]:
+    """The parameter of each benchmark of a matrix of ``count``: ``b00``, ``b01``, …
+
+    >>> benchmark_ids(3)
+    ['b00', 'b01', 'b02']
+    """
+    return [f"b{index:02}" for index in range(count)]
+
+
+def module_source(*, rounds: int, min_time_s: float, check_pairs: int = CHECK_PAIRS, benchmarks: int = 1) -> str:
+    """:data:`BENCHMARK_MODULE` filled in: its rounds (at least ``rounds``, filling ``min_time_s``), check pairs and
+    the number of benchmarks in its matrix.
 
     >>> "rounds=3," in module_source(rounds=3, min_time_s=0.5) and "min_time_s=0.5)" in module_source(rounds=3, min_time_s=0.5)
     True
     """
+    ids = benchmark_ids(benchmarks)
     return (BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds))
-            .replace("{MIN_TIME_S}", repr(min_time_s)).replace("{CHECK_PAIRS}", str(check_pairs)))
+            .replace("{MIN_TIME_S}", repr(min_time_s)).replace("{CHECK_PAIRS}", str(check_pairs))
+            .replace("{INDICES}", repr(ids)).replace("{FIRST}", repr(ids[0])))
 
 
-def _write_module(folder: Path) -> list:
+def _write_module(folder: Path, benchmarks: int = 1) -> list:
     """The benchmark module in ``folder``, with the CPU rounds of benchmarks.json; the pytest arguments that run it."""
     cpu = load_benchmarks().device("cpu")
-    (folder / MODULE_NAME).write_text(module_source(rounds=cpu.rounds, min_time_s=cpu.min_time_s))
+    (folder / MODULE_NAME).write_text(module_source(rounds=cpu.rounds, min_time_s=cpu.min_time_s,
+                                                    benchmarks=benchmarks))
     return ["-q", "-p", "no:cacheprovider", MODULE_NAME]
 
 
@@ -287,20 +306,20 @@ def _calibrated_env(factor, threads, say) -> dict:
 
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int = DEFAULT_MAX_PAIRS,
                load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
-               fork_server: bool = True):
+               fork_server: bool = True, benchmarks: int = 1):
     """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
 
     A and B run the same module in the same folder; only B's environment injects the slowdown,
     as a changed revision would.
     """
     folder = Path(workdir)
-    pytest_args = _write_module(folder)
+    pytest_args = _write_module(folder, benchmarks)
     config = load_benchmarks()
 
     def say(text):
         print(f"error_rates: {text}", file=stream, flush=True)
 
-    say(f"A/B mode: {start_pairs} to {max_pairs} pairs per gated job ({_load_text()})")
+    say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} to {max_pairs} pairs per gated job ({_load_text()})")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
     for factor in (1.0, *factors):
@@ -316,12 +335,21 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
                                                         max_pairs=max_pairs, load_guard=load_guard)
             seconds = time.monotonic() - started
             scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
-            verdict = result.verdicts[0] if result.verdicts else None
-            say(f"A/B factor {factor:g}, job {rerun}/{runs}: "
-                f"{verdict.decision.value if verdict and verdict.decision else '?'} "
-                f"({verdict.reason if verdict else 'no benchmark'}; {pairs} pair(s), {seconds:.0f} s)")
+            say(f"A/B factor {factor:g}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), {seconds:.0f} s")
         scenarios.append(scenario)
     return scenarios
+
+
+def _job_text(result) -> str:
+    """One job's decisions: the only benchmark's with its reason, or a matrix's counted."""
+    if len(result.verdicts) == 1:
+        verdict = result.verdicts[0]
+        return f"{verdict.decision.value if verdict.decision else '?'} ({verdict.reason})"
+    counts = {}
+    for verdict in result.verdicts:
+        label = verdict.decision.value if verdict.decision else "not compared"
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{count} {label}" for label, count in sorted(counts.items())) or "no benchmark"
 
 
 def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT_MAX_EXTRA_RUNS,
@@ -394,6 +422,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ab", action="store_true",
                         help="measure `accounting gate ab` instead: each gated job runs A (unchanged) and B (slowed) "
                              "in interleaved pairs; no baselines are saved")
+    parser.add_argument("--benchmarks", type=_count, default=1, metavar="N",
+                        help="with --ab: a matrix of N benchmarks (each a 1024³ matmul, all slowed alike in a slowed "
+                             "tree); a job fails when any is convicted. Default: %(default)r")
     parser.add_argument("--max-pairs", type=_count, default=DEFAULT_MAX_PAIRS, metavar="M",
                         help="with --ab: the pairs cap of each job. Default: %(default)r")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
@@ -408,7 +439,8 @@ def main(argv=None) -> int:
     try:
         if args.ab:
             scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
-                                   threads=args.threads, workdir=workdir, fork_server=args.fork_server)
+                                   threads=args.threads, workdir=workdir, fork_server=args.fork_server,
+                                   benchmarks=args.benchmarks)
         else:
             scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
                                 load_guard=args.load_guard, threads=args.threads, workdir=workdir)
@@ -420,7 +452,8 @@ def main(argv=None) -> int:
     plan = (f"interleaved A/B, {args.runs} jobs per scenario, {DEFAULT_START_PAIRS} to {args.max_pairs} pairs each"
             if args.ab else f"{args.baselines} baseline runs, {args.runs} gated reruns per scenario, at most "
                             f"{args.max_extra_runs} extra runs each")
-    print(f"Gate error rates: {plan}; float32 1024³ matmul on the CPU, {args.threads or 'default'} thread(s); "
+    matrix = f"{args.benchmarks} float32 1024³ matmuls" if args.ab and args.benchmarks > 1 else "float32 1024³ matmul"
+    print(f"Gate error rates: {plan}; {matrix} on the CPU, {args.threads or 'default'} thread(s); "
           f"load guard {'on' if args.load_guard else 'OFF'}")
     print(table(SUMMARY_HEADER, summary_rows(scenarios, args.runs)))
     print(f"Load: {load_before} at the start, {_load_text()} at the end; {time.monotonic() - started:.0f} s in all.")

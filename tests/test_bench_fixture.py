@@ -29,6 +29,10 @@ class FakeBenchmark:
         self.stats = SimpleNamespace(stats=SimpleNamespace(median=self.seconds))
 
 
+def extra_memory(runner) -> dict:
+    return {key: value for key, value in runner.benchmark.extra_info.items() if "memory" in key}
+
+
 def test_flops_benchmark_synchronizes_inside_the_timed_call(monkeypatch):
     log = []
     monkeypatch.setattr(fixture, "synchronize", lambda device: log.append(f"sync {device}"))
@@ -38,7 +42,9 @@ def test_flops_benchmark_synchronizes_inside_the_timed_call(monkeypatch):
                                       cores=1, clock_ghz=1.0)
     result = runner(lambda: log.append("fn"), flops=8e9, dtype="float32", device="cpu", rounds=2, warmup_rounds=1)
     one_round = ["sync cpu", "clock start", "fn", "sync cpu", "clock stop"]
-    assert log == one_round * 3  # setup syncs (untimed); the timed target ends with a sync
+    # setup syncs (untimed); the timed target ends with a sync; after the rounds, one untimed call for its memory
+    assert log == one_round * 3 + ["sync cpu", "fn", "sync cpu"]
+    assert extra_memory(runner) == {"peak_memory_bytes": 0}  # the fn allocates no tensor
     assert result.mfu == pytest.approx(8e9 / 0.5 / 32e9)  # 1 core × 1 GHz × 32 FLOPs/cycle (AVX2+FMA)
     extra = runner.benchmark.extra_info
     assert extra["flops"] == 8_000_000_000 and extra["dtype"] == "float32" and extra["device"] == "fake CPU"
@@ -71,6 +77,7 @@ def test_flops_benchmark_flushes_l2_by_the_shared_rule(monkeypatch, operands, fl
     log = []
     clock = SimpleNamespace(flush_cache=lambda: log.append("flush"))
     monkeypatch.setattr(fixture, "clock_for", lambda device, **options: clock)
+    monkeypatch.setattr(fixture, "cuda_peak_allocated", lambda target, device: target() or 0)  # CPU build: no allocator
     monkeypatch.setattr(fixture, "synchronize", lambda device: None)
     monkeypatch.setattr(timing, "flush_bytes", lambda device: 50 * 2**20)  # 50 MiB, as an H100
     monkeypatch.setattr(fixture, "flush_bytes", lambda device: 50 * 2**20)
@@ -86,6 +93,7 @@ def test_flops_benchmark_mfu_on_cuda_comes_from_device_events_not_the_host_clock
     """The host clock around fn()+synchronize holds the launch; on CUDA the MFU uses the event-timed median."""
     log, timed = [], []
     monkeypatch.setattr(fixture, "clock_for", lambda device, **options: SimpleNamespace(flush_cache=lambda: None))
+    monkeypatch.setattr(fixture, "cuda_peak_allocated", lambda target, device: target() or 0)  # CPU build: no allocator
     monkeypatch.setattr(fixture, "flush_bytes", lambda device: 50 * 2**20)
     monkeypatch.setattr(fixture, "synchronize", lambda device: None)
 
@@ -120,3 +128,38 @@ def test_a_benchmark_timed_at_another_shape_than_its_baseline_is_refused():
     assert benchmark.log == [], "refused before anything was timed"
     runner(lambda: None, flops=1, dtype="float32", device="cpu", shape=(16384,) * 3, rounds=1, warmup_rounds=0,
            peak=1e12)
+
+
+def test_one_extra_buffer_is_its_exact_size_in_the_recorded_peak_memory():
+    """The same work with one more 1 MiB buffer reads exactly 1 MiB more (the live-tensor tracker, no allocator)."""
+    a, out = torch.ones(256, 256), torch.empty(256, 256)
+    cpu = torch.device("cpu")
+    plain = fixture.peak_memory(lambda: torch.matmul(a, a, out=out), lambda: None, cpu)
+    leaky = fixture.peak_memory(lambda: (torch.matmul(a, a, out=out), torch.empty(2**18)), lambda: None, cpu)
+    assert leaky["peak_memory_bytes"] - plain["peak_memory_bytes"] == 2**20
+
+
+def test_the_cuda_peak_is_read_after_a_reset_and_less_what_was_allocated_before():
+    calls = []
+
+    class FakeCuda:
+        allocated, peak = 100, 10_000  # the peak of an earlier benchmark, until it is reset
+
+        def reset_peak_memory_stats(self, device):
+            calls.append(("reset", device))
+            self.peak = self.allocated
+
+        def memory_allocated(self, device):
+            return self.allocated
+
+        def max_memory_allocated(self, device):
+            return self.peak
+
+    cuda = FakeCuda()
+
+    def target():
+        calls.append("call")
+        cuda.peak = max(cuda.peak, cuda.allocated + 4096)  # a 4 KiB temporary inside the call
+
+    assert fixture.cuda_peak_allocated(target, "cuda:0", cuda=cuda) == 4096
+    assert calls == [("reset", "cuda:0"), "call"]

@@ -29,6 +29,7 @@ class PairRunner:
     def __init__(self, tree, values, log, *, guards=None, machine=None, workdir):
         self.tree, self.values, self.log, self.notes = tree, values, log, []
         self.guards, self.machine, self.workdir, self.count = guards or {}, machine, workdir, 0
+        self.node_ids, self.pytest_args = {}, ["-m", "cpu"]
 
     def run(self, name, *, only=None, storage=None):
         self.log.append((self.tree, name, only))
@@ -38,6 +39,7 @@ class PairRunner:
         path = write(Path(self.workdir), f"{name}.json",
                      document(medians, guard=self.guards.get(self.count, QUIET), **options))
         self.count += 1
+        self.node_ids.update({bench: bench for bench in names})
         return Measured(path, 0, 1.0, "1 passed")
 
 
@@ -58,15 +60,16 @@ def test_the_order_flips_each_pair_and_suspects_alone_get_the_extra_pairs(tmp_pa
     runner_a, runner_b, log = _runners(tmp_path, a, b)
     result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=8)
     assert [tree for tree, _, _ in log[:6]] == ["A", "B", "B", "A", "A", "B"]
-    assert all(only is None for _, _, only in log[:6])
+    assert all(only is None for _, _, only in log[:2])  # the first pair runs the user's arguments as given
+    assert all(only == sorted([COPY, MATMUL]) for _, _, only in log[2:6])  # the rest of the start pairs: what it ran, by id
     assert all(only == [MATMUL] for _, _, only in log[6:])
-    # Holm doubles the smaller p of a matrix of 2: 2/binom(2n, n) <= 0.01 first at n = 5, two pairs of MATMUL alone.
+    # 1/binom(2n, n) <= 0.01 first at n = 5: two pairs of MATMUL alone.
     assert pairs == 5 and len(log) == 10
     decisions = {verdict.name: verdict.decision for verdict in result.verdicts}
     assert decisions == {MATMUL: Decision.REGRESSION, COPY: Decision.NO_CHANGE}
     # The verdict is judge's, with A as the baseline and B as the current runs.
     direct = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric,
-                   confidence=AB_CONFIDENCE, screen_current=True)
+                   confidence=AB_CONFIDENCE, screen_current=True, joint=True)
     assert [verdict.decision for verdict in direct.verdicts] == [verdict.decision for verdict in result.verdicts]
     assert "A/B: 5 interleaved pair(s) of fresh processes" in result.notes[-1]
 
@@ -141,6 +144,7 @@ class CliRunner:
                  fork_server=False, **_):
         self.pytest_args, self.workdir, self.cwd, self.env, self.own_runs = pytest_args, workdir, cwd, env, own_runs
         self.notes, self.count, self.fork_server, self.events = [], 0, fork_server, []
+        self.node_ids = {}
         CliRunner.made.append(self)
 
     def start(self):

@@ -8,7 +8,6 @@ import textwrap
 
 import pytest
 
-from accounting.errors import AccountingError
 from accounting.gate import forkserver
 from accounting.gate.forkserver import ForkServer, ForkServerError
 from accounting.gate.measure import Runner
@@ -116,10 +115,9 @@ def test_the_runner_falls_back_to_new_interpreters_and_says_why(project, monkeyp
     monkeypatch.setattr(forkserver, "PRELOAD", ("no_such_module_anywhere",))
     runner = Runner(ARGS, cwd=str(folder), workdir=str(folder / "work"), fork_server=True,
                     env={"PYTHONPATH": trees["b"], "PROBE_OUT": str(out)})
-    with pytest.raises(AccountingError) as raised:  # the probe writes no benchmark JSON: the runner refuses the run
-        runner.run("r1")
+    measured = runner.run("r1")  # the probe runs no benchmark: nothing to compare
     runner.close()
-    assert "without benchmark results" in str(raised.value)
+    assert measured.path is None and measured.returncode == 0
     assert [seen["tree"] for seen in _seen(out)] == ["b"]  # it ran anyway, in a new interpreter
     assert any(note.startswith("fork server unavailable (the fork server stopped") for note in runner.notes)
     assert runner.fork_server is False

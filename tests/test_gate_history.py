@@ -107,13 +107,12 @@ def test_runs_from_other_hardware_and_disturbed_runs_are_passed_over_and_named(h
 
 @pytest.mark.parametrize("case, line", [
     pytest.param("corrupt", r"0005_main.json: not valid JSON", id="corrupt"),
-    pytest.param("empty", r"no saved runs to look through; save runs first", id="empty-storage"),
     pytest.param("date", r"--since must be an ISO date or datetime .* got '1/11/2026'", id="bad-date"),
     pytest.param("order", r"--from-run 9 is after --to-run 3", id="range-backwards"),
     pytest.param("pattern", r"no benchmark matches 'nothing'", id="no-such-benchmark"),
 ])
-def test_bad_input_is_one_line_and_exit_2(history, tmp_path, capsys, case, line):
-    options = {"corrupt": [], "empty": ["--storage", str(tmp_path / "none")], "date": ["--since", "1/11/2026"],
+def test_bad_input_is_one_line_and_exit_2(history, capsys, case, line):
+    options = {"corrupt": [], "date": ["--since", "1/11/2026"],
                "order": ["--from-run", "9", "--to-run", "3"], "pattern": ["-k", "nothing"]}[case]
     if case == "corrupt":
         write(_folder(history), "0005_main.json", "{not json")
@@ -140,7 +139,7 @@ def test_check_compares_with_the_runs_after_a_recent_step_not_across_it(history,
     status, out, _ = run_main(["gate", "compare", "--storage", str(history), "--baselines", "16", *files], capsys)
     assert status == 0
     row = next(line for line in out.splitlines() if "test_cpu_matmul" in line and "runs)" in line)
-    assert "(12 runs)" in row and row.rstrip().endswith("no change")
+    assert "(12 runs)" in row and row.rstrip().endswith("no change            —")
     assert (f"{MATMUL}: the history itself stepped 1.25" in out and "at run 0013_main.json (2026-11-13, commit "
             "13aaaaaaaaaa on main); its baseline is the 12 run(s) since, not across the step" in out)
 
@@ -154,3 +153,13 @@ def test_a_corrupt_file_older_than_the_baseline_window_does_not_stop_check(histo
     assert "history not searched for steps: " in out and "0002_main.json: not valid JSON" in out
     row = next(line for line in out.splitlines() if "test_cpu_matmul" in line and "runs)" in line)
     assert "(5 runs)" in row
+
+
+def test_an_empty_storage_is_no_runs_not_bad_input(tmp_path, capsys):
+    """The README's `gate history --plot history.png` on a machine that saved nothing (`gate save -- -m gpu` without
+    a GPU) answers that there are no runs, exit status 0; it stopped with exit status 2 before."""
+    status, out, err = run_main(["gate", "history", "--storage", str(tmp_path / "none"), "--plot",
+                                 str(tmp_path / "history.png")], capsys)
+    assert status == 0 and err == ""
+    assert out.startswith("History: no runs") and "accounting gate save" in out
+    assert not (tmp_path / "history.png").exists()

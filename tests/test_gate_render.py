@@ -32,7 +32,7 @@ def test_each_decision_has_its_mark_and_the_figures_it_was_made_from():
                       f"{REGRESSION.comparison.ci_high:.3f}]"
     assert slow[5] == f"{REGRESSION.comparison.p_slower:.2g}" and slow[6] == "regression"
     assert table["test_maybe"][4].startswith("~1.333×")  # beyond the threshold, not significant
-    assert table["test_gone"][3:] == ["—", "—", "—", "not compared"]
+    assert table["test_gone"][3:] == ["—", "—", "—", "not compared", "—"]
 
 
 def test_the_headline_fails_only_on_a_regression():
@@ -53,7 +53,7 @@ def test_markdown_is_a_github_table_with_pipes_escaped():
     lines = markdown.splitlines()
     assert lines[2] == "**Gate: FAIL: 1 regression, 1 not compared** (1 baseline run, 1 current run)"
     table = [line for line in lines if line.startswith("|")]
-    assert len(table) == 4 and all(line.count(" | ") == 6 for line in table[2:])
+    assert len(table) == 4 and all(line.count(" | ") == 7 for line in table[2:])
     assert r"test_x[a\|b]" in markdown
 
 

@@ -1,8 +1,8 @@
 """The ``flops_benchmark`` fixture: pytest-benchmark's timing with FLOPs, TFLOP/s and MFU beside it.
 
-Each call records FLOPs, achieved TFLOP/s, the peak and its source, MFU, the device and
-the telemetry window in ``benchmark.extra_info``, so they land in the saved JSON, and adds
-a line to the end-of-run summary (:func:`add_summary_line`).
+Each call records FLOPs, achieved TFLOP/s, the peak and its source, MFU, the device, one
+call's peak memory (:func:`peak_memory`) and the telemetry window in ``benchmark.extra_info``,
+so they land in the saved JSON, and adds a line to the end-of-run summary (:func:`add_summary_line`).
 """
 
 import contextlib
@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from accounting._checks import check_non_negative, check_size
 from accounting._units import TERA
@@ -23,6 +24,7 @@ from accounting.hardware.clocks import clock_for, synchronize
 from accounting.hardware.devices import DeviceInfo, as_device, detect_device
 from accounting.hardware.dtypes import dtype_name
 from accounting.hardware.peaks import device_peak_flops
+from accounting.live_memory import LiveTensorBytes
 from accounting.telemetry.sampler import Sampler
 from accounting.telemetry.validity import window_extra_info
 from accounting.timing import WARMUP_CALLS, flush_bytes, rounds_for, should_flush_l2, time_fn
@@ -85,6 +87,9 @@ class FlopsBenchmark:
     the warm-up calls, which then run here (timed by :func:`warm_call_seconds`, at least one)
     instead of inside ``pedantic``; ``extra_info["rounds"]`` records the count used.
 
+    Peak memory: after the timed rounds, one more untimed call is measured by :func:`peak_memory`
+    (``measure_memory=False`` skips it), so the regression gate can compare it exactly.
+
     ``infos`` is the cache of detected devices; the fixture shares one across the session.
     """
 
@@ -101,7 +106,8 @@ class FlopsBenchmark:
 
     def __call__(self, fn, *, flops: int | None = None, dtype, device="cpu", shape=None, rounds: int = 10,
                  warmup_rounds: int = WARMUP_CALLS, flush_cache: bool | None = None, peak: float | None = None,
-                 operands=(), count_fn=None, count_flops: bool | None = None, min_time_s: float = 0.0):
+                 operands=(), count_fn=None, count_flops: bool | None = None, min_time_s: float = 0.0,
+                 measure_memory: bool = True):
         min_time_s = check_non_negative(min_time_s, "min_time_s")
         warmup_rounds = check_size(warmup_rounds, "warmup_rounds")  # checked here: with min_time_s they run here
         refuse_other_baseline_shape(self.config, getattr(self.benchmark, "fullname", None), shape)
@@ -160,6 +166,8 @@ class FlopsBenchmark:
             "rounds": rounds,
             "min_time_s": min_time_s,
         })
+        if measure_memory:  # one more call, untimed, after the rounds: nothing of it is in the timing
+            self.benchmark.extra_info.update(peak_memory(target, setup, device))
         if sampler is not None:
             self.benchmark.extra_info["telemetry"] = window_extra_info(
                 sampler.summary, work_flops=int(flops) * (rounds + warmup_rounds))
@@ -202,6 +210,48 @@ class FlopsBenchmark:
         })
         if mismatch and hasattr(self.config, "stash"):
             add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: FLOPs mismatch: {mismatch}")
+
+
+def peak_memory(target, setup, device) -> dict:
+    """One call's peak memory above what was live before it, as ``extra_info`` fields (bytes).
+
+    - ``peak_memory_bytes``, every device: the live-tensor tracker
+      (:class:`accounting.live_memory.LiveTensorBytes`), the exact storage bytes the call created
+      and held at its peak: no allocator rounding, no cache, so the same work reads the same
+      bytes in every run, and one extra buffer reads as exactly its size;
+    - ``cuda_peak_allocated_bytes``, on CUDA: the caching allocator's peak in a second call,
+      ``torch.cuda.max_memory_allocated`` after ``torch.cuda.reset_peak_memory_stats``, less what
+      was allocated before it. It sees what the tracker cannot (cuBLAS workspaces, a library's own
+      allocations through the allocator), rounded to the allocator's blocks.
+
+    ``setup`` (the cache flush) runs before each call, outside the measurement.
+
+    >>> out = torch.empty(64, 64)
+    >>> a = torch.ones(64, 64)
+    >>> peak_memory(lambda: torch.matmul(a, a, out=out), lambda: None, torch.device("cpu"))   # writes into out
+    {'peak_memory_bytes': 0}
+    >>> peak_memory(lambda: a @ a, lambda: None, torch.device("cpu"))                       # a new 64x64 float32
+    {'peak_memory_bytes': 16384}
+    """
+    setup()
+    with LiveTensorBytes() as live:
+        target()
+    record = {"peak_memory_bytes": int(live.peak)}
+    if device.type == "cuda":
+        setup()
+        record["cuda_peak_allocated_bytes"] = cuda_peak_allocated(target, device)
+    return record
+
+
+def cuda_peak_allocated(target, device, cuda=torch.cuda) -> int:
+    """The CUDA caching allocator's peak during ``target()``, above what was allocated before it (bytes).
+
+    ``cuda``: the ``torch.cuda`` module (tests pass a fake: the CPU build has no allocator statistics).
+    """
+    cuda.reset_peak_memory_stats(device)
+    before = cuda.memory_allocated(device)
+    target()
+    return int(cuda.max_memory_allocated(device) - before)
 
 
 def warm_call_seconds(target, setup, calls: int) -> float:

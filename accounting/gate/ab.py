@@ -19,7 +19,13 @@ module does that:
   two differences: an 80 % interval in place of 90 % (:data:`AB_CONFIDENCE`: why), and slow
   outliers set aside on *both* sides, each against its own median (below: why);
 - ``start_pairs`` pairs are run for every benchmark, then pairs of only the inconclusive
-  ones (``-p accounting.gate._select``), up to ``max_pairs`` in all.
+  ones (``-p accounting.gate._select``), up to ``max_pairs`` in all. Only the first pair runs
+  the user's arguments as given (collecting the whole suite); the later ones collect just the
+  benchmarks the first pair ran, by node id.
+- the p-values are adjusted across the matrix by a joint permutation of the runs (min-P,
+  :func:`accounting.gate.stats.joint_permutation_test`), not Holm's: every benchmark of an A/B
+  job is measured in the same processes, and Holm would make a matrix of 16 slowed benchmarks
+  wait 7 pairs for a verdict one benchmark reaches in 5.
 
 Why the pairs' runs are compared as two groups, not pair by pair: on a shared host a
 process's luck predicts little of its neighbour's (consecutive processes' log fastest rounds
@@ -47,7 +53,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.gate.decide import judge, noise_notes
+from accounting.gate.decide import GateResult, judge, noise_notes
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import hardware_difference, load_run
@@ -135,7 +141,15 @@ def _verdict(a_runs, b_runs, config, *, notes, load_guard, metric):
     used, left_out, skipped = _usable_a(a_runs, load_guard)
     return judge(used, b_runs, threshold_for=config.regression_threshold, alpha=ALPHA,
                  notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric,
-                 disturbed_baseline=left_out, baseline_grows=True, confidence=AB_CONFIDENCE, screen_current=True)
+                 disturbed_baseline=left_out, baseline_grows=True, confidence=AB_CONFIDENCE, screen_current=True,
+                 joint=True)
+
+
+def nothing_ran(runner) -> GateResult:
+    """The verdict on runs in which no benchmark ran (``-m gpu`` without a GPU): nothing compared, said so."""
+    note = (f"no benchmark ran with the pytest arguments {' '.join(runner.pytest_args)!r} (all skipped, deselected "
+            "or none collected); nothing to compare. `pytest -rs` with the same arguments shows why they were skipped")
+    return GateResult((), (note, *runner.notes), (), ())
 
 
 def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIRS,
@@ -154,13 +168,21 @@ def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIR
 
     def run_pair(number, only):
         order = (("A", runner_a, a_runs), ("B", runner_b, b_runs))
+        ran = False
         for label, runner, runs in (order if number % 2 else order[::-1]):
-            measured = runner.run(f"{label.lower()}-{number}", only=only)
+            mine = None if only is None else [name for name in only if name in runner.node_ids]
+            measured = runner.run(f"{label.lower()}-{number}", only=mine if mine else None)
             progress(f"pair {number}, {label}: {measured.summary} ({measured.duration_s:.1f} s)")
-            runs.append(load_run(measured.path))
+            if measured.path is not None:
+                runs.append(load_run(measured.path))
+                ran = True
+        return ran
 
-    for number in range(1, start_pairs + 1):
-        run_pair(number, None)
+    if not run_pair(1, None):
+        return nothing_ran(runner_b), a_runs, b_runs, 1
+    ran_first = sorted({name for run in (*a_runs, *b_runs) for name in run.benchmarks})
+    for number in range(2, start_pairs + 1):
+        run_pair(number, ran_first)  # the benchmarks the first pair ran, by node id: no whole-suite collection
     result = _verdict(a_runs, b_runs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
                       metric=metric)
     pairs = start_pairs

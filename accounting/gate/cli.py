@@ -41,6 +41,7 @@ from accounting.gate.ab import (
     DEFAULT_START_PAIRS,
     Trees,
     gate_ab,
+    nothing_ran,
     tree_environment,
 )
 from accounting.gate.changepoints import ALPHA as CHANGE_POINT_ALPHA
@@ -304,9 +305,15 @@ def _progress(stderr, text):
 
 
 def _save(args, runner, stderr) -> int:
+    ran = None  # after the first run: its benchmarks by node id, so later runs collect only those
     for number in range(1, args.runs + 1):
-        measured = runner.run(f"save-{number}", storage=args.storage)
+        measured = runner.run(f"save-{number}", storage=args.storage, only=ran)
+        if measured.path is None:
+            _progress(stderr, f"nothing saved: no benchmark ran ({measured.summary}); `pytest -rs` with the same "
+                              "arguments shows why they were skipped")
+            break
         saved = load_run(measured.path)
+        ran = sorted(saved.benchmarks) if ran is None else ran
         disturbed = recorded_disturbances(saved.guard)
         state = f"; disturbed, will be passed over: {'; '.join(disturbed)}" if disturbed else ""
         _progress(stderr, f"saved {measured.path} ({measured.summary}, {measured.duration_s:.1f} s){state}")
@@ -383,6 +390,8 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
     """
     measured = runner.run("current-1")
     progress(f"run 1: {measured.summary} ({measured.duration_s:.1f} s)")
+    if measured.path is None:  # -m gpu on a machine without one: nothing to compare, and no baseline needed
+        return nothing_ran(runner), None, [], 0
     current = [load_run(measured.path)]
     baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
                                 metric=metric)
@@ -393,7 +402,8 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
                  f"({extra} of at most {max_extra_runs})")
         measured = runner.run(f"current-{extra + 1}", only=result.suspects)
         progress(f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
-        current.append(load_run(measured.path))
+        if measured.path is not None:
+            current.append(load_run(measured.path))
         baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
                                     metric=metric)
     if result.suspects:
@@ -416,16 +426,16 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
                                                 metric=args.metric, progress=lambda text: _progress(stderr, text))
     _write_outputs(args, result, a_runs, b_runs, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({2 * pairs} pytest processes).", file=stdout)
-    return EXIT_REGRESSION if result.regressions else EXIT_OK
+    return EXIT_REGRESSION if result.failed else EXIT_OK
 
 
 def _check(args, config, runner, stdout, stderr, started) -> int:
     result, baseline, current, extra = gate_check(runner, config, storage=args.storage, baselines=args.baselines,
                                                   max_extra_runs=args.max_extra_runs, load_guard=args.load_guard,
                                                   metric=args.metric, progress=lambda text: _progress(stderr, text))
-    _write_outputs(args, result, baseline.runs, current, stdout)
+    _write_outputs(args, result, baseline.runs if baseline is not None else [], current, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
-    return EXIT_REGRESSION if result.regressions else EXIT_OK
+    return EXIT_REGRESSION if result.failed else EXIT_OK
 
 
 def _history(args, stdout) -> int:
@@ -444,8 +454,14 @@ def _history(args, stdout) -> int:
                              last=args.last)
     if selection.since and selection.until and selection.since > selection.until:
         raise AccountingError(f"--since {args.since} is after --until {args.until}")
-    runs, skipped = read_history(run_files(args.storage, machine_id()), selection=selection,
-                                 reject=_reject if args.load_guard else None)
+    files = run_files(args.storage, machine_id())
+    if not files and selection == RunSelection():
+        # A fresh storage, or `gate save -- -m gpu` on a machine without a GPU (nothing saved): nothing to look
+        # through is an answer, not bad input; a range that selects nothing of a history stays an error.
+        print(f"History: no runs\n\nNote: no saved runs in {args.storage} for this interpreter ({machine_id()}); "
+              "`accounting gate save` saves them", file=stdout)
+        return EXIT_OK
+    runs, skipped = read_history(files, selection=selection, reject=_reject if args.load_guard else None)
     notes = [] if args.load_guard else ["load guard off: runs on a loaded or throttled machine are used as they are"]
     result = analyse(runs, metric=args.metric or config.regression_metric, threshold_for=config.regression_threshold,
                      names=args.benchmark, skipped=skipped, notes=notes)
@@ -502,7 +518,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             baseline, result = _verdict(args.storage, args.baselines, config, current, load_guard=args.load_guard,
                                         metric=args.metric)
             _write_outputs(args, result, baseline.runs, current, stdout)
-            return EXIT_REGRESSION if result.regressions else EXIT_OK
+            return EXIT_REGRESSION if result.failed else EXIT_OK
         pytest_args = _pytest_args(args)
         options = {"reader": reader} if reader is not None else {}
         if args.gate_command == "ab":

@@ -7,6 +7,21 @@ with Holm (:func:`accounting.gate.stats.holm`) and decides each benchmark with
 per benchmark, else per device kind, else the default). A benchmark on one side only is
 listed as *not compared*, with the side it is missing from — never silently dropped.
 
+Two things are compared exactly, not statistically, because they are exact
+(:attr:`accounting.gate.storage.BenchmarkRun.work` and ``.memory``):
+
+- **The work.** A benchmark's FLOPs, shape, dtype and device are recorded by the fixture.
+  Baseline runs of other work are not compared with the current ones; where none is left the
+  row says *work changed*, from what to what, and gives no time verdict (a 1.25× longer time
+  for 1.25× the FLOPs is not a regression of the code, nor is it "no change").
+- **Peak memory.** One call's peak is deterministic for the same work: the live-tensor
+  tracker's storage bytes exactly, the CUDA allocator's peak up to its rounding. A current
+  run above every baseline run by more than :func:`memory_tolerance` is a **memory
+  regression**, which fails the gate like a time regression, with no statistics needed.
+
+A benchmark whose runs the gate cannot judge (too few rounds: :func:`accounting.gate.storage.rounds_problem`)
+is *not compared*, with that reason; the others are judged as usual.
+
 >>> from accounting.gate.storage import BenchmarkRun, SavedRun
 >>> def run(path, median):
 ...     rounds = tuple(median * (1 + 0.01 * step) for step in (-2, -1, 0, 1, 2))
@@ -30,6 +45,7 @@ from accounting.gate.stats import (
     Decision,
     compare_runs,
     holm,
+    joint_permutation_test,
     log_spread,
     permutation_test,
     slow_outliers,
@@ -62,6 +78,17 @@ class Verdict:
     current_outlier_values: tuple = ()
     """... of each current run set aside as a slow outlier (only where :func:`judge` screens them: ``gate ab``)."""
     comparison: Comparison | None = None
+    work_change: str = ""
+    """How the work differs from the baseline's (``"flops 2147483648 → 2684354560"``), where it does; then no time
+    verdict is given."""
+    baseline_memory: int | None = None
+    """The largest peak memory (bytes) of one call among the baseline runs compared, where recorded."""
+    current_memory: int | None = None
+    """The smallest peak memory among the current runs, where recorded."""
+    memory_source: str | None = None
+    """Which figure the memories are (:data:`accounting.gate.storage.MEMORY_KEYS`)."""
+    memory_regression: bool = False
+    """The current peak is above the baseline's by more than :func:`memory_tolerance`."""
 
     @property
     def baseline_value(self) -> float | None:
@@ -92,10 +119,24 @@ class GateResult:
     confidence: float = CONFIDENCE
     """Two-sided level of each ratio's interval (the table's header says it)."""
 
+    adjustment: str = "holm"
+    """How the p-values were adjusted across the matrix: ``"holm"`` or ``"min-p"``
+    (:func:`accounting.gate.stats.joint_permutation_test`)."""
+
     @property
     def regressions(self) -> list[Verdict]:
-        """The benchmarks the gate fails on."""
+        """The benchmarks slower beyond doubt and by more than their threshold."""
         return [verdict for verdict in self.verdicts if verdict.decision is Decision.REGRESSION]
+
+    @property
+    def memory_regressions(self) -> list[Verdict]:
+        """The benchmarks whose peak memory rose beyond :func:`memory_tolerance`."""
+        return [verdict for verdict in self.verdicts if verdict.memory_regression]
+
+    @property
+    def failed(self) -> bool:
+        """The gate fails (exit status 1): a time or a memory regression."""
+        return bool(self.regressions or self.memory_regressions)
 
     @property
     def suspects(self) -> list[str]:
@@ -122,7 +163,7 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
           load_guard: bool = True, metric: str = DEFAULT_METRIC, disturbed_baseline=(),
           baseline_grows: bool = False, confidence: float = CONFIDENCE, screen_current: bool = False,
-          baseline_from=None) -> GateResult:
+          baseline_from=None, joint: bool = False) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
@@ -140,6 +181,9 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     ``baseline_from``: benchmark name -> label of the first baseline run its comparison may use
     (the first run after the last change point of its history, :func:`accounting.gate.history.last_steps`);
     older baseline runs are left out of that benchmark's baseline, so it is not compared across a step.
+    ``joint``: adjust the p-values across the matrix by a joint permutation of the runs (min-P,
+    :func:`accounting.gate.stats.joint_permutation_test`) instead of Holm; for ``gate ab``, whose
+    benchmarks share their processes.
     """
     check_run_metric(metric)
     notes = list(notes)
@@ -152,56 +196,96 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         if run.path in disturbed:
             notes.append(f"{run.label} not used, measured on a disturbed machine: {'; '.join(disturbed[run.path])}")
     names = sorted({name for run in (*baseline_runs, *current_runs) for name in run.benchmarks})
-    rows = {}
+    rows, fixed = {}, {}
     for name in names:
-        base = [run.benchmarks[name] for run in _window(baseline_runs, (baseline_from or {}).get(name))
-                if name in run.benchmarks]
-        clean = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path not in disturbed]
-        noisy = [run.benchmarks[name] for run in current_runs if name in run.benchmarks and run.path in disturbed]
-        kind = next((bench.kind for bench in (*clean, *noisy, *base) if bench.kind), None)
+        base_all = [(run.path, run.benchmarks[name])
+                    for run in _window(baseline_runs, (baseline_from or {}).get(name)) if name in run.benchmarks]
+        current_all = [(run.path, run.benchmarks[name]) for run in current_runs if name in run.benchmarks]
+        kind = next((bench.kind for _, bench in (*current_all, *base_all) if bench.kind), None)
         threshold = threshold_for(kind, name) / 100
-        kept, set_aside = _screened([bench.summary(metric) for bench in base], threshold)
-        current = [bench.summary(metric) for bench in clean]
-        current_kept, current_set_aside = _screened(current, threshold) if screen_current else (tuple(current), ())
-        rows[name] = dict(kind=kind, threshold=threshold, baseline_values=kept, outlier_values=set_aside,
-                          current_values=current_kept, disturbed_values=tuple(bench.summary(metric) for bench in noisy),
-                          current_outlier_values=current_set_aside)
-    comparable = [name for name, row in rows.items() if len(row["baseline_values"]) >= 2 and row["current_values"]]
-    raw = {}
-    for name in comparable:
-        test = permutation_test(np.log(rows[name]["baseline_values"]), np.log(rows[name]["current_values"]))
-        raw[name] = (test.p_greater, test.p_less)
-    slower = dict(zip(comparable, holm([raw[name][0] for name in comparable])))
-    faster = dict(zip(comparable, holm([raw[name][1] for name in comparable])))
+        work = current_all[0][1].work if current_all else {}
+        same_work = [(path, bench) for path, bench in base_all if not work_difference(bench.work, work)]
+        if base_all and current_all and not same_work:
+            change = work_difference(base_all[-1][1].work, work)
+            fixed[name] = Verdict(name, kind, threshold, None, f"work changed: {change}; times of different work are "
+                                  "not compared", work_change=change)
+            continue
+        if len(same_work) < len(base_all):
+            notes.append(f"{name}: {len(base_all) - len(same_work)} baseline run(s) of other work left out "
+                         f"({work_difference(base_all[0][1].work, work)})")
+        # Memory is not disturbed by load: the baseline runs the load guard left out count too.
+        set_aside_base = [(run.path, run.benchmarks[name]) for run in disturbed_baseline if name in run.benchmarks]
+        memory = _memory([*same_work, *((path, bench) for path, bench in set_aside_base
+                                        if not work_difference(bench.work, work))], current_all)
+        problems = [bench.problem for _, bench in (*same_work, *current_all) if bench.problem]
+        base = [(path, bench) for path, bench in same_work if not bench.problem]
+        judged_current = [(path, bench) for path, bench in current_all if not bench.problem]
+        if problems and (not base or not judged_current):
+            fixed[name] = Verdict(name, kind, threshold, None, f"not judged: {problems[0]}", **memory)
+            continue
+        clean = [(path, bench.summary(metric)) for path, bench in judged_current if path not in disturbed]
+        noisy = [bench.summary(metric) for path, bench in judged_current if path in disturbed]
+        kept, set_aside = _screened_pairs([(path, bench.summary(metric)) for path, bench in base], threshold)
+        current_kept, current_set_aside = _screened_pairs(clean, threshold) if screen_current else (clean, ())
+        rows[name] = {"kind": kind, "threshold": threshold, "kept": kept, "current_kept": current_kept,
+                      "memory": memory,
+                      "values": {"baseline_values": tuple(value for _, value in kept),
+                                 "outlier_values": tuple(set_aside),
+                                 "current_values": tuple(value for _, value in current_kept),
+                                 "disturbed_values": tuple(noisy),
+                                 "current_outlier_values": tuple(current_set_aside)}}
+    comparable = [name for name, row in rows.items() if len(row["kept"]) >= 2 and row["current_kept"]]
+    if joint:
+        joint_p = joint_permutation_test({name: ({path: np.log(value) for path, value in rows[name]["kept"]},
+                                                 {path: np.log(value) for path, value in rows[name]["current_kept"]})
+                                          for name in comparable})
+        slower = {name: joint_p[name].adjusted_greater for name in comparable}
+        faster = {name: joint_p[name].adjusted_less for name in comparable}
+    else:
+        raw = {}
+        for name in comparable:
+            test = permutation_test(np.log(rows[name]["values"]["baseline_values"]),
+                                    np.log(rows[name]["values"]["current_values"]))
+            raw[name] = (test.p_greater, test.p_less)
+        slower = dict(zip(comparable, holm([raw[name][0] for name in comparable])))
+        faster = dict(zip(comparable, holm([raw[name][1] for name in comparable])))
     verdicts = []
-    for name, row in rows.items():
-        kind, threshold = row.pop("kind"), row.pop("threshold")
-        if not row["baseline_values"] and not row["outlier_values"] and any(
+    for name in names:
+        if name in fixed:
+            verdicts.append(fixed[name])
+            continue
+        row = rows[name]
+        kind, threshold, memory, values = row["kind"], row["threshold"], row["memory"], row["values"]
+        if not values["baseline_values"] and not values["outlier_values"] and any(
                 name in run.benchmarks for run in disturbed_baseline):
             verdicts.append(Verdict(name, kind, threshold, Decision.INCONCLUSIVE,
-                                    "re-measure: every baseline run was measured on a disturbed machine", **row))
-        elif not row["baseline_values"] and not row["outlier_values"]:
+                                    "re-measure: every baseline run was measured on a disturbed machine", **values,
+                                    **memory))
+        elif not values["baseline_values"] and not values["outlier_values"]:
             verdicts.append(Verdict(name, kind, threshold, None, "no baseline: a new benchmark, or one the baseline "
-                                                                  "runs did not run", **row))
-        elif not row["current_values"] and not row["disturbed_values"]:
+                                                                  "runs did not run", **values, **memory))
+        elif not values["current_values"] and not values["disturbed_values"] and not values["current_outlier_values"]:
             verdicts.append(Verdict(name, kind, threshold, None, "not in the current run(s): deselected, skipped or "
-                                                                  "failed", **row))
-        elif not row["current_values"]:
+                                                                  "failed", **values, **memory))
+        elif not values["current_values"]:
             verdicts.append(Verdict(name, kind, threshold, Decision.INCONCLUSIVE,
-                                    "re-measure: every current run was measured on a disturbed machine", **row))
+                                    "re-measure: every current run was measured on a disturbed machine", **values,
+                                    **memory))
         else:
             comparison = compare_runs(
-                row["baseline_values"], row["current_values"], threshold=threshold, alpha=alpha,
-                family=max(1, len(comparable)), confidence=confidence,
+                values["baseline_values"], values["current_values"], threshold=threshold, alpha=alpha,
+                family=1 if joint else max(1, len(comparable)), confidence=confidence,
                 p_adjust=(lambda p_slower, p_faster, name=name: (slower[name], faster[name])) if name in slower else None)
             reason = comparison.reason
             for side, key in (("baseline", "outlier_values"), ("current", "current_outlier_values")):
-                if row[key]:
-                    reason += (f" ({len(row[key])} slow outlier {side} run(s) set aside: "
-                               f"{', '.join(f'{value * 1e3:.3g} ms' for value in row[key])})")
-            verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **row, comparison=comparison))
+                if values[key]:
+                    reason += (f" ({len(values[key])} slow outlier {side} run(s) set aside: "
+                               f"{', '.join(f'{value * 1e3:.3g} ms' for value in values[key])})")
+            verdicts.append(Verdict(name, kind, threshold, comparison.decision, reason, **values, **memory,
+                                    comparison=comparison))
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
-                      tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence)
+                      tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence,
+                      "min-p" if joint else "holm")
 
 
 def _window(runs, first_label):
@@ -213,6 +297,61 @@ def _window(runs, first_label):
     """
     labels = [run.label for run in runs]
     return list(runs)[labels.index(first_label):] if first_label in labels else list(runs)
+
+
+def _screened_pairs(pairs, threshold: float) -> tuple[list, list]:
+    """``(run, value)`` pairs split into (the pairs kept, the values of the slow outliers set aside)."""
+    _, set_aside = _screened([value for _, value in pairs], threshold)
+    outliers = set(set_aside)
+    return [pair for pair in pairs if pair[1] not in outliers], list(set_aside)
+
+
+CUDA_MEMORY_TOLERANCE = 2 * 2**20
+"""Bytes a CUDA allocator peak may rise before it is a memory regression: the caching allocator rounds each
+request up to 512 bytes and may hand out a whole block of up to 1 MiB more than asked when splitting it would
+leave too little (its large-pool rule), so the same work can read up to about 1 MiB apart; 2 MiB covers that
+with room, and is far below a buffer a change adds to a benchmark of this suite's sizes (a 1024² float32 matrix
+is 4 MiB)."""
+
+
+def memory_tolerance(source: str) -> int:
+    """How many bytes a peak of ``source`` may rise and still be the same memory.
+
+    The live-tensor tracker (``peak_memory_bytes``) counts exact storage bytes: no allocator, no rounding, so
+    none. The CUDA allocator's peak (``cuda_peak_allocated_bytes``): :data:`CUDA_MEMORY_TOLERANCE`.
+
+    >>> memory_tolerance("peak_memory_bytes"), memory_tolerance("cuda_peak_allocated_bytes")
+    (0, 2097152)
+    """
+    return CUDA_MEMORY_TOLERANCE if source.startswith("cuda") else 0
+
+
+def _memory(base, current) -> dict:
+    """The memory fields of a :class:`Verdict` from ``(run, BenchmarkRun)`` pairs of both sides."""
+    base_memory = [bench.memory for _, bench in base if bench.memory is not None]
+    current_memory = [bench.memory for _, bench in current if bench.memory is not None]
+    sources = {source for source, _ in (*base_memory, *current_memory)}
+    if not base_memory or not current_memory or len(sources) != 1:
+        return {}
+    source = sources.pop()
+    highest, lowest = max(value for _, value in base_memory), min(value for _, value in current_memory)
+    return {"baseline_memory": highest, "current_memory": lowest, "memory_source": source,
+            "memory_regression": lowest > highest + memory_tolerance(source)}
+
+
+def work_difference(baseline: dict, current: dict) -> str:
+    """How the work recorded in two runs differs (``""``: the same), over the fields both recorded.
+
+    >>> work_difference({"flops": 2147483648, "dtype": "float32"}, {"flops": 2684354560, "dtype": "float32"})
+    'flops 2147483648 → 2684354560'
+    >>> work_difference({"shape": (1024, 1024, 1024)}, {"shape": (1024, 1024, 2048), "dtype": "bf16"})
+    'shape 1024x1024x1024 → 1024x1024x2048'
+    """
+    def text(value):
+        return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+    return ", ".join(f"{key} {text(baseline[key])} → {text(current[key])}" for key in baseline
+                     if key in current and baseline[key] != current[key])
 
 
 def _screened(values, threshold: float) -> tuple[tuple, tuple]:

@@ -212,7 +212,11 @@ def analyse(runs, *, metric: str = DEFAULT_METRIC, threshold_for=None, names=Non
                               f"{', '.join(every) or 'none'}")
     benchmarks = []
     for name in wanted:
-        having = [run for run in runs if name in run.benchmarks]
+        having = [run for run in runs if name in run.benchmarks and run.benchmarks[name].problem is None]
+        if not having:  # every run of it too short to judge (storage.rounds_problem)
+            problem = next(run.benchmarks[name].problem for run in runs if name in run.benchmarks)
+            benchmarks.append(BenchmarkHistory(name, (), (), None, note=f"{name}: not judged: {problem}"))
+            continue
         infos = tuple(RunInfo.of(run) for run in having)
         values = tuple(run.benchmarks[name].summary(metric) for run in having)
         kind = next((run.benchmarks[name].kind for run in having if run.benchmarks[name].kind), None)

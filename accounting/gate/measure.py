@@ -16,7 +16,11 @@ for its slowest vCPU, and which vCPU is slow changes from one process to the nex
 records (``cpu_threads``), so runs with other counts are never compared.
 
 Re-measuring suspects runs the same arguments with ``-p accounting.gate._select``, which
-keeps only the listed node ids.
+collects and keeps only the listed node ids (each runner lists them as its own tree named them:
+:attr:`Runner.node_ids`), not the whole suite.
+
+A run in which no benchmark ran (``-m gpu`` on a machine without CUDA: every test skipped) is
+no error: its :attr:`Measured.path` is ``None`` and the gate says there was nothing to compare.
 
 ``fork_server=True`` (``gate ab``'s default) runs each pytest process as a fork of a
 :class:`accounting.gate.forkserver.ForkServer` that has imported torch once, instead of a new
@@ -38,19 +42,24 @@ from accounting.errors import AccountingError
 from accounting.gate import forkserver, guard
 from accounting.gate._select import ONLY_ENV
 from accounting.gate.forkserver import ForkServer, ForkServerError
-from accounting.gate.storage import GUARD_KEY, run_files
+from accounting.gate.storage import GUARD_KEY, current_name, run_files
 from accounting.telemetry.sampler import host_cpu_times
 
 PYTEST_OK = (0, 1)
 """pytest's exit statuses after which the benchmarks that ran are usable: all passed, some tests failed."""
+NO_TESTS = 5
+"""pytest's exit status when nothing was collected (or everything was deselected)."""
+NOTHING_RUN_FILTER = "ignore:Not saving anything, no benchmarks have been run:pytest_benchmark.logger.PytestBenchmarkWarning"
+"""A ``-W`` filter for pytest-benchmark's warning when no benchmark ran: under a suite's ``filterwarnings = error``
+that warning fails the whole process (this project's own ``-m gpu`` on a CPU machine exited 1 with no results)."""
 
 
 @dataclass(frozen=True)
 class Measured:
     """One pytest process the gate ran."""
 
-    path: str
-    """The run's JSON (in the storage when saved, else the ``--benchmark-json`` file)."""
+    path: str | None
+    """The run's JSON (in the storage when saved, else the ``--benchmark-json`` file); ``None``: no benchmark ran."""
     returncode: int
     duration_s: float
     summary: str
@@ -112,6 +121,9 @@ class Runner:
     notes: list = field(default_factory=list)
     fork_server: bool = False
     """Fork each run from a server that imported torch once (module docstring); ignored where there is no fork."""
+    node_ids: dict = field(default_factory=dict)
+    """Benchmark name as the gate knows it (:func:`accounting.gate.storage.current_name`) -> the node id this
+    runner's tree gave it (pytest-benchmark's ``fullname``), learnt from each run; ``only=`` lists are sent as these."""
     _server: ForkServer | None = field(default=None, init=False, repr=False)
 
     def _environment(self) -> dict:
@@ -168,11 +180,12 @@ class Runner:
         workdir = Path(self.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         output = workdir / f"{name}.json"
-        pytest_args = [*self.pytest_args, "--benchmark-save-data", f"--benchmark-json={output}"]
+        pytest_args = [*self.pytest_args, "--benchmark-save-data", f"--benchmark-json={output}", "-W",
+                       NOTHING_RUN_FILTER]
         env, extra_env = self._environment(), {}
         if only is not None:
             listing = workdir / f"{name}.only"
-            listing.write_text("\n".join(only) + "\n")
+            listing.write_text("\n".join(self.node_ids.get(benchmark, benchmark) for benchmark in only) + "\n")
             pytest_args += ["-p", "accounting.gate._select"]
             extra_env[ONLY_ENV] = str(listing)
         before_files = set()
@@ -198,6 +211,9 @@ class Runner:
         own_after = guard.own_load(self.own_runs, guard.now())
         lines = [line for line in stdout.splitlines() if line.strip()]
         summary = lines[-1].strip("= ") if lines else ""
+        saved_nothing = storage is None or not set(run_files(storage)) - before_files
+        if returncode in (0, NO_TESTS) and not output.is_file() and saved_nothing:
+            return Measured(None, returncode, duration, summary)  # no benchmark ran, none failed: nothing to compare
         if returncode not in PYTEST_OK or not output.is_file():
             raise AccountingError(f"pytest exited {returncode} without benchmark results: {summary!r} (the "
                                   f"command: {' '.join(self._command(pytest_args))}; its output: {log})")
@@ -207,6 +223,7 @@ class Runner:
                   "duration_s": duration, "busy_threads": busy, "device": self.device, "host_cpu": host,
                   "threads": self.threads}
         _add_guard(output, record)
+        self._learn_node_ids(output)
         path = output
         if storage is not None:
             created = sorted(set(run_files(storage)) - before_files)
@@ -216,6 +233,17 @@ class Runner:
             path = created[0]
             _add_guard(path, record)
         return Measured(str(path), returncode, duration, summary)
+
+    def _learn_node_ids(self, output: Path) -> None:
+        """Remember the node id of every benchmark in this run, by the name the gate gives it."""
+        try:
+            benchmarks = json.loads(output.read_text(encoding="utf8")).get("benchmarks", [])
+        except (OSError, ValueError, AttributeError):
+            return  # the gate's reading of the run (storage.load_run) names the problem
+        for bench in benchmarks:
+            fullname = bench.get("fullname") if isinstance(bench, dict) else None
+            if isinstance(fullname, str):
+                self.node_ids[current_name(fullname)] = fullname
 
     def _command(self, pytest_args) -> list[str]:
         """The new-interpreter command line for ``pytest_args`` (also what an error shows for a fork)."""

@@ -64,7 +64,7 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
             shown = 0
             for run in runs:
                 bench = run.benchmarks.get(verdict.name)
-                if bench is None:
+                if bench is None or bench.problem:
                     continue
                 position += 1
                 shown += 1

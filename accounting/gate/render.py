@@ -14,23 +14,27 @@ reason that asks for action is listed under the table, then the notes.
 >>> print(render_text(GateResult((verdict,), (), ("0001_a.json",), ("current.json",))))
 Gate: pass: 1 no change
 <BLANKLINE>
-   benchmark  baseline           current           ratio [90% CI]         p (slower)  decision
--  ---------  -----------------  ----------------  ---------------------  ----------  ---------
-   test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  no change
+   benchmark  baseline           current           ratio [90% CI]         p (slower)  decision   peak memory
+-  ---------  -----------------  ----------------  ---------------------  ----------  ---------  -----------
+   test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  no change            —
 <BLANKLINE>
-Legend: + regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.
+Legend: + regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, ? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs. peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the baseline runs' largest → the current runs' smallest; above it by more than the tolerance (0 bytes; CUDA 2 MiB) is a memory regression.
 """
 
 from accounting.console import table
-from accounting.gate.decide import GateResult, Verdict
+from accounting.gate.decide import GateResult, Verdict, memory_tolerance
 from accounting.gate.stats import Decision
 
 MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE: " ",
          Decision.INCONCLUSIVE: "?", None: "x"}
-LEGEND = ("+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive "
-          "(re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not "
-          "surely (not significant, or its interval reaches below the threshold). p: one-sided permutation "
-          "test over runs, Holm-adjusted across the matrix.")
+LEGEND = ("+ regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, "
+          "? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no "
+          "change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches "
+          "below the threshold). p: one-sided permutation test over runs, {adjustment} across the matrix.")
+ADJUSTMENTS = {"holm": "Holm-adjusted", "min-p": "adjusted by a joint permutation of the runs (min-P)"}
+MEMORY_NOTE = (" peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the "
+               "baseline runs' largest → the current runs' smallest; above it by more than the tolerance "
+               "(0 bytes; CUDA 2 MiB) is a memory regression.")
 
 
 def header(result: GateResult) -> list[str]:
@@ -40,7 +44,7 @@ def header(result: GateResult) -> list[str]:
     'ratio [80% CI]'
     """
     return ["", "benchmark", "baseline", "current", f"ratio [{result.confidence * 100:g}% CI]", "p (slower)",
-            "decision"]
+            "decision", "peak memory"]
 
 
 def seconds(value: float | None) -> str:
@@ -56,6 +60,40 @@ def seconds(value: float | None) -> str:
     if value >= 1e-3:
         return f"{value * 1e3:.2f} ms"
     return f"{value * 1e6:.2f} µs"
+
+
+def memory_bytes(value: int) -> str:
+    """Bytes, exact below 1 KiB, else in KiB/MiB/GiB with 4 significant digits.
+
+    >>> memory_bytes(4000), memory_bytes(4 * 2**20), memory_bytes(3 * 2**30 // 2)
+    ('3.906 KiB', '4 MiB', '1.5 GiB')
+    """
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:.4g} {unit}"
+    return f"{value} B"
+
+
+def _memory(verdict: Verdict) -> str:
+    if verdict.current_memory is None:
+        return "—"
+    if verdict.current_memory == verdict.baseline_memory:
+        return memory_bytes(verdict.current_memory)
+    change = verdict.current_memory - verdict.baseline_memory
+    sign = "+" if change > 0 else "−"
+    return (f"{memory_bytes(verdict.baseline_memory)} → {memory_bytes(verdict.current_memory)} "
+            f"({sign}{memory_bytes(abs(change))})")
+
+
+def decision_text(verdict: Verdict) -> str:
+    """The decision column: the time verdict, *work changed* or *not compared*, and a memory regression beside it."""
+    if verdict.work_change:
+        text = "work changed"
+    elif verdict.decision is None:
+        text = "not compared"
+    else:
+        text = verdict.decision.value
+    return text + ", memory regression" if verdict.memory_regression else text
 
 
 def _runs(count: int) -> str:
@@ -90,13 +128,14 @@ def rows(result: GateResult) -> list[list[str]]:
         comparison = verdict.comparison
         current = len(verdict.current_values)
         cells.append([
-            MARKS[verdict.decision],
+            "+" if verdict.memory_regression else MARKS[verdict.decision],
             names[verdict.name],
             f"{seconds(verdict.baseline_value)} ({_runs(len(verdict.baseline_values))})",
             f"{seconds(verdict.current_value)} ({_runs(current)})" if current else "—",
             _ratio(verdict),
             f"{comparison.p_slower:.2g}" if comparison is not None else "—",
-            verdict.decision.value if verdict.decision is not None else "not compared",
+            decision_text(verdict),
+            _memory(verdict),
         ])
     return cells
 
@@ -109,24 +148,31 @@ def headline(result: GateResult) -> str:
     """
     counts = {}
     for verdict in result.verdicts:
-        label = verdict.decision.value if verdict.decision is not None else "not compared"
+        label = "work changed" if verdict.work_change else (
+            verdict.decision.value if verdict.decision is not None else "not compared")
         counts[label] = counts.get(label, 0) + 1
-    order = [decision.value for decision in Decision] + ["not compared"]
+    if result.memory_regressions:
+        counts["memory regression"] = len(result.memory_regressions)
+    order = ["memory regression"] + [decision.value for decision in Decision] + ["work changed", "not compared"]
     summary = ", ".join(f"{counts[label]} {label}" for label in order if label in counts) or "nothing compared"
-    return f"Gate: {'FAIL' if result.regressions else 'pass'}: {summary}"
+    return f"Gate: {'FAIL' if result.failed else 'pass'}: {summary}"
 
 
 METRIC_WORDS = {"min": "fastest round (min)", "median": "median round", "mean": "mean round"}
 
 
 def _legend(result: GateResult) -> str:
-    return f"{LEGEND} baseline, current: each run's {METRIC_WORDS[result.metric]}, median over runs."
+    return (f"{LEGEND.format(adjustment=ADJUSTMENTS[result.adjustment])} baseline, current: each run's "
+            f"{METRIC_WORDS[result.metric]}, median over runs.{MEMORY_NOTE}")
 
 
 def _reasons(result: GateResult) -> list[str]:
     names = short_names(result.verdicts)
-    return [f"{names[verdict.name]}: {verdict.reason}" for verdict in result.verdicts
-            if verdict.decision is not Decision.NO_CHANGE]
+    lines = [f"{names[verdict.name]}: {verdict.reason}" for verdict in result.verdicts
+             if verdict.decision is not Decision.NO_CHANGE]
+    lines += [f"{names[verdict.name]}: memory regression: peak {_memory(verdict)} ({verdict.memory_source}; "
+              f"tolerance {memory_tolerance(verdict.memory_source)} bytes)" for verdict in result.memory_regressions]
+    return lines
 
 
 def render_text(result: GateResult) -> str:
@@ -150,10 +196,10 @@ def render_markdown(result: GateResult) -> str:
     <BLANKLINE>
     **Gate: pass: nothing compared** (0 baseline runs, 0 current runs)
     <BLANKLINE>
-    |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | decision |
-    |---|---|---|---|---|---|---|
+    |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | decision | peak memory |
+    |---|---|---|---|---|---|---|---|
     <BLANKLINE>
-    <sub>+ regression (slower beyond doubt and by more than the threshold), - improvement, ? inconclusive (re-measure), x not compared, blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs.</sub>
+    <sub>+ regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, ? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs. peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the baseline runs' largest → the current runs' smallest; above it by more than the tolerance (0 bytes; CUDA 2 MiB) is a memory regression.</sub>
     <BLANKLINE>
     - Note: no saved runs
     """

@@ -7,10 +7,18 @@ default ``.benchmarks``; the machine id is ``Linux-CPython-3.11-64bit``). Each f
 was saved with ``--benchmark-save-data``. The gate needs them: it summarises every run by
 the median of its own rounds (:mod:`accounting.gate.stats`).
 
-Every problem is an :class:`~accounting.errors.AccountingError` naming the file and, where
-there is one, the benchmark: a file that cannot be read or is not JSON, one without
+Every problem with the file is an :class:`~accounting.errors.AccountingError` naming the file
+and, where there is one, the benchmark: a file that cannot be read or is not JSON, one without
 ``machine_info["accounting"]``, a benchmark without raw rounds, with a round that is zero,
-negative or not a number, or with fewer than :data:`MIN_ROUNDS` rounds.
+negative or not a number. A benchmark with fewer than :data:`MIN_ROUNDS` rounds is no error of
+the file: it is read with its :attr:`BenchmarkRun.problem` said, and the verdict lists it as *not
+compared* with that reason, so one such benchmark (a training step timed in 3 rounds) never
+stops the gating of the others.
+
+Besides its rounds, each benchmark carries what the ``flops_benchmark`` fixture recorded of its
+work (:attr:`BenchmarkRun.work`: FLOPs, shape, dtype, device, all exact) and of its peak memory
+(:attr:`BenchmarkRun.memory`): the gate compares those exactly, not statistically
+(:mod:`accounting.gate.decide`).
 
 >>> run = parse_run({"machine_info": {"accounting": {"accelerator": None, "cpu_model": "EPYC", "cpu_cores": 2}},
 ...                  "datetime": "2025-01-01T00:00:00",
@@ -34,6 +42,12 @@ DEFAULT_STORAGE = ".benchmarks"
 """pytest-benchmark's default ``--benchmark-storage``."""
 MIN_ROUNDS = 5
 """Fewest raw rounds a run's median is taken from; with fewer, one straggler is the median."""
+WORK_KEYS = ("flops", "shape", "dtype", "device")
+"""``extra_info`` fields that say exactly what a benchmark timed (the ``flops_benchmark`` fixture records them).
+Where any differs between two runs, their times are of different work: never compared."""
+MEMORY_KEYS = ("cuda_peak_allocated_bytes", "peak_memory_bytes")
+"""``extra_info`` fields of one call's peak memory, preferred first: the CUDA caching allocator's peak above what
+was allocated before the call, then the live-tensor tracker's exact storage bytes (every device)."""
 GUARD_KEY = "accounting_gate"
 """Top-level key of a saved run where the gate keeps its load-guard readings (before and after)."""
 _RUN_NAME = re.compile(r"^(\d{4})_.*\.json$")
@@ -65,6 +79,8 @@ class BenchmarkRun:
     """pytest-benchmark's ``fullname``: the node id (``tests/test_x.py::test_y[param]``)."""
     rounds: tuple[float, ...]
     extra_info: dict = field(default_factory=dict)
+    problem: str | None = None
+    """Why the gate cannot judge this benchmark's time in this run (too few rounds), or ``None``."""
 
     @property
     def median(self) -> float:
@@ -83,6 +99,36 @@ class BenchmarkRun:
     def kind(self) -> str | None:
         """``"cpu"``/``"cuda"`` where the ``flops_benchmark`` fixture recorded it, else ``None``."""
         return self.extra_info.get("device_kind")
+
+    @property
+    def work(self) -> dict:
+        """What was timed, exactly: the :data:`WORK_KEYS` the fixture recorded (those it did not are left out).
+
+        >>> BenchmarkRun("t::a", (0.01,), {"flops": 2147483648, "dtype": "float32", "shape": [1024, 1024, 1024]}).work
+        {'flops': 2147483648, 'shape': (1024, 1024, 1024), 'dtype': 'float32'}
+        """
+        work = {}
+        for key in WORK_KEYS:
+            value = self.extra_info.get(key)
+            if value is not None:
+                work[key] = tuple(value) if isinstance(value, list) else value
+        return work
+
+    @property
+    def memory(self) -> tuple[str, int] | None:
+        """``(source, peak bytes)`` of one call, as the fixture recorded it; ``None`` where it did not.
+
+        The CUDA allocator's peak where there is one (:data:`MEMORY_KEYS`' order), else the
+        live-tensor tracker's exact storage bytes.
+
+        >>> BenchmarkRun("t::a", (0.01,), {"peak_memory_bytes": 4096}).memory
+        ('peak_memory_bytes', 4096)
+        """
+        for key in MEMORY_KEYS:
+            value = self.extra_info.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return key, value
+        return None
 
 
 @dataclass(frozen=True)
@@ -121,10 +167,19 @@ def _rounds(bench: dict, name: str, source: str) -> tuple[float, ...]:
             raise AccountingError(f"{source}: benchmark {name}: round {position} is {value!r}; every round must be "
                                   "a positive, finite number of seconds")
         rounds.append(float(value))
-    if len(rounds) < MIN_ROUNDS:
-        raise AccountingError(f"{source}: benchmark {name} has {len(rounds)} round(s); the gate needs at least "
-                              f"{MIN_ROUNDS} per run (rounds in benchmarks.json, or --benchmark-min-rounds)")
     return tuple(rounds)
+
+
+def rounds_problem(count: int) -> str | None:
+    """Why a run of ``count`` rounds cannot be judged (``None``: it can).
+
+    >>> rounds_problem(3)
+    'timed in 3 round(s); the gate needs at least 5 per run (rounds in benchmarks.json, or --benchmark-min-rounds)'
+    """
+    if count >= MIN_ROUNDS:
+        return None
+    return (f"timed in {count} round(s); the gate needs at least {MIN_ROUNDS} per run (rounds in benchmarks.json, "
+            "or --benchmark-min-rounds)")
 
 
 MOVED_BENCHMARK_FILES = {
@@ -166,7 +221,8 @@ def parse_run(data, source: str) -> SavedRun:
         if name in benchmarks:
             raise AccountingError(f"{source}: benchmark {name} appears twice")
         extra = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
-        benchmarks[name] = BenchmarkRun(name, _rounds(bench, name, source), extra)
+        rounds = _rounds(bench, name, source)
+        benchmarks[name] = BenchmarkRun(name, rounds, extra, rounds_problem(len(rounds)))
     guard = data.get(GUARD_KEY) if isinstance(data.get(GUARD_KEY), dict) else None
     commit = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else None
     return SavedRun(str(source), machine, benchmarks, data.get("datetime"), guard, commit or None)

@@ -36,9 +36,17 @@ from accounting.model_mfu import (
 )
 from accounting.bench.fixture import add_summary_line
 from accounting.bench.skips import gpu_skip_reason, peak_or_skip, shape_mode
+from accounting.gate.storage import MIN_ROUNDS
 
 WARMUP_ROUNDS = 1
 """Untimed rounds after the counted step (which already created the optimizer state)."""
+
+
+def timed_rounds(configured: int) -> int:
+    """The rounds a training step is timed in: ``benchmarks.json``'s, and never fewer than the regression gate
+    judges (:data:`accounting.gate.storage.MIN_ROUNDS`), so ``accounting gate ... -- -m cpu`` compares these
+    benchmarks too instead of listing them as not judged (the CPU model's 3 rounds were below it)."""
+    return max(configured, MIN_ROUNDS)
 
 
 def _model_points(config, kind):
@@ -81,12 +89,13 @@ def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info
     model_flops = transformer_flops(size.config, size.batch_size).training
     assert count.total == hardware_flops(size.config, size.batch_size, recompute)
     assert (count.total == model_flops) is not recompute
-    result = flops_benchmark(step, flops=model_flops, dtype=dtype, device=device, rounds=matrix.rounds,
+    rounds = timed_rounds(matrix.rounds)
+    result = flops_benchmark(step, flops=model_flops, dtype=dtype, device=device, rounds=rounds,
                              warmup_rounds=WARMUP_ROUNDS, peak=peak, count_flops=False)
     if result.median_s is None:
         pytest.skip("benchmarking is disabled (--benchmark-disable): no timing, no MFU")
     stats = flops_benchmark.benchmark.stats.stats
-    measurement = step_measurement(step, median_s=result.median_s, iqr_s=stats.iqr, repeats=matrix.rounds,
+    measurement = step_measurement(step, median_s=result.median_s, iqr_s=stats.iqr, repeats=rounds,
                                    count=count, peak_flops=peak, info=info)
     del step
     release_cached_memory(device)
