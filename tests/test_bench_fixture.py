@@ -163,3 +163,22 @@ def test_the_cuda_peak_is_read_after_a_reset_and_less_what_was_allocated_before(
 
     assert fixture.cuda_peak_allocated(target, "cuda:0", cuda=cuda) == 4096
     assert calls == [("reset", "cuda:0"), "call"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_wrong_product_fails_the_benchmark_and_a_right_one_is_recorded(dtype):
+    """A benchmark that times a fast wrong product fails with where and by how much; a right one records its check."""
+    from accounting.health.faults import faulty, parse_fault
+
+    config = SimpleNamespace(getoption=lambda name, default=None: None)
+    runner = FlopsBenchmark(FakeBenchmark([]), config)
+    case = timing.matmul_case(dtype, 64, 48, 32, "cpu")
+    runner.check_result(case)
+    record = runner.benchmark.extra_info["result_check"]
+    assert record["ok"] and record["repeat_identical"] and record["excess"] <= 1 and record["seconds"] >= 0
+
+    wrong = SimpleNamespace(fn=faulty(case.fn, parse_fault("flip:70:14")), operands=case.operands, dtype=dtype,
+                            runs_as=case.runs_as)
+    with pytest.raises(pytest.fail.Exception, match=rf"wrong result: {dtype} 64x48x32 product wrong: row 2, "):
+        runner.check_result(wrong)
+    assert runner.benchmark.extra_info["result_check"]["ok"] is False

@@ -24,6 +24,7 @@ from accounting.hardware.clocks import clock_for, synchronize
 from accounting.hardware.devices import DeviceInfo, as_device, detect_device
 from accounting.hardware.dtypes import dtype_name
 from accounting.hardware.peaks import device_peak_flops
+from accounting.health.results import check_case
 from accounting.live_memory import LiveTensorBytes
 from accounting.telemetry.sampler import Sampler
 from accounting.telemetry.validity import window_extra_info
@@ -89,6 +90,9 @@ class FlopsBenchmark:
 
     Peak memory: after the timed rounds, one more untimed call is measured by :func:`peak_memory`
     (``measure_memory=False`` skips it), so the regression gate can compare it exactly.
+
+    Results: :meth:`check_result` checks a timed product once, after its rounds (the matmul benchmarks
+    call it), and fails the benchmark on a wrong one.
 
     ``infos`` is the cache of detected devices; the fixture shares one across the session.
     """
@@ -178,6 +182,23 @@ class FlopsBenchmark:
             add_summary_line(self.config, f"{label}: {tflops:.4g} TFLOP/s of {peak_text} -> {mfu_text} [{info.name}, {name}]")
         self._record_count(count, given)
         return result
+
+    def check_result(self, case) -> None:
+        """Check the benchmark's product once, outside the timed rounds; fail the benchmark when it is wrong.
+
+        ``case`` is what was timed (:class:`accounting.timing.MatmulCase`: ``fn()`` and its operands):
+        :func:`accounting.health.results.check_case` runs it twice more, compares the two results bit for
+        bit and checks one against ``A @ B`` by Freivalds' method within a worst-case rounding bound. A
+        fast product that is wrong is a failed device, not a fast one. ``extra_info["result_check"]``
+        records the verdict and what it cost, so the saved run carries it.
+        """
+        started = time.perf_counter()
+        check = check_case(case)
+        self.benchmark.extra_info["result_check"] = {
+            "ok": check.ok, "excess": check.excess if math.isfinite(check.excess) else None,
+            "repeat_identical": check.repeat_identical, "seconds": time.perf_counter() - started}
+        if not check.ok:
+            pytest.fail(f"wrong result: {check.reason}", pytrace=False)
 
     @staticmethod
     def _count(fn, flops, count_fn, count_flops) -> tuple[FlopCount | None, int | None]:

@@ -4,7 +4,8 @@
 (skipped, with the reason, without CUDA). A plain ``pytest`` runs only the quick
 shapes (``--matmul-shapes`` overrides). Each benchmark records FLOPs, achieved TFLOP/s,
 peak, MFU, device, dtype and shape in ``extra_info`` and fails when MFU is above
-``MFU_CEILING`` (a wrong peak or a broken timer) or below the configured floor.
+``MFU_CEILING`` (a wrong peak or a broken timer) or below the configured floor, and when
+its product is wrong (checked once after the timed rounds, ``extra_info["result_check"]``).
 """
 
 import statistics
@@ -89,6 +90,7 @@ def test_cpu_matmul(cpu_point, flops_benchmark, benchmark_config):
                              rounds=benchmark_config.device("cpu").rounds, peak=peak,
                              min_time_s=benchmark_config.device("cpu").min_time_s)
     flops_benchmark.benchmark.extra_info["runs_as"] = case.runs_as
+    flops_benchmark.check_result(case)  # fast but wrong is a failure, whatever the MFU
     _check_bounds(result, benchmark_config.floor("cpu", dtype), f"cpu {dtype} {shape}", flops_benchmark.config)
 
 
@@ -113,6 +115,7 @@ def test_gpu_matmul(gpu_point, gpu_device, flops_benchmark, benchmark_config):
     flops_benchmark.benchmark.extra_info["cuda_device"] = gpu_device
     if note:
         flops_benchmark.benchmark.extra_info["shape_note"] = note
+    flops_benchmark.check_result(case)  # fast but wrong is a failure, whatever the MFU
     del case
     release_cached_memory(device)
     floor = benchmark_config.floor("cuda", dtype, chip=chip_row(info))  # name, then ROCm arch
