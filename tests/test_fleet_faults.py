@@ -60,7 +60,8 @@ def test_a_collective_failing_everywhere_keeps_the_others_figures(old_torch_worl
     health = document["health"]
     assert "failed" not in [entry["state"] for entry in health["ranks"]], health["ranks"]
     assert health["state"] == "failed" and health["exit_status"] == 4
-    assert {(reason["device"], reason["code"]) for reason in health["reasons"]} == {
+    # speed flags (a rank's copy read low on a loaded machine) may degrade a rank; only the collective fails
+    assert {(reason["device"], reason["code"]) for reason in health["reasons"] if reason["state"] == "failed"} == {
         (f"{scope} all_gather", "collective-failed") for scope in ("world", "intra-node", "inter-node")}
 
 
