@@ -281,3 +281,18 @@ def test_benchmarks_json_fractions_are_read_and_bounded():
         parse_benchmarks({**base, "fleet": {"figure_fractions": {"memory_bandwidth": 1.5}}})
     with pytest.raises(AccountingError, match=r"fleet.busy_cpu_share = 0: must be a number in \(0, 1\)"):
         parse_benchmarks({**base, "fleet": {"busy_cpu_share": 0}})
+
+
+def test_a_near_tie_in_a_collective_names_no_slowest_rank():
+    """Ranks of one collective finish together: the later of a near-tie is not slow (a quiet node here read rank 1
+    "slowest" in 82 % of its rows by 0.01-1.7 %); a rank more than the margin slower still counts."""
+    from accounting.fleet.figures import SLOWEST_MARGIN, above_peers, slowest_shares
+
+    def row(rank_1_seconds):
+        return {"ranks": [0, 1], "slowest_rank": 1, "seconds_by_rank": {"0": 1.0, "1": rank_1_seconds}}
+
+    ties = [row(1.0 + 0.9 * SLOWEST_MARGIN)] * 14 + [{**row(1.0), "slowest_rank": 0}] * 2
+    shares = slowest_shares(ties)
+    assert shares[1]["share"] == 0 and above_peers(shares, fraction=0.25) == []
+    slow = slowest_shares([row(1.0 + 1.1 * SLOWEST_MARGIN)] * 14 + [{**row(1.0), "slowest_rank": 0}] * 2)
+    assert slow[1]["share"] == 14 / 16 and [rank for rank, *_ in above_peers(slow, fraction=0.25)] == [1]
