@@ -55,7 +55,9 @@ def assert_names_device(verdict, gpu=GPU):
 def test_a_clean_gpu_is_healthy_and_says_what_it_could_not_read():
     verdict = run_nvml()
     assert (verdict.state, verdict.reasons, verdict.exit_status) == (HEALTHY, (), EXIT_HEALTHY)
-    assert any(item.startswith("pages.retired") for item in verdict.unchecked)  # an H100 remaps rows instead
+    assert verdict.unchecked == ()  # an H100 remaps rows instead of retiring pages: nothing it should answer is missing
+    blind = run_nvml(gpu=NvmlGpu(unsupported={"nvmlDeviceGetCurrPcieLinkWidth"}))
+    assert blind.state == HEALTHY and any(item.startswith("pcie.width") for item in blind.unchecked)
 
 
 def test_an_uncorrectable_ecc_error_fails_the_gpu():
@@ -301,3 +303,13 @@ def test_rollup_members_must_be_verdicts():
 def test_judge_needs_a_device_or_a_snapshot():
     with pytest.raises(TypeError, match="judge needs a device"):
         judge()
+
+
+def test_page_retirement_that_row_remapping_replaced_is_not_a_gap():
+    """Ampere and newer remap rows and answer "not supported" for retired pages: that is not an unchecked reading.
+    Where neither answers, both are listed."""
+    retired = {"nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus"}
+    ampere = run_nvml(gpu=NvmlGpu(unsupported=set(retired)))
+    assert ampere.state == HEALTHY and not [item for item in ampere.unchecked if item.startswith("pages.")]
+    neither = run_nvml(gpu=NvmlGpu(unsupported={*retired, "nvmlDeviceGetRemappedRows"}))
+    assert {item.split(":")[0] for item in neither.unchecked} >= {"pages.retired", "pages.pending", "remap.pending"}

@@ -173,6 +173,10 @@ def read_nvml(nvml, handle, *, device: DeviceId | None = None) -> Snapshot:
     counters = {}
     for part in (_ecc, _pages, _remap, _pcie, _nvlink, _power):
         counters.update(part(reader, handle))
+    if counters[REMAP_PENDING].available:  # Ampere and newer remap rows instead of retiring pages: not a gap
+        for name in (PAGES_RETIRED, PAGES_PENDING):
+            if not counters[name].available:
+                del counters[name]
     return snapshot(device, counters, lost=reader.lost)
 
 
