@@ -331,7 +331,9 @@ class MatmulCase:
     ``fn()`` runs the product (float32 and tf32 on CUDA set the TF32 flag explicitly
     for the call and restore it); ``flops`` is its work; ``operands`` are the inputs.
     ``runs_as`` is the dtype that actually runs (:attr:`accounting.hardware.native.NativeMatmul.runs_as`):
-    the fp8 variant the device supports (``float8_e4m3fnuz`` on gfx942), else ``dtype``.
+    the fp8 variant the device supports (``float8_e4m3fnuz`` on gfx942), else ``dtype``. ``output`` is the
+    buffer every call writes its product into (``None`` where each call allocates its own, as fp8's
+    ``_scaled_mm`` does): after timing it holds the last timed product, which a result check can read.
     """
 
     dtype: str
@@ -341,6 +343,7 @@ class MatmulCase:
     flops: int
     operands: tuple[torch.Tensor, ...]
     runs_as: str | None = None
+    output: torch.Tensor | None = None
 
     @property
     def operand_bytes(self) -> int:
@@ -467,4 +470,4 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
         def fn():
             return torch.matmul(a, b, out=out)
 
-    return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, out), runs_as)
+    return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, out), runs_as, output=out)

@@ -244,3 +244,22 @@ def test_the_sustained_phase_catches_a_result_that_changes(monkeypatch):
     assert result.mismatches == 1 and result.first_mismatch == 2, "call 1 is the reference, call 3 the 2nd product"
     (changed,) = result.failed_checks
     assert changed.repeat_identical is False and changed.excess > 1 and changed.row == 0
+
+
+def test_the_checker_checks_the_product_that_was_timed_at_one_extra_call():
+    """After timing, the case's output buffer holds the timed product: that is what is checked (a wrong timed
+    result is caught even when a fresh call would be right), and only the repeat calls the product again."""
+    from accounting.report.checks import ResultChecker
+    from accounting.timing import matmul_case
+
+    import dataclasses
+
+    made = matmul_case("float32", 64, 32, 48, "cpu")
+    calls = []
+    case = dataclasses.replace(made, fn=lambda: calls.append(1) or made.fn())
+    case.fn()  # "timed"
+    case.output[5, 7] += 1e3  # the timed product came out wrong
+    calls.clear()
+    check = ResultChecker()("float32", case, timed=True)
+    assert not check.ok and check.row == 5 and calls == [1], "the timed product checked, one call for the repeat"
+    assert ResultChecker()("float32", case).ok and len(calls) == 3, "not timed: two fresh calls, both right"

@@ -1,7 +1,8 @@
 """Every timed product checked once, outside the timed region, and the checker's self-test (an injected fault).
 
 A device that is fast but wrong is not healthy. The report's timer hands each shape it has
-just timed to a :class:`ResultChecker`, which runs the product again and checks it with
+just timed to a :class:`ResultChecker`, which checks the last timed product (left in the case's output
+buffer; fp8, which has none, runs the product again) with
 :func:`accounting.health.results.check_case` (Freivalds' check against a worst-case rounding
 bound, and a repeat check: two identical calls must give the same bits). The seconds the checks
 take are kept per dtype, so the report can say what checking cost.
@@ -34,7 +35,8 @@ from accounting.memory import format_name, storage_dtype
 from accounting.timing import FP8_OUT_DTYPE
 
 CHECK_CALLS = 2
-"""Calls of the product a check makes: the checked result, then its repeat (compared bit for bit)."""
+"""Calls a check makes: the checked result (the last timed product where the case writes an output buffer,
+else a new call), then its repeat (a new call, compared bit for bit)."""
 
 _OUT_OF_MEMORY_TEXTS = ("out of memory", "cublas_status_alloc_failed", "hipblas_status_alloc_failed")
 
@@ -98,6 +100,27 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.cuda.OutOfMemoryError) or any(part in text for part in _OUT_OF_MEMORY_TEXTS)
 
 
+def timed_first(case):
+    """The calls a check makes of ``case``: its first is the product the timer left in ``case.output`` (the
+    result that was timed, at no extra call), the next run ``case.fn()`` (the repeat); without an ``output``
+    buffer every call runs ``case.fn()``.
+
+    >>> out = torch.full((2, 2), 7.0)
+    >>> calls = timed_first(types.SimpleNamespace(fn=lambda: out.fill_(1.0), output=out))
+    >>> calls().tolist(), calls().tolist()
+    ([[7.0, 7.0], [7.0, 7.0]], [[1.0, 1.0], [1.0, 1.0]])
+    """
+    output = getattr(case, "output", None)
+    if output is None:
+        return case.fn
+    pending = [lambda: output.clone()]
+
+    def calls():
+        return pending.pop()() if pending else case.fn()
+
+    return calls
+
+
 @dataclass
 class ResultChecker:
     """Checks products once each, outside the timed region, keeping the seconds per dtype.
@@ -122,23 +145,24 @@ class ResultChecker:
     injected: dict | None = None
     skipped: list = field(default_factory=list)
 
-    def _fn(self, dtype: str, case, shape):
+    def _fn(self, dtype: str, fn, shape):
         fault = self.fault
         if fault is None or self.injected is not None or fault.dtype != dtype:
-            return case.fn
+            return fn
         m, _k, n = shape
         if fault.fault.index >= m * n:
-            return case.fn  # too small for the fault's element: a later, larger product gets it
+            return fn  # too small for the fault's element: a later, larger product gets it
         self.injected = {"dtype": dtype, "shape": list(shape)}
-        return faulty(case.fn, fault.fault)
+        return faulty(fn, fault.fault)
 
-    def __call__(self, dtype: str, case) -> ResultCheck | None:
+    def __call__(self, dtype: str, case, *, timed: bool = False) -> ResultCheck | None:
         """Check ``case`` (a :class:`accounting.timing.MatmulCase`) of ``dtype``: its :class:`ResultCheck`, or ``None``
-        when the check could not run (out of memory; listed in :attr:`skipped`)."""
+        when the check could not run (out of memory; listed in :attr:`skipped`). ``timed``: the case has just been
+        run, so its output buffer holds a product to check (:func:`timed_first`); otherwise every call is new."""
         a, b = case.operands[0], case.operands[1]
         shape = (a.shape[0], a.shape[1], b.shape[1])
-        checked = types.SimpleNamespace(fn=self._fn(dtype, case, shape), operands=case.operands, dtype=case.dtype,
-                                        runs_as=getattr(case, "runs_as", None))
+        checked = types.SimpleNamespace(fn=self._fn(dtype, timed_first(case) if timed else case.fn, shape), operands=case.operands,
+                                        dtype=case.dtype, runs_as=getattr(case, "runs_as", None))
         started = self.clock()
         try:
             result = check_case(checked)
