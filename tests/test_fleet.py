@@ -22,6 +22,7 @@ from accounting.fleet.render import render
 from accounting.fleet.results import SCHEMA, document
 from accounting.fleet.throttle import parse_slow_rank, throttled
 from accounting.timing import matmul_case
+from tests.support.cli_runs import fleet_bad_input
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -192,13 +193,8 @@ def test_plot_is_a_png(crafted, tmp_path):
     pytest.param(["--slow-rank", "3"], "--slow-rank 3 is not a rank of this world (ranks 0..0)", id="slow-rank-range"),
 ])
 def test_bad_input_is_one_line_and_status_2(argv, message, capsys, monkeypatch):
-    for name in launch.LAUNCH_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(SystemExit) as exit_:
-        main(["fleet", *argv])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2
-    assert len(err.strip().splitlines()) == 1 and message in err, err
+    err = fleet_bad_input(argv, capsys, monkeypatch)
+    assert message in err, err
 
 
 def test_bad_launch_environment_is_status_2(capsys, monkeypatch):

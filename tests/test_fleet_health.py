@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from accounting.__main__ import build_parser, main
+from accounting.__main__ import build_parser
 from accounting.console import load_pyplot
 from accounting.errors import AccountingError
 from accounting.fleet import cli, collectives, health, launch, plot, run, verdict
@@ -23,6 +23,7 @@ from accounting.fleet.results import document
 from accounting.health.states import Reason, Verdict, roll_up, worst
 from accounting.report.checks import parse_injected_fault
 from accounting.report.health_section import health_document
+from tests.support.cli_runs import fleet_bad_input
 
 SETTINGS = {"world_size": 2, "backend": "nccl", "budget_s": 60.0, "dtypes": None, "straggler_fraction": 0.9,
             "min_busbw_gbps": None, "barrier_timeout_s": 30.0, "slow_rank": None}
@@ -255,13 +256,8 @@ def test_the_level_and_the_fault_reach_the_options():
     pytest.param(["--level", "brief"], "invalid choice: 'brief'", id="level"),
 ])
 def test_bad_fault_or_level_is_one_line_and_status_2(argv, message, capsys, monkeypatch):
-    for name in launch.LAUNCH_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(SystemExit) as exit_:
-        main(["fleet", *argv])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2
-    assert len(err.strip().splitlines()) == 1 and message in err, err
+    err = fleet_bad_input(argv, capsys, monkeypatch)
+    assert message in err, err
 
 
 # ---- what each rank is asked to do, and the plot ------------------------------------------------------------

@@ -7,6 +7,7 @@
 import copy
 
 from accounting.__main__ import main
+from accounting.fleet import launch
 
 
 def run_main(argv, capsys):
@@ -17,6 +18,15 @@ def run_main(argv, capsys):
         status = exit_.code
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def fleet_bad_input(argv, capsys, monkeypatch) -> str:
+    """``accounting fleet ARGV`` outside a launcher, which must refuse it with exit status 2 and one line: that line."""
+    for name in launch.LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    status, _out, err = run_main(["fleet", *argv], capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1, (status, err)
+    return err
 
 
 def edited(document, path, value):
