@@ -31,14 +31,16 @@ LAYERS = (
     ("foundation", ("accounting.errors", "accounting._checks", "accounting._units"), False),
     ("library", ("accounting.memory", "accounting.strides", "accounting.flops", "accounting.flop_count",
                  "accounting.live_memory", "accounting.transformer", "accounting.transformer_flops",
-                 "accounting.training_memory"), False),
+                 "accounting.training_memory", "accounting.hf_config", "accounting.sharding",
+                 "accounting.traced_memory"), False),
     ("hardware", ("accounting.hardware",), False),
     ("measurement", ("accounting.telemetry", "accounting.timing", "accounting.health"), True),
     ("model", ("accounting.model_mfu",), False),
     ("bench", ("accounting.bench",), False),
     ("console", ("accounting.console",), False),
-    ("commands", ("accounting.report", "accounting.gate"), True),
+    ("commands", ("accounting.report", "accounting.gate", "accounting.plan"), True),
     ("fleet", ("accounting.fleet",), False),
+    ("acceptance", ("accounting.acceptance",), False),
     ("top", ("accounting", "accounting.__main__"), False),
 )
 """``(name, units, siblings)``: a unit is a module or a package (its modules with it); the units of a
