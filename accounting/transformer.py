@@ -7,7 +7,7 @@ query heads, the unembedding tied to the token embedding. The other fields descr
 today's families: grouped-query attention (``kv_heads``), a head width that is not
 width / heads, three-matrix SwiGLU MLPs, RMSNorm, rotary positions (no position
 parameters), biases on Q, K and V only (Qwen2), and mixture-of-experts MLPs with top-k
-routing (Mixtral).
+routing (Mixtral). :meth:`TransformerConfig.from_hf` reads a Hugging Face ``config.json``.
 
 >>> from accounting import TransformerConfig
 >>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
@@ -22,6 +22,7 @@ routing (Mixtral).
 
 from dataclasses import dataclass
 
+from accounting import hf_config
 from accounting._checks import check_choice, check_positive_size
 from accounting.errors import AccountingError, AccountingTypeError
 
@@ -128,6 +129,22 @@ class TransformerConfig:
                 f"max_positions={self.max_positions} is less than sequence_length={self.sequence_length}:"
                 " the learned position table has no row for the later tokens"
             )
+
+    @classmethod
+    def from_hf(cls, config, sequence_length: int | None = None) -> "TransformerConfig":
+        """The config of a Hugging Face ``config.json`` (a dict, or the path of the file).
+
+        Reads model types ``gpt2``, ``llama``, ``mistral``, ``qwen2`` and ``mixtral`` without
+        importing ``transformers``; a key it does not know, or a setting it cannot model, is
+        an error naming it (see :mod:`accounting.hf_config`). ``sequence_length`` defaults to
+        the model's ``max_position_embeddings`` (``n_positions`` for GPT-2).
+
+        >>> config = TransformerConfig.from_hf({"model_type": "gpt2", "n_layer": 12, "n_embd": 768,
+        ...     "n_head": 12, "n_positions": 1024, "vocab_size": 50257}, sequence_length=256)
+        >>> config.parameter_count, config.sequence_length, config.max_positions
+        (124439808, 256, 1024)
+        """
+        return cls(**hf_config.config_fields(config, sequence_length))
 
     # ---- widths ----------------------------------------------------------------------
 

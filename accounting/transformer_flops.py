@@ -1,25 +1,38 @@
 """FLOPs of a decoder-only transformer, and the wall-clock time a training run needs.
 
 Matmul FLOPs only, with the package convention of :mod:`accounting.flops` (2 FLOPs per
-multiply-add), so the counts match ``torch.utils.flop_counter.FlopCounterMode``. Per
-layer, the forward pass over ``tokens`` = batch · T multiplies
+multiply-add), so the counts match ``torch.utils.flop_counter.FlopCounterMode``. With h the
+width, H query heads and K key/value heads of width d, f the MLP width, per layer the
+forward pass over ``tokens`` = batch · T multiplies
 
-- the Q, K, V and output projections and the two MLP matrices: 2 · tokens · (4h² + 2hf),
-  that is 2 · tokens · (the layer's matmul parameters);
-- queries by keys (scores) and scores by values, per head: 2 · 2 · tokens · T · Q, so
-  4 · tokens · T · H · Q over the H heads of width Q (H · Q = h);
+- the Q (h → H·d), K and V (h → K·d each) and output (H·d → h) projections;
+- the MLP: two matrices h → f → h (GELU) or three, gate and up h → f and down f → h
+  (SwiGLU); with E experts, each token goes through k = ``experts_per_token`` of them, so
+  the experts see tokens · k rows in all (however the router spreads them), and a router
+  h → E sees every token;
+- queries by keys (scores) and scores by values, per query head: 2 · 2 · tokens · T · d,
+  so 4 · tokens · T · H · d (grouped-query attention repeats each key/value head for its
+  group, so K does not enter);
 
-then the unembedding multiplies by the (V, h) vocabulary matrix: 2 · tokens · h · V.
+that is 2 · tokens · (the weights one token multiplies) + the attention; then the
+unembedding multiplies by the (V, h) vocabulary matrix: 2 · tokens · h · V.
 The backward pass of every matmul is two matmuls of the same size (the gradients of both
-operands), so training costs 3 × forward: per token **6N + 12·L·H·Q·T**, with N the
-weights that multiply activations — the form of Chowdhery et al. 2022 (PaLM), Appendix B.
+operands), so training costs 3 × forward: per token **6N + 12·L·H·d·T**, with N the
+weights that multiply a token's activations (for a mixture of experts, the active ones) —
+the form of Chowdhery et al. 2022 (PaLM), Appendix B.
 
-Left out: the embedding lookups (indexing, no multiply), LayerNorms, GELU, softmax,
-residual and bias adds, the loss and the optimizer step (all O(tokens · h) or O(params),
-not matmul work), and causal masking: the full T × T scores are counted, as eager
-attention computes them; kernels that skip the masked half do about half the attention work.
+Causal attention. ``causal="full"`` (the default) counts the whole T × T score matrix, as
+eager attention computes it and as ``FlopCounterMode`` counts it, masked half included.
+``causal="half"`` counts half of it, the attention term becoming 6·L·H·d·T per token: the
+convention of Megatron-LM's MFU and of FlashAttention's benchmarks, for kernels that skip
+the masked blocks.
 
->>> from accounting import TransformerConfig, transformer_flops, training_time
+Left out: the embedding lookups (indexing, no multiply), norms, activations, softmax,
+residual and bias adds, the rotary angles, the routing weights' scaling, the loss and the
+optimizer step (all O(tokens · h) or O(params), not matmul work).
+
+>>> from accounting import TransformerConfig
+>>> from accounting.transformer_flops import transformer_flops, training_time
 >>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
 >>> flops = transformer_flops(gpt2, batch_size=8)
 >>> flops.forward_per_token, flops.training_per_token
@@ -31,7 +44,7 @@ attention computes them; kernels that skip the masked half do about half the att
 import numbers
 from dataclasses import dataclass
 
-from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
+from accounting._checks import check_choice, check_non_negative, check_positive, check_positive_size, check_size
 from accounting._units import readable_duration, readable_flops
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import linear_flops, matmul_flops
@@ -62,6 +75,9 @@ def training_flops(parameters, tokens) -> int:
     return linear_flops(tokens, parameters, 1, phase="step")
 
 
+CAUSAL_CONVENTIONS = ("full", "half")
+
+
 @dataclass(frozen=True)
 class TransformerFlops:
     """Matmul FLOPs of one step (``batch_size`` sequences of ``config.sequence_length`` tokens)."""
@@ -71,6 +87,7 @@ class TransformerFlops:
     embeddings: bool
     forward: int
     backward: int
+    causal: str = "full"
 
     @property
     def tokens(self) -> int:
@@ -91,10 +108,11 @@ class TransformerFlops:
 
     @property
     def matmul_parameter_count(self) -> int:
-        """N: weights that multiply activations (the unembedding only if ``embeddings``)."""
+        """N: weights that multiply a token's activations — with experts, only the
+        ``experts_per_token`` it is routed to — and the unembedding only if ``embeddings``."""
         config = self.config
         unembedding = config.unembedding_parameter_count if self.embeddings else 0
-        return config.layers * config.layer_matmul_parameter_count + unembedding
+        return config.layers * config.layer_active_matmul_parameter_count + unembedding
 
 
 def _matmul_with_gradients(a_shape, b_shape) -> tuple[int, int]:
@@ -109,11 +127,27 @@ def _matmul_with_gradients(a_shape, b_shape) -> tuple[int, int]:
     return forward, backward
 
 
-def transformer_flops(config: TransformerConfig, batch_size: int = 1, embeddings: bool = True) -> TransformerFlops:
-    """Forward and backward matmul FLOPs of a GPT-style transformer step (see the module docstring).
+def _linears(config: TransformerConfig, tokens: int) -> list[tuple[int, int, int]]:
+    """(rows, inputs, outputs) of every linear layer of one block."""
+    h, f, e = config.width, config.ffn_width, config.experts
+    attention = [(tokens, h, config.attention_width), (tokens, h, config.kv_width), (tokens, h, config.kv_width),
+                 (tokens, config.attention_width, h)]
+    # Each token's rows go to experts_per_token experts: the experts see tokens · k rows in all.
+    routed = tokens * config.experts_per_token
+    mlp = [(routed, h, f)] * (config.mlp_matrices - 1) + [(routed, f, h)]
+    router = [(tokens, h, e)] if e > 1 else []
+    return attention + mlp + router
+
+
+def transformer_flops(
+    config: TransformerConfig, batch_size: int = 1, embeddings: bool = True, causal: str = "full"
+) -> TransformerFlops:
+    """Forward and backward matmul FLOPs of a decoder-only transformer step (see the module docstring).
 
     ``embeddings=False`` leaves out the unembedding (vocabulary projection), giving the
     non-embedding count of Kaplan et al. 2020; the embedding lookup costs nothing either way.
+    ``causal="half"`` counts half the attention score and mixing matmuls (the masked half
+    skipped); ``"full"`` counts them whole, as eager attention computes them.
 
     >>> from accounting import TransformerConfig
     >>> tiny = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
@@ -123,24 +157,31 @@ def transformer_flops(config: TransformerConfig, batch_size: int = 1, embeddings
     >>> L, h, T = 2, 64, 32
     >>> flops.training_per_token == 6 * flops.matmul_parameter_count + 12 * L * h * T
     True
+    >>> half = transformer_flops(tiny, batch_size=2, causal="half")
+    >>> half.training_per_token == 6 * half.matmul_parameter_count + 6 * L * h * T
+    True
     """
     if not isinstance(config, TransformerConfig):
         raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
     batch = check_positive_size(batch_size, "batch_size")
     if not isinstance(embeddings, bool):
         raise AccountingTypeError(f"embeddings must be True or False, got {embeddings!r}")
+    check_choice(causal, CAUSAL_CONVENTIONS, "causal")
     tokens = batch * config.sequence_length
-    h, f, heads, q, t = config.width, config.ffn_width, config.heads, config.head_width, config.sequence_length
-    # Q, K, V projections, output projection, MLP up and down.
-    linears = [(h, h)] * 3 + [(h, h), (h, f), (f, h)]
-    vocabulary = [(h, config.vocabulary)] if embeddings else []
-    scores = _matmul_with_gradients((batch, heads, t, q), (batch, heads, q, t))
-    mix = _matmul_with_gradients((batch, heads, t, t), (batch, heads, t, q))
-    layer_forward = sum(linear_flops(tokens, i, o) for i, o in linears) + scores[0] + mix[0]
-    layer_backward = sum(linear_flops(tokens, i, o, "backward") for i, o in linears) + scores[1] + mix[1]
-    forward = config.layers * layer_forward + sum(linear_flops(tokens, i, o) for i, o in vocabulary)
-    backward = config.layers * layer_backward + sum(linear_flops(tokens, i, o, "backward") for i, o in vocabulary)
-    return TransformerFlops(config, batch, embeddings, forward, backward)
+    heads, d, t = config.heads, config.head_width, config.sequence_length
+    linears = _linears(config, tokens)
+    vocabulary = [(tokens, config.width, config.vocabulary)] if embeddings else []
+    scores = _matmul_with_gradients((batch, heads, t, d), (batch, heads, d, t))
+    mix = _matmul_with_gradients((batch, heads, t, t), (batch, heads, t, d))
+    # Every attention count is a multiple of 4 (2 per multiply-add, and 2 for forward's or backward's pair).
+    attention_forward, attention_backward = scores[0] + mix[0], scores[1] + mix[1]
+    if causal == "half":
+        attention_forward, attention_backward = attention_forward // 2, attention_backward // 2
+    layer_forward = sum(linear_flops(*shape) for shape in linears) + attention_forward
+    layer_backward = sum(linear_flops(*shape, "backward") for shape in linears) + attention_backward
+    forward = config.layers * layer_forward + sum(linear_flops(*shape) for shape in vocabulary)
+    backward = config.layers * layer_backward + sum(linear_flops(*shape, "backward") for shape in vocabulary)
+    return TransformerFlops(config, batch, embeddings, forward, backward, causal)
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,9 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting import (
-    AccountingError,
-    AccountingTypeError,
-    TransformerConfig,
-    mfu,
-    training_flops,
-    training_time,
-    transformer_flops,
-)
+from accounting import AccountingError, AccountingTypeError, TransformerConfig, mfu
+# From the module: the package attribute ``accounting.transformer_flops`` is the module once it is imported.
+from accounting.transformer_flops import training_flops, training_time, transformer_flops
 from tests.support.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs
 
 # Each example builds and runs a model under FlopCounterMode (~0.15 s): fewer than the profile's.
