@@ -75,15 +75,20 @@ def test_a_history_saved_before_the_split_is_compared_with_todays_run(todays_run
     """``gate compare`` pairs today's run with all three saved runs, though their node ids differ.
 
     The saved runs came from one machine and this one may have another CPU: their hardware identity is set
-    to this run's (only those fields), so that what is tested is their node ids and layout, not the host.
+    to this run's (only those fields: the machine's identity and the device each benchmark names in its work),
+    so that what is tested is their node ids and layout, not the host.
     """
-    today = json.loads(todays_run.read_text())["machine_info"][MACHINE_INFO_KEY]
+    today_run = json.loads(todays_run.read_text())
+    today = today_run["machine_info"][MACHINE_INFO_KEY]
+    (today_benchmark,) = today_run["benchmarks"]
     storage = tmp_path / "storage" / machine_id()
     storage.mkdir(parents=True)
     for path in sorted(SAVED_BEFORE.glob("*.json")):
         run = json.loads(path.read_text())
         for field in (*IDENTITY_FIELDS_CPU, *IDENTITY_FIELDS_GPU):
             run["machine_info"][MACHINE_INFO_KEY][field] = today.get(field)
+        for benchmark in run["benchmarks"]:
+            benchmark["extra_info"]["device"] = today_benchmark["extra_info"]["device"]
         (storage / path.name).write_text(json.dumps(run))
     status = main(["gate", "compare", "--storage", str(storage.parent), "--no-load-guard", str(todays_run)])
     out = capsys.readouterr().out
