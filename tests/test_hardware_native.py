@@ -210,13 +210,42 @@ def test_gpu_bf16_is_native_on_every_kind_of_gpu():
     ("float8_e5m2", torch.float8_e5m2fnuz),
 ])
 def test_matmul_case_builds_the_fnuz_variant_on_gfx942(monkeypatch, dtype, a_dtype):
-    """The MI300X's answer, with the operands on the CPU (whose _scaled_mm runs fnuz too)."""
+    """The MI300X's answer, with the operands on the CPU: fnuz operands, mat2 column-major."""
     monkeypatch.setattr(timing, "detect_device", lambda device=None: MI300X)
     case = timing.matmul_case(dtype, 32, 64, 48, "cpu")
     a, b, _scale_a, _scale_b = case.operands
     assert case.runs_as == str(a_dtype).removeprefix("torch.") and case.dtype == timing.format_name(dtype)
     assert (a.dtype, b.dtype) == (a_dtype, torch.float8_e4m3fnuz)
     assert b.stride() == (1, 64), "mat2 column-major"
+
+
+def _cpu_scaled_mm_refusal(a_dtype) -> str | None:
+    """Why this host's CPU ``_scaled_mm`` cannot multiply ``a_dtype`` by float8_e4m3fnuz (``None``: it can).
+
+    Which fp8 formats the CPU kernel takes depends on the host: the oneDNN path chosen on a Xeon with
+    AVX512-FP16 and AMX refuses fnuz formats ("itensor_view_from_dense expects ... fp8"), AMD hosts run them.
+    """
+    one = torch.ones(16, 16)
+    try:
+        torch._scaled_mm(one.to(a_dtype), one.to(torch.float8_e4m3fnuz).t().contiguous().t(),
+                         scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0), out_dtype=torch.bfloat16)
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+    return None
+
+
+@pytest.mark.parametrize("dtype, a_dtype", [
+    ("fp8", torch.float8_e4m3fnuz),
+    ("float8_e5m2", torch.float8_e5m2fnuz),
+])
+def test_the_fnuz_case_computes_the_product_where_the_cpu_runs_fnuz(monkeypatch, dtype, a_dtype):
+    """The case's function is the product of its operands (run on this CPU where its ``_scaled_mm`` takes fnuz)."""
+    refusal = _cpu_scaled_mm_refusal(a_dtype)
+    if refusal is not None:
+        pytest.skip(f"this CPU's torch._scaled_mm does not run {a_dtype} x float8_e4m3fnuz: {refusal}")
+    monkeypatch.setattr(timing, "detect_device", lambda device=None: MI300X)
+    case = timing.matmul_case(dtype, 32, 64, 48, "cpu")
+    a, b, _scale_a, _scale_b = case.operands
     torch.testing.assert_close(case.fn().float(), (a.float() @ b.float()).bfloat16().float(), rtol=1e-2, atol=1e-2)
 
 
