@@ -37,6 +37,13 @@ relative bounds leave out, adds at most ``η = `` half the smallest subnormal pe
 ``t``. A correct product never exceeds it, whatever order the library sums in — a worst-case
 bound, not a statistical one, so a failed check is a wrong result, not bad luck.
 
+**Overflow**, which relative bounds leave out too: where ``(1 + α)·T`` reaches the largest finite value of
+the output type, an element of that block may be infinite in a correct product, either because its value
+lies beyond the type's range or because a library adds partial sums in the output type (a CPU's float16
+path may store partial sums in float16: an infinity where the exact result is finite). No bound holds there:
+such a block is not judged (``Residuals.may_overflow``; ``|partial sum| ≤ T`` for every order of summing, so
+a block below the limit cannot overflow and keeps its bound).
+
 **What it is guaranteed to catch.** A single element ``C[i, j]`` off by ``δ`` moves row ``i`` of its
 block's residual by exactly ``±δ`` and its tolerance by at most ``c·|δ|`` (``c = β + γ_{w+2}(u_c)``);
 so the check fails whenever ``|δ| > catch_factor · t`` with ``catch_factor = 2ρ / (1 − 2ρc)``,
@@ -135,6 +142,8 @@ class Precision:
     reduction_chunk: int | None = None
     accumulation_underflow: float = 0.0
     output_underflow: float = 0.0
+    overflow_limit: float = math.inf
+    """The largest finite value the sums or the output can hold: at or beyond it no bound is left."""
 
     def underflow(self, k: int) -> float:
         """The absolute error underflow may add to one element: ``(k + 1)·η_acc + η_out``.
@@ -190,7 +199,8 @@ def precision_of(dtype, device="cpu", *, out_dtype=None) -> Precision:
         if bool(getattr(torch.backends.cuda.matmul, flag, True)):
             chunk = MMA_K_STEP
     return Precision(TF32_INPUT_UNIT if name == TF32 else 0, accumulation, output, chunk,
-                     underflow_unit(sums), underflow_unit(out) if output else 0.0)
+                     underflow_unit(sums), underflow_unit(out) if output else 0.0,
+                     min(torch.finfo(sums).max, torch.finfo(out).max))
 
 
 @dataclass(frozen=True)
@@ -206,13 +216,17 @@ class Residuals:
     tolerance: torch.Tensor
     bounds: tuple[int, ...]
     catch_factor: float
+    may_overflow: torch.Tensor | None = None
+    """``(m, vectors)``: blocks where a correct product may hold an infinity (not judged); ``None``: none."""
 
     def excess(self) -> torch.Tensor:
-        """``|residual| / tolerance`` (infinite where the residual is not finite, or non-zero against a zero tolerance)."""
+        """``|residual| / tolerance``: infinite where the residual is not finite, or non-zero against a zero tolerance;
+        0 in a block that may overflow (not judged)."""
         size = self.residual.abs()
         ratio = torch.where(self.tolerance > 0, size / self.tolerance.clamp_min(torch.finfo(size.dtype).tiny),
                             torch.where(size > 0, math.inf, 0.0))
-        return torch.where(torch.isfinite(size) & ~torch.isnan(self.tolerance), ratio, math.inf)
+        judged = torch.where(torch.isfinite(size) & ~torch.isnan(self.tolerance), ratio, math.inf)
+        return judged if self.may_overflow is None else torch.where(self.may_overflow, 0.0, judged)
 
     def vector_of(self, column: int) -> int:
         """Which vector covers ``column``."""
@@ -355,9 +369,10 @@ def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | Non
     beta = precision.output_coefficient + short_sums
     floor = width * (precision.underflow(k) + (k + width + 3) * underflow_unit(check_dtype))
     tolerance = (alpha * bound_t + beta * bound_s + floor) / (1 - long_sums)
+    may_overflow = (1 + alpha) * bound_t >= precision.overflow_limit
     rho = (1 + long_sums) / (1 - long_sums)
     catch = 2 * rho / (1 - 2 * rho * beta) if 2 * rho * beta < 1 else math.inf
-    return Residuals(left - right, tolerance, bounds, catch)
+    return Residuals(left - right, tolerance, bounds, catch, may_overflow)
 
 
 def check_product(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | None = None, dtype=None,
