@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
+from accounting.gate.power import too_noisy as hides_threshold
 from accounting.gate.stats import (
     ALPHA,
     CONFIDENCE,
@@ -89,6 +90,16 @@ class Verdict:
     """Which figure the memories are (:data:`accounting.gate.storage.MEMORY_KEYS`)."""
     memory_regression: bool = False
     """The current peak is above the baseline's by more than :func:`memory_tolerance`."""
+    @property
+    def detectable(self) -> float | None:
+        """The smallest slowdown (a ratio) the compared runs would have shown slower with 95 % power
+        (:attr:`accounting.gate.stats.Comparison.detectable`); ``None`` where none could be, or nothing was compared."""
+        return self.comparison.detectable if self.comparison is not None else None
+
+    @property
+    def too_noisy(self) -> bool:
+        """Compared, but a slowdown of the threshold's size would be missed more than 5 % of the time."""
+        return self.comparison is not None and hides_threshold(self.detectable, self.threshold)
 
     @property
     def baseline_value(self) -> float | None:

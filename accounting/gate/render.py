@@ -14,15 +14,16 @@ reason that asks for action is listed under the table, then the notes.
 >>> print(render_text(GateResult((verdict,), (), ("0001_a.json",), ("current.json",))))
 Gate: pass: 1 no change
 <BLANKLINE>
-   benchmark  baseline           current           ratio [90% CI]         p (slower)  decision   peak memory
--  ---------  -----------------  ----------------  ---------------------  ----------  ---------  -----------
-   test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  no change            —
+   benchmark  baseline           current           ratio [90% CI]         p (slower)  detectable    decision   peak memory
+-  ---------  -----------------  ----------------  ---------------------  ----------  ------------  ---------  -----------
+   test_mm    15.00 ms (3 runs)  15.00 ms (1 run)  1.000× [0.978, 1.023]        0.75  too few runs  no change            —
 <BLANKLINE>
-Legend: + regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, ? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs. peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the baseline runs' largest → the current runs' smallest; above it by more than the tolerance (0 bytes; CUDA 2 MiB) is a memory regression.
+Legend: + regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, ? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. detectable: the smallest slowdown these runs' noise and numbers would have shown slower with 95 % power at that level, so no change means no change larger than it; > threshold: too noisy for its threshold. baseline, current: each run's fastest round (min), median over runs. peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the baseline runs' largest → the current runs' smallest; above it by more than the tolerance (0 bytes; CUDA 2 MiB) is a memory regression.
 """
 
 from accounting.console import table
 from accounting.gate.decide import GateResult, Verdict, memory_tolerance
+from accounting.gate.power import percent
 from accounting.gate.stats import Decision
 
 MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE: " ",
@@ -30,7 +31,9 @@ MARKS = {Decision.REGRESSION: "+", Decision.IMPROVEMENT: "-", Decision.NO_CHANGE
 LEGEND = ("+ regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, "
           "? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no "
           "change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches "
-          "below the threshold). p: one-sided permutation test over runs, {adjustment} across the matrix.")
+          "below the threshold). p: one-sided permutation test over runs, {adjustment} across the matrix. "
+          "detectable: the smallest slowdown these runs' noise and numbers would have shown slower with 95 % power "
+          "at that level, so no change means no change larger than it; > threshold: too noisy for its threshold.")
 ADJUSTMENTS = {"holm": "Holm-adjusted", "min-p": "adjusted by a joint permutation of the runs (min-P)"}
 MEMORY_NOTE = (" peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the "
                "baseline runs' largest → the current runs' smallest; above it by more than the tolerance "
@@ -44,7 +47,7 @@ def header(result: GateResult) -> list[str]:
     'ratio [80% CI]'
     """
     return ["", "benchmark", "baseline", "current", f"ratio [{result.confidence * 100:g}% CI]", "p (slower)",
-            "decision", "peak memory"]
+            "detectable", "decision", "peak memory"]
 
 
 def seconds(value: float | None) -> str:
@@ -96,6 +99,27 @@ def decision_text(verdict: Verdict) -> str:
     return text + ", memory regression" if verdict.memory_regression else text
 
 
+def detectable_text(verdict: Verdict) -> str:
+    """The detectable column: the smallest slowdown these runs would have shown, ``> threshold`` when too noisy.
+
+    >>> from accounting.gate.stats import compare_runs
+    >>> base = [0.0150, 0.0149, 0.0151, 0.0150, 0.0152, 0.0148]
+    >>> quiet = compare_runs(base, [0.0150, 0.0152, 0.0151, 0.0149], threshold=0.1)
+    >>> detectable_text(Verdict("t", "cpu", 0.1, quiet.decision, "", comparison=quiet))
+    '2.9 %'
+    >>> noisy = compare_runs(base, [0.0150, 0.0182, 0.0131, 0.0160], threshold=0.1)
+    >>> detectable_text(Verdict("t", "cpu", 0.1, noisy.decision, "", comparison=noisy))
+    '30.1 % > 10 %'
+    >>> one = compare_runs(base, [0.0150], threshold=0.1)   # 1 current run never reaches p <= 0.01
+    >>> detectable_text(Verdict("t", "cpu", 0.1, one.decision, "", comparison=one))
+    'too few runs'
+    """
+    if verdict.comparison is None:
+        return "—"
+    text = percent(verdict.detectable)
+    return f"{text} > {verdict.threshold * 100:g} %" if verdict.too_noisy else text
+
+
 def _runs(count: int) -> str:
     return f"{count} run" if count == 1 else f"{count} runs"
 
@@ -134,6 +158,7 @@ def rows(result: GateResult) -> list[list[str]]:
             f"{seconds(verdict.current_value)} ({_runs(current)})" if current else "—",
             _ratio(verdict),
             f"{comparison.p_slower:.2g}" if comparison is not None else "—",
+            detectable_text(verdict),
             decision_text(verdict),
             _memory(verdict),
         ])
@@ -170,6 +195,9 @@ def _reasons(result: GateResult) -> list[str]:
     names = short_names(result.verdicts)
     lines = [f"{names[verdict.name]}: {verdict.reason}" for verdict in result.verdicts
              if verdict.decision is not Decision.NO_CHANGE]
+    lines += [f"{names[verdict.name]}: too noisy for its {verdict.threshold * 100:g} % threshold: these runs would "
+              f"have shown only a slowdown of {percent(verdict.detectable)} or more (95 % power); more runs or less "
+              "noise (a quieter machine, --threads 1) lower that" for verdict in result.verdicts if verdict.too_noisy]
     lines += [f"{names[verdict.name]}: memory regression: peak {_memory(verdict)} ({verdict.memory_source}; "
               f"tolerance {memory_tolerance(verdict.memory_source)} bytes)" for verdict in result.memory_regressions]
     return lines
@@ -196,10 +224,10 @@ def render_markdown(result: GateResult) -> str:
     <BLANKLINE>
     **Gate: pass: nothing compared** (0 baseline runs, 0 current runs)
     <BLANKLINE>
-    |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | decision | peak memory |
-    |---|---|---|---|---|---|---|---|
+    |  | benchmark | baseline | current | ratio [90% CI] | p (slower) | detectable | decision | peak memory |
+    |---|---|---|---|---|---|---|---|---|
     <BLANKLINE>
-    <sub>+ regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, ? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. baseline, current: each run's fastest round (min), median over runs. peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the baseline runs' largest → the current runs' smallest; above it by more than the tolerance (0 bytes; CUDA 2 MiB) is a memory regression.</sub>
+    <sub>+ regression (slower beyond doubt and by more than the threshold, or more peak memory), - improvement, ? inconclusive (re-measure), x not compared (work changed, not judged, or on one side only), blank: no change; ~ before a ratio: beyond the threshold but not surely (not significant, or its interval reaches below the threshold). p: one-sided permutation test over runs, Holm-adjusted across the matrix. detectable: the smallest slowdown these runs' noise and numbers would have shown slower with 95 % power at that level, so no change means no change larger than it; > threshold: too noisy for its threshold. baseline, current: each run's fastest round (min), median over runs. peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the baseline runs' largest → the current runs' smallest; above it by more than the tolerance (0 bytes; CUDA 2 MiB) is a memory regression.</sub>
     <BLANKLINE>
     - Note: no saved runs
     """

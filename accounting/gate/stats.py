@@ -64,7 +64,6 @@ under any dependence between benchmarks, which share one process and one machine
 >>> compare_runs(base, [0.0150], threshold=0.10).decision.value
 'no change'
 """
-
 import enum
 import itertools
 import math
@@ -73,21 +72,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from accounting.errors import AccountingError
+from accounting.gate.levels import ALPHA, CONFIDENCE, EXACT_LIMIT, RANDOM_RESAMPLES, SEED
+from accounting.gate.multiple import JointPValues, holm, joint_permutation_test
+from accounting.gate.power import min_pvalue, minimum_detectable_effect, pooled_spread, runs_needed, smallest_convictable
 
-ALPHA = 0.01
-"""Family-wise significance level of "slower" (and "faster") across the whole matrix (Holm).
-
-Pinpoint calls p ≤ 0.01 *different*; asv uses 0.002 two-sided on raw samples. The gate's samples
-are runs, few and costly, so 0.01 one-sided: with 10 baseline runs, 3 current runs reach
-p = 1/286 and 4 reach 1/1001, enough for a matrix of 3 (Holm's smallest level 0.01/3)."""
-CONFIDENCE = 0.90
-"""Two-sided level of the ratio's interval: its upper end is a one-sided 95 % bound, the
-one a benchmark must stay under to be called *no change*."""
-EXACT_LIMIT = 200_000
-"""Enumerate every split up to this many (``binom(K + c, c)``); above it, draw random ones."""
-RANDOM_RESAMPLES = 9_999
-SEED = 0
-"""The random splits are drawn from a seeded generator, so CI reruns of the same data agree."""
+__all__ = [  # the matrix's adjustment, the levels and the power figures live beside it and are re-exported here
+    "ALPHA", "CONFIDENCE", "EXACT_LIMIT", "RANDOM_RESAMPLES", "SEED", "Comparison", "Decision", "JointPValues",
+    "OUTLIER_MIN_RUNS", "OUTLIER_SPREADS", "PermutationResult", "RatioInterval", "compare_runs", "holm",
+    "joint_permutation_test", "log_spread", "min_pvalue", "permutation_test", "ratio_interval", "runs_needed",
+    "slow_outliers", "smallest_convictable",
+]
 
 
 class Decision(enum.Enum):
@@ -120,27 +114,6 @@ class PermutationResult:
     current_size: int
 
 
-def min_pvalue(baseline_size: int, current_size: int) -> float:
-    """The smallest one-sided p the exact permutation test can give for these sizes: ``1/binom(K+c, c)``.
-
-    >>> min_pvalue(10, 1), round(min_pvalue(10, 3), 5)
-    (0.09090909090909091, 0.0035)
-    """
-    return 1.0 / math.comb(baseline_size + current_size, current_size)
-
-
-def runs_needed(baseline_size: int, alpha: float, *, cap: int = 50) -> int | None:
-    """The fewest current runs for which :func:`min_pvalue` reaches ``alpha`` (``None`` beyond ``cap``).
-
-    >>> runs_needed(10, 0.01 / 3), runs_needed(5, 0.01), runs_needed(1, 0.01)
-    (4, 4, None)
-    """
-    for current in range(1, cap + 1):
-        if min_pvalue(baseline_size, current) <= alpha:
-            return current
-    return None
-
-
 def log_spread(values) -> float:
     """The run-to-run noise of run values: the sample standard deviation of their logs (``nan`` for one run).
 
@@ -149,40 +122,6 @@ def log_spread(values) -> float:
     """
     logs = np.log(_positive(values, "run values"))
     return float(np.std(logs, ddof=1)) if logs.size > 1 else math.nan
-
-
-def smallest_convictable(spread: float, baseline_size: int, current_size: int, *, threshold: float,
-                         alpha: float = ALPHA, confidence: float = CONFIDENCE) -> float | None:
-    """The smallest slowdown the gate can call a regression, given the runs' noise and how many there are.
-
-    A regression needs the ratio's interval to start above ``1 + threshold``
-    (:func:`compare_runs`). Where both sides' log values spread by ``spread`` (their standard
-    deviation: :func:`log_spread` of the baseline), that takes a typical slowdown of at least
-    ``(1 + threshold) · exp(t · spread · sqrt(1/K + 1/c))``, with ``t`` the interval's
-    Student t quantile on ``K + c − 2`` degrees of freedom (the spread moves from one set of
-    runs to the next, so a slowdown this size is caught about half of the time; somewhat
-    larger ones nearly always). ``None`` when no slowdown can be convicted: the sizes cannot
-    reach ``alpha`` (:func:`min_pvalue`), or there is no degree of freedom.
-
-    What the noise costs, at a 10 % threshold with 10 baseline and 5 current runs: a log
-    spread of 0.02 convicts from about 1.12×, one of 0.13 only from about 1.25× (and then
-    only half the time). Spreads measured on a shared VM in calm and busy hours:
-    docs/benchmarks-and-gate.md.
-
-    >>> round(smallest_convictable(0.02, 10, 5, threshold=0.10), 3), round(smallest_convictable(0.13, 10, 5, threshold=0.10), 3)
-    (1.122, 1.248)
-    >>> smallest_convictable(0.02, 10, 1, threshold=0.10) is None   # one current run never reaches p <= 0.01
-    True
-    """
-    from scipy import stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
-
-    if not math.isfinite(spread) or spread < 0:
-        raise AccountingError(f"spread must be a finite standard deviation of log values, got {spread!r}")
-    freedom = baseline_size + current_size - 2
-    if freedom < 1 or min_pvalue(baseline_size, current_size) > alpha:
-        return None
-    quantile = scipy_stats.t.ppf(1 - (1 - confidence) / 2, freedom)
-    return (1 + threshold) * math.exp(quantile * spread * math.sqrt(1 / baseline_size + 1 / current_size))
 
 
 def _as_samples(values, what: str) -> np.ndarray:
@@ -282,24 +221,6 @@ def _positive(values, what: str) -> np.ndarray:
     return array
 
 
-def holm(pvalues) -> list[float]:
-    """Holm's step-down adjusted p-values: ``p̃_(j) = max_{i≤j} min(1, (m − i + 1) · p_(i))``.
-
-    A benchmark is significant at family-wise level α when its adjusted p is ≤ α.
-
-    >>> holm([0.01, 0.04, 0.03])
-    [0.03, 0.06, 0.06]
-    """
-    pvalues = [float(p) for p in pvalues]
-    order = sorted(range(len(pvalues)), key=lambda position: pvalues[position])
-    adjusted = [1.0] * len(pvalues)
-    running = 0.0
-    for rank, position in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[position]))
-        adjusted[position] = running
-    return adjusted
-
-
 @dataclass(frozen=True)
 class Comparison:
     """The verdict on one benchmark, with every figure it was reached from (for the table)."""
@@ -322,6 +243,10 @@ class Comparison:
     current_runs: int
     min_pvalue: float
     method: str
+    detectable: float | None = None
+    """The smallest slowdown (a ratio) these runs' noise and numbers would have shown slower with 95 % power at
+    the level the comparison was held to (``alpha / family``): :func:`accounting.gate.power.minimum_detectable_effect`
+    on the pooled log spread; ``None`` where no slowdown could be (or no spread was measured)."""
 
 
 def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, family: int = 1,
@@ -354,7 +279,7 @@ def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, f
     common = dict(ratio=interval.ratio, ci_low=interval.low, ci_high=interval.high, confidence=interval.confidence,
                   p_slower=p_slower, p_faster=p_faster, alpha=alpha, threshold=threshold,
                   baseline_runs=int(baseline.size), current_runs=int(current.size), min_pvalue=smallest,
-                  method=test.method)
+                  method=test.method, detectable=_detectable(baseline, current, alpha / family))
     limit = 1 + threshold
     percent = f"{threshold * 100:g} %"
     if baseline.size < 2:
@@ -376,6 +301,13 @@ def compare_runs(baseline, current, *, threshold: float, alpha: float = ALPHA, f
                                                  f"{smallest:.2g}); it takes {more}", **common)
     return Comparison(Decision.INCONCLUSIVE, f"re-measure: {interval.ratio:.3g}× is neither shown nor excluded "
                                              f"beyond the {percent} threshold (p = {p_slower:.2g})", **common)
+
+
+def _detectable(baseline: np.ndarray, current: np.ndarray, alpha: float) -> float | None:
+    spread = pooled_spread(baseline, current)
+    if spread != spread:  # nan: one run on each side, no spread to judge by
+        return None
+    return minimum_detectable_effect(spread, int(baseline.size), int(current.size), alpha=alpha)
 
 
 OUTLIER_SPREADS = 3.0
@@ -414,112 +346,3 @@ def slow_outliers(baseline, *, threshold: float) -> list[int]:
     spread = 1.4826 * float(np.median(np.abs(logs - centre)))
     limit = max(math.log1p(threshold), OUTLIER_SPREADS * spread)
     return [index for index, value in enumerate(logs) if value - centre > limit]
-
-
-@dataclass(frozen=True)
-class JointPValues:
-    """One benchmark's one-sided p-values from :func:`joint_permutation_test`: raw, and adjusted for the matrix."""
-
-    p_greater: float
-    p_less: float
-    adjusted_greater: float
-    adjusted_less: float
-
-
-def _label_matrix(units: int, current: int, observed: np.ndarray, *, exact_limit: int, n_resamples: int,
-                  seed: int) -> np.ndarray:
-    """Every way (or ``n_resamples`` random ways, plus the observed one) to call ``current`` of ``units`` current."""
-    splits = math.comb(units, current)
-    if splits <= exact_limit:
-        labels = np.zeros((splits, units), dtype=bool)
-        for row, chosen in enumerate(itertools.combinations(range(units), current)):
-            labels[row, list(chosen)] = True
-        return labels
-    generator = np.random.default_rng(seed)
-    labels = generator.permuted(np.tile(observed, (n_resamples, 1)), axis=1)
-    return np.vstack([observed[None, :], labels])
-
-
-def _pvalues_against(reference: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """For each query row and column (a benchmark): the share of ``reference`` rows whose statistic is at least
-    the query's (up to rounding), i.e. the permutation p-value of that statistic."""
-    count = reference.shape[0]
-    pvalues = np.empty(queries.shape)
-    for column in range(reference.shape[1]):
-        finite = reference[:, column][np.isfinite(reference[:, column])]
-        scale = max(float(np.abs(finite).max()) if finite.size else 1.0, 1e-12)
-        ordered = np.sort(reference[:, column])
-        pvalues[:, column] = (count - np.searchsorted(ordered, queries[:, column] - 1e-9 * scale, side="left")) / count
-    return pvalues
-
-
-def joint_permutation_test(samples: dict, *, exact_limit: int = EXACT_LIMIT, n_resamples: int = RANDOM_RESAMPLES,
-                           seed: int = SEED) -> dict:
-    """Per benchmark, one-sided permutation p-values, and the same adjusted for the whole matrix by min-P.
-
-    ``samples``: benchmark name -> ``(baseline, current)``, each a dict of run (a pytest process:
-    any hashable label) -> that benchmark's log value in that run. A run holds several benchmarks,
-    so the labels "baseline" and "current" are permuted *over runs*, for all benchmarks at once:
-    each labelling gives every benchmark its statistic, the difference of its mean log values
-    (current − baseline) over the runs it has (a labelling that leaves one of its sides empty is
-    as extreme as none). A benchmark's raw p is the share of labellings whose statistic is at least
-    its observed one; its adjusted p is the share of labellings in which the *smallest* raw p over
-    the matrix is at most its own: Westfall and Young's single-step min-P (1993), which holds the
-    family-wise error rate at α across the matrix as Holm does, without Holm's assumption of nothing
-    about the dependence between benchmarks. They share their processes, so their luck is alike and
-    the most extreme labellings of one are those of another; Holm then pays for a matrix of m
-    benchmarks with p ≤ α/m each, which 16 benchmarks in an A/B job reach only after 7 pairs
-    (1/binom(14, 7)), where min-P convicts 16 slowed benchmarks after 5, as it convicts one.
-
-    Exact over every labelling up to ``exact_limit`` of them, else ``n_resamples`` seeded random
-    ones plus the observed one (as :func:`permutation_test`).
-
-    >>> slow = {"b1": 1.3, "b2": 1.31, "b3": 1.29}
-    >>> samples = {name: ({f"a{i}": 1.0 + 0.01 * i for i in range(5)}, {f"b{i}": value + 0.01 * i for i in range(5)})
-    ...            for name, value in slow.items()}
-    >>> result = joint_permutation_test(samples)
-    >>> round(result["b1"].p_greater, 5), round(result["b1"].adjusted_greater, 5)   # 1/252 both: no price for 3
-    (0.00397, 0.00397)
-    """
-    if not samples:
-        return {}
-    names = list(samples)
-    baseline_units = {unit for base, _ in samples.values() for unit in base}
-    current_units = {unit for _, current in samples.values() for unit in current}
-    both = baseline_units & current_units
-    if both:
-        raise AccountingError(f"runs on both sides of a comparison: {sorted(map(str, both))}")
-    units = sorted(baseline_units | current_units, key=str)
-    position = {unit: index for index, unit in enumerate(units)}
-    observed = np.zeros(len(units), dtype=bool)
-    observed[[position[unit] for unit in current_units]] = True
-    values = np.full((len(units), len(names)), np.nan)
-    for column, name in enumerate(names):
-        base, current = samples[name]
-        for unit, value in (*base.items(), *current.items()):
-            values[position[unit], column] = value
-    present = ~np.isnan(values)
-    filled = np.where(present, values, 0.0)
-    labels = _label_matrix(len(units), int(observed.sum()), observed, exact_limit=exact_limit,
-                           n_resamples=n_resamples, seed=seed)
-    labels = np.vstack([observed[None, :], labels])  # row 0: the observed labelling; the rest: the reference
-    chosen = labels.astype(float)
-    count_current = chosen @ present
-    sum_current = chosen @ filled
-    count_all, sum_all = present.sum(axis=0), filled.sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        difference = sum_current / count_current - (sum_all - sum_current) / (count_all - count_current)
-    defined = (count_current > 0) & (count_current < count_all)
-    greater = np.where(defined, difference, -np.inf)[1:]
-    less = np.where(defined, -difference, -np.inf)[1:]
-    observed_greater = np.where(defined[0], difference[0], -np.inf)
-    observed_less = np.where(defined[0], -difference[0], -np.inf)
-    results = {}
-    for statistic, observed_statistic, key in ((greater, observed_greater, "greater"), (less, observed_less, "less")):
-        raw = _pvalues_against(statistic, observed_statistic[None, :])[0]
-        smallest = _pvalues_against(statistic, statistic).min(axis=1)  # each labelling's smallest p over the matrix
-        adjusted = np.array([np.count_nonzero(smallest <= p + 1e-12) / statistic.shape[0] for p in raw])
-        results[key] = (raw, np.maximum(adjusted, raw))
-    return {name: JointPValues(float(results["greater"][0][column]), float(results["less"][0][column]),
-                               float(results["greater"][1][column]), float(results["less"][1][column]))
-            for column, name in enumerate(names)}
