@@ -1,0 +1,211 @@
+"""A training step traced on the meta device, against the same step on real CPU tensors and torch's MemTracker.
+
+Truths: the same step run on the CPU with real data (every part identical, byte for byte);
+``torch.distributed._tools.mem_tracker.MemTracker``, torch's own per-category tracker, run on
+the same step; the parameter and optimizer-state bytes of the real model and optimizer; and
+the parameter count of ``TransformerConfig`` for Llama-3-8B, traced with ``transformers``.
+"""
+
+import pytest
+import torch
+from torch import nn
+from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.live_memory import LiveTensorBytes
+from accounting.memory import storage_bytes
+from accounting.traced_memory import TracedStepMemory, traced_training_step_memory
+from accounting.training_memory import optimizer_state_bytes
+from accounting.transformer import TransformerConfig
+
+PARTS = ("parameters", "buffers", "optimizer_state", "inputs", "gradients", "activations", "temporaries")
+
+
+def tiny_llama_config(**changes) -> LlamaConfig:
+    """A two-layer Llama with grouped-query attention and eager attention (the meta device runs SDPA's math path)."""
+    settings = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=128, max_position_embeddings=64, tie_word_embeddings=False,
+                    attn_implementation="eager")
+    return LlamaConfig(**{**settings, **changes})
+
+
+def llama_batch(config: LlamaConfig, batch: int = 2, length: int = 24) -> dict:
+    ids = torch.randint(0, config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids, "labels": ids}
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(48, 96), nn.GELU(), nn.LayerNorm(96), nn.Linear(96, 16))
+
+
+def squared_error(output, batch):
+    return (output - 1).pow(2).mean()
+
+
+OPTIMIZER_CASES = [
+    pytest.param("adamw", id="adamw"),
+    pytest.param("sgd", id="sgd"),
+    pytest.param(lambda parameters: torch.optim.SGD(parameters, lr=0.1, momentum=0.9), id="sgd-momentum"),
+    pytest.param(lambda parameters: torch.optim.Adam(parameters, amsgrad=True), id="adam-amsgrad"),
+    pytest.param("rmsprop", id="rmsprop"),
+    pytest.param(None, id="no-optimizer"),
+]
+
+
+# ---- meta is the CPU, byte for byte --------------------------------------------------------
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZER_CASES)
+def test_an_mlp_traced_on_meta_is_the_same_step_on_the_cpu(optimizer):
+    batch = torch.randn(16, 48)
+    meta = traced_training_step_memory(mlp, batch, loss_fn=squared_error, optimizer=optimizer)
+    cpu = traced_training_step_memory(mlp, batch, loss_fn=squared_error, optimizer=optimizer, device="cpu")
+    assert meta.device == "meta" and cpu.device == "cpu"
+    assert [getattr(meta, part) for part in (*PARTS, "phase", "after_step")] == \
+           [getattr(cpu, part) for part in (*PARTS, "phase", "after_step")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_llama_traced_on_meta_is_the_same_step_on_the_cpu(dtype):
+    config = tiny_llama_config()
+    batch = llama_batch(config)
+
+    def build():
+        return LlamaForCausalLM(config).to(dtype)
+
+    meta = traced_training_step_memory(build, batch)
+    torch.manual_seed(0)
+    cpu = traced_training_step_memory(build, batch, device="cpu")
+    assert meta == TracedStepMemory(**{**cpu.__dict__, "device": "meta"})
+    assert meta.activations > 0 and meta.temporaries > 0
+
+
+# ---- the parts, against torch -----------------------------------------------------------------
+
+
+def test_the_parts_are_torch_memtrackers_categories():
+    """MemTracker (torch's own) on the same steady-state step: parameters, buffers, gradients, optimizer
+    state and the total at the peak agree; MemTracker leaves out the inputs, made before it started."""
+    config = tiny_llama_config()
+    batch = llama_batch(config)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(**batch).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        model(**batch).loss.backward()
+        optimizer.step()
+    peak = tracker.get_tracker_snapshot("peak")
+    by_kind = {kind: sum(device.get(kind, 0) for device in peak.values()) for kind in _MemRefType}
+    total = sum(device["Total"] for device in peak.values())
+
+    torch.manual_seed(0)
+    traced = traced_training_step_memory(lambda: LlamaForCausalLM(config), batch, device="cpu")
+    assert traced.parameters == by_kind[_MemRefType.PARAM]
+    assert traced.buffers == by_kind[_MemRefType.BUFFER]
+    assert traced.gradients == by_kind[_MemRefType.GRAD]
+    assert traced.optimizer_state == by_kind[_MemRefType.OPT]
+    assert traced.peak - traced.inputs == total
+    assert traced.activations + traced.temporaries == by_kind[_MemRefType.ACT] + by_kind[_MemRefType.TEMP]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd", "adagrad", "rmsprop"])
+def test_model_states_are_the_real_tensors(optimizer):
+    model = mlp()
+    batch = torch.randn(8, 48)
+    traced = traced_training_step_memory(model, batch, loss_fn=squared_error, optimizer=optimizer)
+    assert traced.parameters == storage_bytes(*model.parameters())
+    assert traced.optimizer_state == optimizer_state_bytes(model, optimizer)
+    assert traced.inputs == storage_bytes(batch)
+    assert traced.gradients in (0, traced.parameters)  # all gradients, or none yet (a peak in the forward)
+    assert traced.after_step == traced.parameters + traced.optimizer_state + traced.inputs + traced.parameters
+
+
+@pytest.mark.parametrize("optimizer", [None, "adam"], ids=["no-optimizer", "adam"])
+def test_the_peak_is_the_live_tensor_peak_of_the_same_step_by_hand(optimizer):
+    """The breakdown is replayed from a log; the plain tracker, run over the same step written out, gives its sum."""
+    layers = [nn.Linear(32, 32) for _ in range(6)]
+    model = nn.Sequential(*[module for layer in layers for module in (layer, nn.Tanh())])
+    batch = torch.randn(64, 32)
+    steps = torch.optim.Adam(model.parameters()) if optimizer else None
+
+    def step():
+        model(batch).sum().backward()
+        if steps:
+            steps.step()
+
+    step()
+    model.zero_grad(set_to_none=True)
+    with LiveTensorBytes() as live:
+        live.track(*model.parameters(), batch, *[value for state in (steps.state.values() if steps else ())
+                                                 for value in state.values()])
+        step()
+    peak, after_step = live.peak, live.current  # read now: the traced run below frees these gradients
+    traced = traced_training_step_memory(model, batch, loss_fn=lambda out, _: out.sum(), optimizer=optimizer)
+    assert traced.peak == peak
+    assert traced.after_step == after_step
+
+
+def test_frozen_parameters_get_no_gradient_or_state():
+    model = mlp()
+    model[0].requires_grad_(False)
+    traced = traced_training_step_memory(model, torch.randn(8, 48), loss_fn=squared_error, optimizer="adam")
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    assert traced.optimizer_state == optimizer_state_bytes(trainable, "adam")
+    assert traced.gradients in (0, storage_bytes(*trainable))
+
+
+# ---- an 8B model on a laptop ------------------------------------------------------------------
+
+LLAMA_3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                  num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                  tie_word_embeddings=False, rms_norm_eps=1e-5)
+"""Llama-3-8B's config.json (meta-llama/Meta-Llama-3-8B), the fields that size it."""
+
+
+def test_llama_3_8b_traces_on_meta():
+    config = LlamaConfig(**LLAMA_3_8B, attn_implementation="eager")
+    ids = torch.zeros(1, 128, dtype=torch.long)
+    traced = traced_training_step_memory(lambda: LlamaForCausalLM(config).to(torch.bfloat16),
+                                         {"input_ids": ids, "labels": ids})
+    ours = TransformerConfig(layers=32, width=4096, heads=32, kv_heads=8, sequence_length=128, vocabulary=128256,
+                             ffn_width=14336, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                             learned_positions=False)
+    tensors = 2 + 32 * 9 + 1  # embeddings, unembedding; per layer q, k, v, o, gate, up, down, two norms; final norm
+    assert traced.parameters == 2 * ours.parameter_count
+    assert traced.optimizer_state == 2 * traced.parameters + 4 * tensors  # bf16 moments, fp32 step counters
+
+
+# ---- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "batch", "options", "error", "message"), [
+    pytest.param("llama", torch.ones(2), {}, AccountingTypeError,
+                 r"^model must be an nn.Module or a function that builds one, got str$", id="model-name"),
+    pytest.param(lambda: 3, torch.ones(2), {}, AccountingTypeError, r"^the model factory returned int, not an nn.Module$",
+                 id="factory-returns-int"),
+    pytest.param(nn.ReLU(), torch.ones(2), {}, AccountingError, r"^the model \(ReLU\) has no parameters", id="no-parameters"),
+    pytest.param(mlp, torch.ones(2, 48), {}, AccountingError,
+                 r"^the model returned Tensor, not a loss: pass loss_fn=", id="no-loss"),
+    pytest.param(mlp, torch.ones(2, 48), {"loss_fn": lambda out, _: out}, AccountingError,
+                 r"^the loss must be a scalar tensor, got Tensor \(2, 16\)$", id="loss-not-scalar"),
+    pytest.param(mlp, torch.ones(2, 48), {"loss_fn": "mse"}, AccountingTypeError,
+                 r"^loss_fn must be a function \(output, batch\) -> loss, got 'mse'$", id="loss-name"),
+    pytest.param(mlp, torch.ones(2, 48), {"loss_fn": squared_error, "optimizer": "lion"}, AccountingError,
+                 r"^optimizer must be one of 'sgd', .* got 'lion'$", id="unknown-optimizer"),
+    pytest.param(mlp, torch.ones(2, 48), {"loss_fn": squared_error, "optimizer": 0.1}, AccountingTypeError,
+                 r"^optimizer must be a name, a function of the parameters or None, got 0.1$", id="optimizer-number"),
+    pytest.param(mlp, torch.ones(2, 48), {"loss_fn": squared_error, "optimizer": lambda parameters: None},
+                 AccountingTypeError, r"^the optimizer factory returned NoneType", id="optimizer-factory-none"),
+    pytest.param(mlp, "tokens", {"loss_fn": squared_error}, AccountingTypeError,
+                 r"^batch must be a tensor, a tuple of arguments or a dict of keyword arguments, got str$",
+                 id="batch-string"),
+])
+def test_bad_input_is_named(model, batch, options, error, message):
+    with pytest.raises(error, match=message):
+        traced_training_step_memory(model, batch, **options)
