@@ -1,0 +1,157 @@
+"""TransformerConfig.from_hf against the config classes of Hugging Face ``transformers``.
+
+``transformers`` is the truth here, never a dependency of the reader: every key its config
+classes write must be read or known harmless, the config it saves (``save_pretrained``) reads
+back from a file or a folder, and the count from the dict equals the model it builds. Keys that
+would change a count unseen, and sizes left out, are errors naming them.
+"""
+
+import json
+
+import pytest
+import transformers
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accounting import AccountingError, AccountingTypeError, TransformerConfig
+from tests.support.hf_models import FAMILIES, hf_config, meta_model
+from tests.support.published_configs import PUBLISHED
+
+
+def numel(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_key_of_the_default_config_is_read_and_the_count_is_the_models(family):
+    """The class defaults, full size (LlamaConfig() is Llama-2-7B-like, MixtralConfig() Mixtral-8x7B)."""
+    config_json = transformers.AutoConfig.for_model(family).to_dict()
+    assert TransformerConfig.from_hf(config_json).parameter_count == numel(meta_model(config_json))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_saved_config_reads_back_from_its_file_and_its_folder(family, tmp_path):
+    saved = hf_config(family)
+    saved.save_pretrained(tmp_path)
+    from_dict = TransformerConfig.from_hf(saved.to_dict())
+    assert TransformerConfig.from_hf(tmp_path) == TransformerConfig.from_hf(str(tmp_path / "config.json")) == from_dict
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(length=st.none() | st.integers(1, 32))
+def test_the_sequence_length_is_the_models_longest_unless_given(family, length):
+    saved = hf_config(family, positions=32)
+    config = TransformerConfig.from_hf(saved.to_dict(), sequence_length=length)
+    assert config.sequence_length == (length or 32)
+    if family == "gpt2":
+        assert config.max_positions == saved.n_positions
+
+
+@pytest.mark.parametrize(
+    "family, changes",
+    [
+        pytest.param("llama", dict(rms_norm_eps=1e-3, hidden_act="gelu", pretraining_tp=2, attention_dropout=0.1), id="llama-numerics"),
+        pytest.param("llama", dict(rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5}), id="llama-rope-scaling"),
+        pytest.param("mistral", dict(sliding_window=8), id="mistral-window"),
+        pytest.param("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1), id="qwen2-window"),
+        pytest.param("mixtral", dict(router_jitter_noise=0.1, router_aux_loss_coef=0.5, output_router_logits=True), id="mixtral-router"),
+        pytest.param("gpt2", dict(activation_function="relu", scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, layer_norm_epsilon=1e-3), id="gpt2-numerics"),
+    ],
+)
+def test_harmless_keys_change_no_parameter(family, changes):
+    base = hf_config(family).to_dict()
+    changed = base | changes
+    assert TransformerConfig.from_hf(changed) == TransformerConfig.from_hf(base)
+    assert numel(meta_model(changed)) == numel(meta_model(base))
+
+
+def test_a_published_file_with_keys_of_older_versions_is_read():
+    """Mixtral-8x7B's config.json as published (transformers 4.36) reads as the experts it describes."""
+    config = TransformerConfig.from_hf(PUBLISHED["mixtral-8x7b"][0], sequence_length=4096)
+    assert (config.experts, config.experts_per_token, config.kv_heads, config.sequence_length) == (8, 2, 8, 4096)
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+
+def small(family: str, **changes) -> dict:
+    return hf_config(family).to_dict() | changes
+
+
+def without(family: str, key: str) -> dict:
+    config = hf_config(family).to_dict()
+    del config[key]
+    return config
+
+
+@pytest.mark.parametrize(
+    "config, error, message",
+    [
+        pytest.param(small("llama", model_type="bert"), AccountingError,
+                     r"^model_type 'bert' is not one from_hf reads \('gpt2', 'llama', 'mistral', 'qwen2', 'mixtral'\)$", id="unknown-model-type"),
+        pytest.param(without("llama", "model_type"), AccountingError, r"^model_type None is not one from_hf reads", id="no-model-type"),
+        pytest.param(small("llama", num_local_experts=8), AccountingError,
+                     r"^config.json key 'num_local_experts' is not known for model_type 'llama': it may change the parameter or FLOP count", id="experts-on-llama"),
+        pytest.param(small("mistral", quantization_config={"quant_method": "gptq", "bits": 4}), AccountingError,
+                     r"^config.json key 'quantization_config' is not known for model_type 'mistral'", id="quantized"),
+        pytest.param(small("gpt2", attention_bias=True), AccountingError,
+                     r"^config.json key 'attention_bias' is not known for model_type 'gpt2'", id="llama-key-on-gpt2"),
+        pytest.param(small("gpt2", add_cross_attention=True), AccountingError,
+                     r"^config.json key 'add_cross_attention' is True: only False can be counted \(other values add or remove weights\)$", id="cross-attention"),
+        pytest.param(small("llama", pruned_heads={"0": [1]}), AccountingError,
+                     r"^config.json key 'pruned_heads' is \{'0': \[1\]\}: only \{\} can be counted", id="pruned-heads"),
+        pytest.param(small("qwen2", is_encoder_decoder=True), AccountingError,
+                     r"^config.json key 'is_encoder_decoder' is True: only False can be counted", id="encoder-decoder"),
+        pytest.param(without("llama", "hidden_size"), AccountingError, r"^config.json has no 'hidden_size': sizes are not guessed$", id="no-hidden-size"),
+        pytest.param(small("mistral", intermediate_size=None), AccountingError, r"^config.json has no 'intermediate_size': sizes are not guessed$", id="null-ffn"),
+        pytest.param(without("gpt2", "n_positions"), AccountingError, r"^config.json has no 'n_positions'", id="gpt2-no-positions"),
+        pytest.param(without("mixtral", "num_local_experts"), AccountingError, r"^config.json has no 'num_local_experts'", id="mixtral-no-experts"),
+        pytest.param(small("llama", hidden_size="64"), AccountingTypeError, r"^hidden_size must be a non-negative integer, got '64'$", id="text-size"),
+        pytest.param(small("gpt2", n_inner=0), AccountingError, r"^n_inner must be a positive integer, got 0$", id="zero-n-inner"),
+        pytest.param(small("qwen2", num_key_value_heads=3), AccountingError, r"^kv_heads=3 does not divide heads=4", id="kv-heads-not-dividing"),
+        pytest.param(small("mixtral", num_experts_per_tok=5), AccountingError, r"^experts_per_token=5 is more than experts=4$", id="top-k-above-experts"),
+        pytest.param(small("llama", tie_word_embeddings="false"), AccountingTypeError,
+                     r"^config.json key 'tie_word_embeddings' must be true or false, got 'false'$", id="text-flag"),
+        pytest.param(small("llama", attention_bias=True, mlp_bias=False), AccountingError,
+                     r"^attention_bias=True with mlp_bias=False cannot be described: ", id="attention-bias-only"),
+        pytest.param(small("llama", attention_bias=False, mlp_bias=True), AccountingError,
+                     r"^attention_bias=False with mlp_bias=True cannot be described: ", id="mlp-bias-only"),
+        pytest.param(42, AccountingTypeError, r"^config must be a dict or the path of a config.json, got int$", id="not-a-config"),
+    ],
+)
+def test_bad_configs_raise_errors_naming_the_key(config, error, message):
+    with pytest.raises(error, match=message):
+        TransformerConfig.from_hf(config)
+
+
+def test_a_sequence_longer_than_gpt2s_position_table_is_an_error():
+    with pytest.raises(AccountingError, match=r"^max_positions=32 is less than sequence_length=64: "):
+        TransformerConfig.from_hf(small("gpt2"), sequence_length=64)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        pytest.param(None, r"^cannot read config.json '.*missing.json': No such file or directory$", id="missing-file"),
+        pytest.param("{model_type: llama", r"^'.*missing.json' is not JSON: ", id="not-json"),
+        pytest.param("[1, 2]", r"^'.*missing.json' holds a list, not a JSON object of config keys$", id="json-list"),
+    ],
+)
+def test_unreadable_files_are_errors_naming_the_path(tmp_path, content, message):
+    path = tmp_path / "missing.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(AccountingError, match=message):
+        TransformerConfig.from_hf(path)
+
+
+def test_a_folder_without_config_json_is_an_error_naming_the_file(tmp_path):
+    with pytest.raises(AccountingError, match=r"^cannot read config.json '.*config.json': No such file or directory$"):
+        TransformerConfig.from_hf(tmp_path)
+
+
+def test_the_file_is_read_as_utf8(tmp_path):
+    """A non-ASCII harmless value (a model's name) does not depend on the locale's encoding."""
+    config = small("llama", _name_or_path="modèle")
+    (tmp_path / "config.json").write_bytes(json.dumps(config, ensure_ascii=False).encode("utf-8"))
+    assert TransformerConfig.from_hf(tmp_path) == TransformerConfig.from_hf(config)
