@@ -6,6 +6,7 @@ The truths are the vendors' instruction tables (FMA, VNNI and AMX widths, Zen 4'
 
 import itertools
 import math
+import os
 
 import pytest
 import torch
@@ -231,23 +232,28 @@ def test_clock_under_vector_load_comes_before_cpufreq_and_the_scalar_one_stays_b
     assert (info.clock_ghz, info.scalar_clock_ghz) == (3.12, 3.46)
 
 
-def test_measured_clock_is_at_least_what_a_single_thread_matmul_implies():
-    """The measured clock must make the one-core peak an upper bound on one core's matmul
-    rate (ratio of two figures taken back to back in this run: MFU on one core may not exceed 1).
+def test_one_cores_matmul_never_beats_the_one_core_peak_from_the_clock_measured_on_it():
+    """The peak's clock must make the one-core peak an upper bound on one core's matmul rate (ratio of two figures
+    taken back to back in this run, on one pinned core: MFU on one core may not exceed 1).
 
-    The clock is measured afresh right after the matmul (measure_cpu_ghz, not the
-    session-cached measured_cpu_ghz), so both see the same machine state."""
-    if measure_cpu_ghz() is None:
+    The clock is the peak's own, measured afresh on that core right after the matmul: with every FMA unit busy
+    (measure_vector_clock) where it can be, else the scalar clock (measure_cpu_ghz), the fallback the peak uses.
+    A clock measured under lighter load failed this on a Xeon guest (154 GFLOP/s from a 132.9 GFLOP/s "peak")."""
+    flags, vendor, family, model, cpus = cpu_clock._cpu_facts()
+    if not cpu_clock.vector_clock_supported() and measure_cpu_ghz() is None:
         pytest.skip("the clock cannot be measured on this platform")
-    threads = torch.get_num_threads()
+    threads, allowed = torch.get_num_threads(), os.sched_getaffinity(0)
     torch.set_num_threads(1)
+    os.sched_setaffinity(0, {cpus[0]})  # this thread: the matmul and both clock measurements run on one core
     try:
         a, b = torch.randn(512, 512), torch.randn(512, 512)
         seconds = time_matmul(a, b).median
-        ghz = measure_cpu_ghz()
+        vector = cpu_clock.measure_vector_clock(facts=(flags, vendor, family, model, [cpus[0]]))
+        ghz = vector.ghz if vector is not None else measure_cpu_ghz()
     finally:
+        os.sched_setaffinity(0, allowed)
         torch.set_num_threads(threads)
-    one_core_peak = cpu_peak_flops("float32", flags=cpu_flags(), cores=1, ghz=ghz)
+    one_core_peak = cpu_peak_flops("float32", flags=flags, vendor=vendor, cores=1, ghz=ghz)
     assert 2 * 512**3 / seconds <= 1.05 * one_core_peak
 
 

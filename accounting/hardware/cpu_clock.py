@@ -8,15 +8,26 @@ needs is the one the cores hold while their FMA units are busy.
 - Scalar (:func:`measure_cpu_ghz`): a 64-bit ``imul`` has a latency of 3 cycles on
   every x86-64 core of the last decade (Intel since Nehalem, AMD since Zen), so a chain
   of ``n`` dependent multiplies takes ``3n`` cycles; cycles over seconds is the clock.
-- Vector (:func:`measure_vector_clock`): the same idea with ``vfmadd231ps`` on the widest
-  registers the CPU has (zmm with AVX-512F, else ymm with AVX2+FMA; flags are checked
-  first, so no instruction the CPU lacks is ever run), on every physical core at once.
-  Two dependent FMA chains set the pace (:func:`fma_latency_cycles` cycles per step)
-  while independent FMAs keep the units about three-quarters busy; the all-core mean
-  is the clock under the load a float32 matmul puts on the cores.
-- Ceiling (:func:`measure_fma_ceiling`): twelve independent FMA streams per core on
-  every core at once — the FLOP/s the FMA units really deliver, which the tests hold
-  the vector-clock peak against.
+- Vector (:func:`measure_vector_clock`): the clock with every FMA unit busy, which is the one
+  a float32 matmul holds, on every physical core at once, with ``vfmadd231ps`` on the widest
+  registers the CPU has (zmm with AVX-512F, else ymm with AVX2+FMA; flags are checked first, so
+  no instruction the CPU lacks is ever run). Two loops per core, run in turn:
+
+  - chains: two dependent FMA chains set the pace (:func:`fma_latency_cycles` cycles per
+    step) while independent FMAs keep the units partly busy: cycles over seconds is the clock
+    at that load (*light load*);
+  - streams: twelve independent FMA streams keep every unit busy: the FLOP/s the units really
+    deliver (the core's FMA ceiling), over the FLOPs per cycle of its units
+    (:func:`accounting.hardware.cpu_paths.cpu_flops_per_cycle`), is the clock at full load.
+
+  A core's clock is the lower of the two (:func:`full_load_clock_ghz`). Why both: a clock is
+  lower with every unit busy on some CPUs and not on others, and nothing tells which in advance.
+  On a 2-vCPU Xeon guest (Emerald Rapids, AVX-512) the chains read 2.8–3.0 GHz while the
+  streams ran at 2.6 GHz: a peak from the chains alone was 9–15 % above what the FMA units
+  deliver. On AMD Zen 3 and Zen 5 guests the two agree within 2 %. The chains still matter:
+  where the table's FLOPs per cycle undercounts a core's units, the streams would read a
+  clock above the real one, and the chains cap it.
+- Ceiling (:func:`measure_fma_ceiling`): the streams alone, summed over the cores.
 
 The loops are a few bytes of machine code placed in an executable page (x86-64,
 System V calling convention: Linux, macOS); elsewhere, or where the system refuses
@@ -40,6 +51,7 @@ True
 
 import ctypes
 import functools
+import math
 import mmap
 import os
 import platform
@@ -50,15 +62,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from accounting._checks import positive_number_from_text
+from accounting._checks import check_positive, check_positive_size, positive_number_from_text
 from accounting.errors import AccountingError
 from accounting.hardware.cpu_facts import cpu_flags, cpu_vendor, cpuinfo_blocks, read_text
+from accounting.hardware.cpu_paths import cpu_flops_per_cycle
 
 CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
 """Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
 SCALAR_CLOCK_SOURCE = "imul-chain measurement"
 """Where the peak's clock came from when it was measured under scalar load (:func:`measure_cpu_ghz`)."""
-VECTOR_CLOCK_SOURCE = "FMA-chain measurement, all cores under vector load"
+VECTOR_CLOCK_SOURCE = "FMA measurement, all cores with every FMA unit busy"
 """Where the peak's clock came from when it was measured under vector FMA load (:func:`measure_vector_clock`)."""
 MEASURED_CLOCK_SOURCES = (VECTOR_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE)
 """Clock sources that are measurements (they jitter by a few percent from run to run)."""
@@ -132,7 +145,8 @@ _AMD_FMA_LATENCY = {0x17: 5, 0x19: 4, 0x1A: 4}
 _INTEL_FMA_LATENCY_5_MODELS = frozenset({0x3C, 0x3F, 0x45, 0x46, 0x3D, 0x47, 0x4F, 0x56})  # Haswell, Broadwell
 _INTEL_FMA_LATENCY = 4
 
-_VECTOR_ITERATIONS = 500_000  # 2–2.5 M cycles per run (about 0.7 ms at 3 GHz)
+_VECTOR_ITERATIONS = 500_000  # chains: 2–2.5 M cycles per run (about 0.7 ms at 3 GHz)
+_STREAM_ITERATIONS = _VECTOR_ITERATIONS // 2  # streams: 12 FMAs per iteration at 2 a cycle, ~6 cycles each
 _VECTOR_REPEATS = 25
 _VECTOR_BATCHES = 3
 """The runs come in this many batches, a short gap apart, and each core keeps its fastest run of all:
@@ -331,21 +345,47 @@ def _fastest_runs(loop, iterations: int, cpus: list[int], repeats: int = _VECTOR
 
 @dataclass(frozen=True)
 class VectorClock:
-    """The clock every core held under vector FMA load, measured; ``ghz`` is the mean over ``per_core_ghz``."""
+    """The clock every core held with its FMA units busy, measured; ``ghz`` is the mean over ``per_core_ghz``.
+
+    ``light_load_ghz`` (the chains' clock) and ``ceiling_flops`` (the streams' FLOP/s) are each core's two
+    measurements behind its clock (:func:`full_load_clock_ghz`); empty where only a clock was given.
+    """
 
     ghz: float
     per_core_ghz: tuple[float, ...]
     isa: str
     latency_cycles: int
+    light_load_ghz: tuple[float, ...] = ()
+    ceiling_flops: tuple[float, ...] = ()
 
     @property
     def source(self) -> str:
         """How it was measured, for a report's clock line.
 
         >>> VectorClock(3.2, (3.2, 3.2), "AVX2+FMA", 4).source
-        'AVX2+FMA FMA-chain measurement on 2 cores'
+        'AVX2+FMA FMA measurement on 2 cores, every unit busy'
         """
-        return f"{self.isa} FMA-chain measurement on {len(self.per_core_ghz)} cores"
+        return f"{self.isa} FMA measurement on {len(self.per_core_ghz)} cores, every unit busy"
+
+
+def full_load_clock_ghz(light_load_ghz: float, ceiling_flops: float, flops_per_cycle: int) -> float:
+    """The clock (GHz) of one core with every FMA unit busy: its FMA ceiling over its units' FLOPs per cycle,
+    capped by the clock its FMA chains measured under lighter load.
+
+    ``light_load_ghz``: the chains' clock; ``ceiling_flops``: the core's measured float32 FMA FLOP/s;
+    ``flops_per_cycle``: float32 FLOPs per cycle of its units (:func:`cpu_flops_per_cycle`). A clock never
+    rises as the load does, so where the ceiling implies more than the chains' clock, the table
+    undercounts the units (or noise): the chains' clock is kept, and the peak is low, never high.
+
+    >>> full_load_clock_ghz(2.9, 166.5e9, 64)   # a Xeon guest: 64 FLOPs a cycle at 2.6 GHz, not 2.9
+    2.6015625
+    >>> full_load_clock_ghz(4.30, 280e9, 64)    # a Zen 5 guest: the two agree; the lower is kept
+    4.3
+    """
+    check_positive(light_load_ghz, "light_load_ghz")
+    check_positive(ceiling_flops, "ceiling_flops")
+    check_positive_size(flops_per_cycle, "flops_per_cycle")
+    return min(light_load_ghz, ceiling_flops / flops_per_cycle / 1e9)
 
 
 def _vector_code(flags) -> _VectorCode | None:
@@ -360,11 +400,12 @@ def vector_clock_supported(*, facts=None) -> bool:
 
 
 def measure_vector_clock(*, facts=None, repeats: int = _VECTOR_REPEATS) -> VectorClock | None:
-    """The all-core clock under vector FMA load, measured now (about 0.2 s); ``None`` where it cannot be.
+    """The all-core clock with every FMA unit busy, measured now (about 0.3 s); ``None`` where it cannot be.
 
-    ``facts`` (flags, vendor, family, model, cpus) defaults to this machine's; the
-    fastest of ``_VECTOR_BATCHES`` × ``repeats`` runs per core is kept. ``None``
-    without an x86-64 System V platform, without AVX2+FMA or AVX-512, for a CPU whose
+    ``facts`` (flags, vendor, family, model, cpus) defaults to this machine's. Each core runs the
+    chains and the streams (module docstring) in ``_VECTOR_BATCHES`` batches of ``repeats`` runs
+    each, and keeps its fastest run of each loop; its clock is :func:`full_load_clock_ghz` of the two.
+    ``None`` without an x86-64 System V platform, without AVX2+FMA or AVX-512, for a CPU whose
     FMA latency is not known, or where executable memory is refused.
     """
     flags, vendor, family, model, cpus = facts if facts is not None else _cpu_facts()
@@ -372,16 +413,29 @@ def measure_vector_clock(*, facts=None, repeats: int = _VECTOR_REPEATS) -> Vecto
     latency = fma_latency_cycles(vendor, family, model)
     if not _supported() or code is None or latency is None:
         return None
+    per_cycle, _path = cpu_flops_per_cycle("float32", flags, vendor=vendor)
     try:
-        _, loop = _compiled(_assemble(code.latency_prologue, code.latency_body))
-        seconds = _fastest_runs(loop, _VECTOR_ITERATIONS, cpus, repeats)
-        for _ in range(_VECTOR_BATCHES - 1):
-            time.sleep(_BATCH_GAP_S)
-            seconds = [min(pair) for pair in zip(seconds, _fastest_runs(loop, _VECTOR_ITERATIONS, cpus, repeats))]
+        _, chains = _compiled(_assemble(code.latency_prologue, code.latency_body))
+        _, streams = _compiled(_assemble(code.stream_prologue, code.stream_body))
+        chain_seconds = [math.inf] * len(cpus)
+        stream_seconds = [math.inf] * len(cpus)
+        for batch in range(_VECTOR_BATCHES):
+            if batch:
+                time.sleep(_BATCH_GAP_S)
+            chain_seconds = list(map(min, chain_seconds, _fastest_runs(chains, _VECTOR_ITERATIONS, cpus, repeats)))
+            stream_seconds = list(map(min, stream_seconds, _fastest_runs(streams, _STREAM_ITERATIONS, cpus, repeats)))
     except (OSError, ValueError, AttributeError):
         return None
-    per_core = tuple(_VECTOR_ITERATIONS * latency / best / 1e9 for best in seconds)
-    return VectorClock(ghz=sum(per_core) / len(per_core), per_core_ghz=per_core, isa=code.isa, latency_cycles=latency)
+    light = tuple(_VECTOR_ITERATIONS * latency / best / 1e9 for best in chain_seconds)
+    ceiling = tuple(_stream_flops(code) / best for best in stream_seconds)
+    per_core = tuple(full_load_clock_ghz(ghz, flops, per_cycle) for ghz, flops in zip(light, ceiling))
+    return VectorClock(ghz=sum(per_core) / len(per_core), per_core_ghz=per_core, isa=code.isa, latency_cycles=latency,
+                       light_load_ghz=light, ceiling_flops=ceiling)
+
+
+def _stream_flops(code: _VectorCode) -> int:
+    """float32 FLOPs of one run of the streams: iterations × FMAs × lanes × 2 (a multiply-add is 2 FLOPs)."""
+    return _STREAM_ITERATIONS * code.stream_fmas * code.lanes * 2
 
 
 @functools.cache
@@ -401,14 +455,12 @@ def measure_fma_ceiling(*, facts=None) -> float | None:
     code = _vector_code(flags)
     if not _supported() or code is None:
         return None
-    iterations = _VECTOR_ITERATIONS // 2  # 12 FMAs per iteration at 2 a cycle: ~6 cycles each
     try:
         _, loop = _compiled(_assemble(code.stream_prologue, code.stream_body))
-        seconds = _fastest_runs(loop, iterations, cpus)
+        seconds = _fastest_runs(loop, _STREAM_ITERATIONS, cpus)
     except (OSError, ValueError, AttributeError):
         return None
-    flops_per_run = iterations * code.stream_fmas * code.lanes * 2
-    return sum(flops_per_run / best for best in seconds)
+    return sum(_stream_flops(code) / best for best in seconds)
 
 
 # ---- the clock the CPU peak is computed with ------------------------------------------------
@@ -422,13 +474,13 @@ def cpu_clock_ghz() -> tuple[float, str]:
     In order of preference:
 
     1. ``$ACCOUNTING_CPU_GHZ`` — a user who knows the sustained all-core clock says so.
-    2. Measured under vector load (x86-64 with AVX2+FMA or AVX-512, a CPU generation
+    2. Measured with every FMA unit busy (x86-64 with AVX2+FMA or AVX-512, a CPU generation
        whose FMA latency is known): the mean clock of every physical core while all of
-       them run FMA chains on the widest registers the CPU has
-       (:func:`measure_vector_clock`). Cores lower their clock
-       under wide-vector load, so this is the clock a float32 peak holds at; a scalar
-       clock overstates the peak (measured: docs/peaks-and-cpu-estimates.md). (bf16/fp16
-       peaks on AMX hosts use it too; their tile units may run at yet another clock.)
+       them run FMAs on the widest registers the CPU has (:func:`measure_vector_clock`).
+       Cores lower their clock under wide-vector load, the more the busier their units,
+       so this is the clock a float32 peak holds at; a scalar clock, or one measured with
+       the units partly busy, overstates the peak (measured: docs/peaks-and-cpu-estimates.md).
+       (bf16/fp16 peaks on AMX hosts use it too; their tile units may run at yet another clock.)
     3. ``cpufreq/cpuinfo_max_freq`` — the maximum (turbo) clock. It is an upper bound
        on the sustained all-core clock, so the peak may be high and MFU low, never
        the reverse: MFU above 1 would be worse than a pessimistic MFU.
