@@ -27,7 +27,11 @@ attention still computes, so it changes neither parameters nor the counted FLOPs
 that skips the masked blocks does less; ``transformer_flops`` counts full score matrices).
 
 Sizes are never guessed: ``transformers`` fills a missing size from its class defaults, which
-differ between versions, so a missing ``hidden_size`` (say) is an error here.
+differ between versions and families, so a missing ``hidden_size`` (say) is an error here. Left
+out or null, ``head_dim`` is width / heads and ``n_inner`` 4 × width, as in every version;
+``num_key_value_heads`` null means as many as the query heads, and left out too for ``llama``
+(whose default is null), but ``mistral``, ``qwen2`` and ``mixtral`` default to a number of
+their own (8, 32, 8), so a file of theirs without it is an error.
 
 >>> fields = config_fields({"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
 ...     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
@@ -95,6 +99,10 @@ _READ = {
     "qwen2": _ROTARY_READ,
     "mixtral": _ROTARY_READ | {"num_local_experts", "num_experts_per_tok"},
 }
+# transformers' class defaults of num_key_value_heads where it is a number (llama's is None: as many as the
+# query heads). A file without the key means that number, which is no size of the model's own: an error.
+# source: transformers 5.24, models/{mistral,qwen2,mixtral}/configuration_*.py
+_FIXED_KV_HEADS_DEFAULT = {"mistral": 8, "qwen2": 32, "mixtral": 8}
 # transformers' default of tie_word_embeddings, per model type, when the file leaves it out.
 _TIED_BY_DEFAULT = {"gpt2": True, "llama": False, "mistral": False, "qwen2": False, "mixtral": False}
 
@@ -165,6 +173,11 @@ def _gpt2_fields(config: dict) -> dict:
 
 
 def _rotary_fields(config: dict, model_type: str) -> dict:
+    if "num_key_value_heads" not in config and model_type in _FIXED_KV_HEADS_DEFAULT:
+        raise AccountingError(
+            f"config.json has no 'num_key_value_heads': sizes are not guessed ({model_type}'s default in"
+            f" transformers is {_FIXED_KV_HEADS_DEFAULT[model_type]} key/value heads, not num_attention_heads)"
+        )
     fields = {
         "layers": _size(config, "num_hidden_layers"),
         "width": _size(config, "hidden_size"),

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import AccountingError, AccountingTypeError, TransformerConfig
-from tests.support.hf_models import FAMILIES, hf_config, meta_model
+from tests.support.hf_models import FAMILIES, hf_config, model_from_config_json
 from tests.support.published_configs import PUBLISHED
 
 
@@ -26,7 +26,7 @@ def numel(model) -> int:
 def test_every_key_of_the_default_config_is_read_and_the_count_is_the_models(family):
     """The class defaults, full size (LlamaConfig() is Llama-2-7B-like, MixtralConfig() Mixtral-8x7B)."""
     config_json = transformers.AutoConfig.for_model(family).to_dict()
-    assert TransformerConfig.from_hf(config_json).parameter_count == numel(meta_model(config_json))
+    assert TransformerConfig.from_hf(config_json).parameter_count == numel(model_from_config_json(config_json))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -47,6 +47,33 @@ def test_the_sequence_length_is_the_models_longest_unless_given(family, length):
         assert config.max_positions == saved.n_positions
 
 
+# Keys transformers fills with a default of its own when a file leaves them out.
+OPTIONAL_KEYS = ("tie_word_embeddings", "head_dim", "n_inner", "attention_bias", "mlp_bias")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("sizes", [dict(kv_heads=2, tied_embeddings=True), dict(kv_heads=4, tied_embeddings=False)],
+                         ids=["tied-grouped", "untied-multi-head"])
+def test_optional_keys_left_out_read_as_transformers_fills_them(family, sizes):
+    """Llama's key/value heads default to its query heads; the other families' to a number of their own (an error)."""
+    optional = OPTIONAL_KEYS + (("num_key_value_heads",) if family == "llama" else ())
+    config_json = {key: value for key, value in hf_config(family, **sizes).to_dict().items() if key not in optional}
+    assert TransformerConfig.from_hf(config_json).parameter_count == numel(model_from_config_json(config_json))
+
+
+@pytest.mark.parametrize("family, nulls", [
+    pytest.param("llama", {"num_key_value_heads": None, "head_dim": None}, id="llama"),
+    # transformers 5 types mistral's and mixtral's num_key_value_heads int (4.x read null as the query heads).
+    pytest.param("mistral", {"head_dim": None}, id="mistral"),
+    pytest.param("mixtral", {"head_dim": None}, id="mixtral"),
+])
+def test_null_sizes_are_the_derived_ones(family, nulls):
+    config_json = hf_config(family, kv_heads=4, heads=4, head_width=8).to_dict() | nulls
+    config = TransformerConfig.from_hf(config_json)
+    assert config.parameter_count == numel(model_from_config_json(config_json))
+    assert (config.kv_heads, config.head_width) == (config.heads, config.width // config.heads)
+
+
 @pytest.mark.parametrize(
     "family, changes",
     [
@@ -62,7 +89,7 @@ def test_harmless_keys_change_no_parameter(family, changes):
     base = hf_config(family).to_dict()
     changed = base | changes
     assert TransformerConfig.from_hf(changed) == TransformerConfig.from_hf(base)
-    assert numel(meta_model(changed)) == numel(meta_model(base))
+    assert numel(model_from_config_json(changed)) == numel(model_from_config_json(base))
 
 
 def test_a_published_file_with_keys_of_older_versions_is_read():
@@ -105,6 +132,10 @@ def without(family: str, key: str) -> dict:
         pytest.param(without("llama", "hidden_size"), AccountingError, r"^config.json has no 'hidden_size': sizes are not guessed$", id="no-hidden-size"),
         pytest.param(small("mistral", intermediate_size=None), AccountingError, r"^config.json has no 'intermediate_size': sizes are not guessed$", id="null-ffn"),
         pytest.param(without("gpt2", "n_positions"), AccountingError, r"^config.json has no 'n_positions'", id="gpt2-no-positions"),
+        pytest.param(without("mistral", "num_key_value_heads"), AccountingError,
+                     r"^config.json has no 'num_key_value_heads': sizes are not guessed \(mistral's default in transformers is 8 key/value heads, not num_attention_heads\)$", id="mistral-no-kv-heads"),
+        pytest.param(without("qwen2", "num_key_value_heads"), AccountingError, r"^config.json has no 'num_key_value_heads': .*qwen2's default in transformers is 32 ", id="qwen2-no-kv-heads"),
+        pytest.param(without("mixtral", "num_key_value_heads"), AccountingError, r"^config.json has no 'num_key_value_heads': .*mixtral's default in transformers is 8 ", id="mixtral-no-kv-heads"),
         pytest.param(without("mixtral", "num_local_experts"), AccountingError, r"^config.json has no 'num_local_experts'", id="mixtral-no-experts"),
         pytest.param(small("llama", hidden_size="64"), AccountingTypeError, r"^hidden_size must be a non-negative integer, got '64'$", id="text-size"),
         pytest.param(small("gpt2", n_inner=0), AccountingError, r"^n_inner must be a positive integer, got 0$", id="zero-n-inner"),

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting import AccountingError, AccountingTypeError, TransformerConfig
-from tests.support.hf_models import FAMILIES, build_hf_model, meta_model
+from tests.support.hf_models import FAMILIES, build_hf_model, model_from_config_json
 from tests.support.published_configs import PUBLISHED
 
 # Each example builds a meta model (~0.05 s).
@@ -106,7 +106,7 @@ def test_widths_are_those_of_the_real_projections(family):
 def test_full_size_counts_equal_the_real_model_and_the_published_figure(name):
     config_json, published = PUBLISHED[name]
     config = TransformerConfig.from_hf(config_json)
-    assert config.parameter_count == numel(meta_model(config_json))
+    assert config.parameter_count == numel(model_from_config_json(config_json))
     if published is not None:
         assert config.parameter_count == published
 
@@ -118,13 +118,13 @@ def test_llama_3_8b_written_by_hand_is_the_config_from_hf():
         mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, learned_positions=False,
     )
     assert by_hand == TransformerConfig.from_hf(PUBLISHED["llama-3-8b"][0])
-    assert by_hand.parameter_count == numel(meta_model(PUBLISHED["llama-3-8b"][0]))
+    assert by_hand.parameter_count == numel(model_from_config_json(PUBLISHED["llama-3-8b"][0]))
 
 
 def test_mixtral_active_weights_are_two_experts_of_eight():
     """Mixtral-8x7B's weights per token: attention, 2 of the 8 experts and the router of each layer."""
     config = TransformerConfig.from_hf(PUBLISHED["mixtral-8x7b"][0])
-    layer = meta_model(PUBLISHED["mixtral-8x7b"][0]).model.layers[0]
+    layer = model_from_config_json(PUBLISHED["mixtral-8x7b"][0]).model.layers[0]
     attention = sum(p.numel() for p in layer.self_attn.parameters())
     experts = sum(p.numel() for p in layer.mlp.experts.parameters())
     assert config.layer_active_matmul_parameter_count == attention + experts * 2 // 8 + numel(layer.mlp.gate)

@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from accounting import AccountingError, AccountingTypeError, TransformerConfig, mfu
 # From the module: the package attribute ``accounting.transformer_flops`` is the module once it is imported.
 from accounting.transformer_flops import training_flops, training_time, transformer_flops
+from tests.support.hf_models import FAMILIES, build_hf_model, hf_config, model_from_config_json, random_token_ids
 from tests.support.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs
 
 # Each example builds and runs a model under FlopCounterMode (~0.15 s): fewer than the profile's.
@@ -201,3 +202,126 @@ def test_bad_arguments_are_named_with_their_value(call, error, message):
     with pytest.raises(error) as caught:
         call()
     assert str(caught.value) == message
+
+
+# ---- today's families: transformers' own models -------------------------------------------
+# Each case builds the family's model in transformers (random weights, CPU, eager attention and eager
+# experts) and counts one training step (forward, the next-token loss, backward) with FlopCounterMode.
+
+FAMILY_CASES = [
+    pytest.param(family, sizes, id=f"{family}-{name}")
+    for family in FAMILIES
+    for name, sizes in [
+        ("grouped", dict(heads=4, kv_heads=2)),
+        ("wide-heads-tied", dict(heads=4, kv_heads=1, head_width=24, tied_embeddings=True, experts=3, experts_per_token=3)),
+    ]
+]
+
+
+def counted_hf_step(model, token_ids):
+    """FlopCounterMode's (forward, backward) counters for one training step of a transformers model."""
+    forward = FlopCounterMode(display=False)
+    with forward:
+        loss = model(input_ids=token_ids, labels=token_ids).loss
+    backward = FlopCounterMode(display=False)
+    with backward:
+        loss.backward()
+    return forward, backward
+
+
+@pytest.mark.parametrize("family, sizes", FAMILY_CASES)
+def test_forward_and_backward_equal_flop_counter_on_transformers_models(family, sizes):
+    model, config = build_hf_model(family, width=32, positions=16, sequence_length=8, **sizes)
+    forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=2))
+    predicted = transformer_flops(config, batch_size=2)
+    assert predicted.forward == forward.get_total_flops()
+    assert predicted.backward == backward.get_total_flops()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@settings(max_examples=4)
+@given(heads=st.integers(1, 3), kv_groups=st.integers(1, 2), head_pairs=st.integers(1, 4), ffn=st.integers(1, 24),
+       length=st.integers(1, 6), batch_size=st.integers(1, 2), tied=st.booleans(), experts=st.integers(2, 3), data=st.data())
+def test_training_flops_equal_flop_counter_on_drawn_transformers_models(
+    family, heads, kv_groups, head_pairs, ffn, length, batch_size, tied, experts, data
+):
+    sizes = dict(heads=heads * kv_groups, kv_heads=heads, width=heads * kv_groups * 2, ffn_width=ffn, positions=6,
+                 sequence_length=length, tied_embeddings=tied, vocabulary=20,
+                 experts=experts, experts_per_token=data.draw(st.integers(1, experts)))
+    if family != "gpt2":
+        sizes["head_width"] = 2 * head_pairs
+    model, config = build_hf_model(family, **sizes)
+    forward, backward = counted_hf_step(model, random_token_ids(config, batch_size))
+    assert transformer_flops(config, batch_size).training == forward.get_total_flops() + backward.get_total_flops()
+
+
+def test_experts_are_counted_for_the_tokens_routed_to_them_however_few_experts_get_them():
+    """A router of zeros ties every expert: top-2 then sends every token to the same two experts, the rest get none."""
+    model, config = build_hf_model("mixtral", experts=4, experts_per_token=2, width=32, positions=16, sequence_length=8)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.gate.weight.zero_()
+    forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=2))
+    assert transformer_flops(config, batch_size=2).training == forward.get_total_flops() + backward.get_total_flops()
+
+
+def test_batched_experts_do_the_same_matmul_work_as_the_eager_loop():
+    """transformers' batched_mm experts gather each (token, expert) pair's weights and run one bmm: tokens · k rows too."""
+    model, config = build_hf_model("mixtral", experts=4, experts_per_token=2, width=32, positions=16, sequence_length=8)
+    model.set_experts_implementation("batched_mm")
+    forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=2))
+    assert transformer_flops(config, batch_size=2).training == forward.get_total_flops() + backward.get_total_flops()
+
+
+@pytest.mark.parametrize(
+    "family, settings_that_change_no_count",
+    [
+        pytest.param("mistral", dict(sliding_window=3), id="mistral-sliding-window"),
+        pytest.param("qwen2", dict(use_sliding_window=True, sliding_window=3, max_window_layers=1), id="qwen2-sliding-window"),
+        pytest.param("gpt2", dict(reorder_and_upcast_attn=True, scale_attn_by_inverse_layer_idx=True), id="gpt2-upcast-attention"),
+        pytest.param("llama", dict(pretraining_tp=2, hidden_act="gelu"), id="llama-tp-slices"),
+    ],
+)
+def test_keys_from_hf_calls_harmless_change_no_counted_flop(family, settings_that_change_no_count):
+    """Eager attention computes every score of a sliding window, masked or not: the full count stands."""
+    changed = hf_config(family, width=32, positions=8).to_dict() | settings_that_change_no_count
+    config = TransformerConfig.from_hf(changed)
+    model = model_from_config_json(changed, device="cpu")
+    forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=1))
+    assert transformer_flops(config).training == forward.get_total_flops() + backward.get_total_flops()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_half_causal_counts_half_of_the_attention_flop_counter_sees(family):
+    """Eager attention's score and mixing matmuls are its only bmm's: "half" takes half of those off."""
+    model, config = build_hf_model(family, width=32, positions=16, sequence_length=8, head_width=None if family == "gpt2" else 12)
+    forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=2))
+    total = forward.get_total_flops() + backward.get_total_flops()
+    attention = sum(counter.get_flop_counts()["Global"].get(torch.ops.aten.bmm, 0) for counter in (forward, backward))
+    full, half = transformer_flops(config, 2), transformer_flops(config, 2, causal="half")
+    assert attention > 0
+    assert full.training == total
+    assert half.training == total - attention // 2
+    assert (half.causal, full.causal) == ("half", "full")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("causal, attention_factor", [("full", 12), ("half", 6)])
+def test_per_token_flops_are_6n_plus_attention_with_n_the_weights_a_token_meets(family, causal, attention_factor):
+    """N read off the real model: every matrix of the blocks (only experts_per_token / experts of the experts)
+    and the unembedding."""
+    model, config = build_hf_model(family, device="meta", experts=4, experts_per_token=2,
+                                   **({} if family == "gpt2" else {"head_width": 12}))
+    layers = model.transformer.h if family == "gpt2" else model.model.layers
+    experts = [p for layer in layers for name, p in layer.named_parameters() if ".experts." in f".{name}"]
+    dense = [p for p in layers.parameters() if p.dim() >= 2 and all(p is not e for e in experts)]
+    n = sum(p.numel() for p in dense) + sum(p.numel() for p in experts) * 2 // 4 + model.lm_head.weight.numel()
+    flops = transformer_flops(config, batch_size=3, causal=causal)
+    attention = attention_factor * config.layers * config.heads * config.head_width * config.sequence_length
+    assert flops.matmul_parameter_count == n
+    assert flops.training_per_token == 6 * n + attention
+
+
+def test_an_unknown_causal_convention_is_an_error_naming_it():
+    with pytest.raises(AccountingError, match=r"^causal must be one of 'full', 'half', got 'masked'$"):
+        transformer_flops(TINY, causal="masked")

@@ -11,7 +11,8 @@ model ``transformers`` itself builds from a config, never a reimplementation.
   ``TransformerConfig`` read from the config's ``to_dict()`` by ``TransformerConfig.from_hf``.
   Eager attention and eager experts: every matmul is an ``aten.mm``/``bmm`` that
   ``FlopCounterMode`` sees, and the experts really see only the tokens routed to them.
-- :func:`meta_model` — the model of a full ``config.json`` dict (published sizes) on meta.
+- :func:`model_from_config_json` — the model of a ``config.json`` dict (published full sizes on
+  meta, or a changed ``to_dict()``).
 - :func:`training_step` — one forward + backward of the language-model loss, as a
   ``transformers`` user runs it (``model(input_ids=..., labels=...)``), under an optional
   ``torch`` context (a ``FlopCounterMode``, a memory tracker).
@@ -112,10 +113,11 @@ def build_hf_model(
     return model, TransformerConfig.from_hf(config.to_dict(), sequence_length=sequence_length)
 
 
-def meta_model(config_json: dict) -> torch.nn.Module:
-    """The model of a full ``config.json`` (a dict with its ``model_type``), on the meta device."""
+def model_from_config_json(config_json: dict, device="meta") -> torch.nn.Module:
+    """The model of a ``config.json`` (a dict with its ``model_type``: a published file, a changed
+    ``to_dict()``), on the meta device unless told; eager attention and experts as above."""
     fields = {key: value for key, value in config_json.items() if key != "model_type"}
-    return _model(transformers.AutoConfig.for_model(config_json["model_type"], **fields), "meta")
+    return _model(transformers.AutoConfig.for_model(config_json["model_type"], **fields), device)
 
 
 def random_token_ids(config: TransformerConfig, batch_size: int, seed: int = 0) -> torch.Tensor:
