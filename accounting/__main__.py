@@ -8,6 +8,8 @@ Commands:
   ``compare`` (see :mod:`accounting.gate`).
 - ``fleet`` — every device of a node and every node of a cluster, one process per device under
   ``torchrun`` (see :mod:`accounting.fleet`).
+- ``plan`` — size a training run before renting it: memory per device and whether it fits,
+  the micro-batch, FLOPs and days at a stated MFU (see :mod:`accounting.plan`).
 
 Bad arguments end with one line on stderr and exit status 2.
 """
@@ -19,6 +21,7 @@ import time
 from accounting.console import OneLineParser
 from accounting.fleet import cli as fleet_cli
 from accounting.gate import cli as gate_cli
+from accounting.plan import cli as plan_cli
 from accounting.report import cli as report_cli
 
 EXIT_BROKEN_PIPE = 141
@@ -41,6 +44,10 @@ def build_parser():
                                 description=fleet_cli.DESCRIPTION, epilog=fleet_cli.EPILOG)
     fleet_cli.add_arguments(fleet)
     fleet.set_defaults(run=fleet_cli.run, parser=fleet)
+    plan = commands.add_parser("plan", help="size a training run before renting it: memory, fit, FLOPs, days",
+                               description=plan_cli.DESCRIPTION, epilog=plan_cli.EPILOG)
+    plan_cli.add_arguments(plan)
+    plan.set_defaults(run=plan_cli.run, parser=plan)
     return parser
 
 

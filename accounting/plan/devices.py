@@ -1,0 +1,81 @@
+"""The device a plan is for: its memory and its dense peak for the run's dtype, from the peak table.
+
+A device is named as the peak table knows it (:data:`accounting.hardware.peaks.CHIP_ROWS`:
+``"H100 SXM"``, ``"B200"``, ``"MI300X"``) or as ``torch.cuda.get_device_name()`` prints it
+(``"NVIDIA A100-SXM4-80GB"``: the A100 and GH200 rows come in two memory sizes, so they need
+the full name). ``memory_gb`` and ``peak_tflops`` replace the table's figures, or stand in for
+a device it does not know.
+
+Memory is the datasheet's capacity in GB of 10⁹ bytes (H100 SXM: 80 GB = 74.5 GiB). That is
+a little less than the memory torch reports on the same card, since the "80GB" of HBM is
+closer to 80 GiB; the difference is a margin, not something to plan on using.
+
+>>> device = plan_device("H100 SXM", "bfloat16")
+>>> device.name, device.memory_bytes, device.peak_flops_per_second
+('H100 SXM', 80000000000, 989400000000000.0)
+>>> plan_device("NVIDIA A100-SXM4-40GB", "float32").memory_bytes
+40000000000
+"""
+
+import warnings
+from dataclasses import dataclass
+
+from accounting._checks import check_positive
+from accounting._units import GB, TERA
+from accounting.errors import AccountingError, AccountingTypeError
+from accounting.hardware.peaks import CHIP_ROWS, PeakUnknownWarning, find_chip, peak_flops
+
+
+@dataclass(frozen=True)
+class PlanDevice:
+    """One accelerator: its name (the table row, or the name given), memory in bytes, dense peak FLOP/s."""
+
+    name: str
+    memory_bytes: int
+    peak_flops_per_second: float
+    dtype: str
+    memory_source: str
+    peak_source: str
+
+
+def known_devices() -> tuple[str, ...]:
+    """The peak table's rows that name one chip (each accepted as ``--device``)."""
+    return tuple(row for row in CHIP_ROWS if find_chip(row) is not None)
+
+
+def plan_device(name: str, dtype: str, *, memory_gb=None, peak_tflops=None) -> PlanDevice:
+    """The device called ``name``, for a run whose matmuls are in ``dtype`` (a peak-table column).
+
+    >>> plan_device("T4", "bfloat16")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: T4 has no published bfloat16 peak: give one with --peak-tflops
+    >>> plan_device("my-accelerator", "bfloat16", memory_gb=96, peak_tflops=500).name
+    'my-accelerator'
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise AccountingTypeError(f"device must be a name such as 'H100 SXM', got {name!r}")
+    chip = find_chip(name)
+    if chip is None and (memory_gb is None or peak_tflops is None):
+        listed = ", ".join(known_devices())
+        raise AccountingError(
+            f"device {name!r} is not in the peak table (known: {listed}; or the name torch.cuda.get_device_name() "
+            "prints, such as 'NVIDIA A100-SXM4-80GB'); for another device give --memory-gb and --peak-tflops"
+        )
+    label = chip.row if chip is not None else name.strip()
+    if memory_gb is not None:
+        memory, memory_source = check_positive(memory_gb, "--memory-gb") * GB, "--memory-gb"
+    elif chip.memory_gb is None:
+        raise AccountingError(f"{label} has no memory size in the peak table: give one with --memory-gb")
+    else:
+        memory, memory_source = chip.memory_gb * GB, "datasheet"
+    if peak_tflops is not None:
+        peak, peak_source = check_positive(peak_tflops, "--peak-tflops") * TERA, "--peak-tflops"
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PeakUnknownWarning)
+            peak = peak_flops(name, dtype)
+        if peak is None:
+            raise AccountingError(f"{label} has no published {dtype} peak: give one with --peak-tflops")
+        peak_source = "datasheet, dense"
+    return PlanDevice(label, int(memory), peak, dtype, memory_source, peak_source)

@@ -1,0 +1,106 @@
+"""A plan as text (what ``accounting plan`` prints) and as a JSON-ready document (``--json``).
+
+Both are pure functions of a :class:`~accounting.plan.compute.Plan`: nothing is computed here
+that the plan does not hold. Bytes are printed in GiB (2³⁰ bytes), device memory in the
+datasheet's GB (10⁹ bytes); the JSON document holds bytes and FLOPs as integers.
+"""
+
+from accounting._units import readable_duration
+from accounting.console import table
+from accounting.plan.compute import Plan
+
+MEMORY_PARTS = (
+    ("parameters", "the weights the forward pass reads"),
+    ("gradients", ""),
+    ("optimizer", "master weights and optimizer state"),
+    ("activations", "saved for the backward pass"),
+    ("transient", "the loss's gradients, alive beside them"),
+)
+
+
+def describe_model(plan: Plan) -> str:
+    """``8,030,261,248 parameters: 32 layers, width 4096, 32 heads (8 key/value), swiglu MLP 14336, ...``."""
+    c = plan.config
+    heads = f"{c.heads} heads" + (f" ({c.kv_heads} key/value)" if c.kv_heads != c.heads else "")
+    experts = f", {c.experts} experts ({c.experts_per_token} per token)" if c.experts > 1 else ""
+    return (f"{c.parameter_count:,} parameters: {c.layers} layers, width {c.width}, {heads}, {c.mlp} MLP "
+            f"{c.ffn_width}{experts}, {c.norm}, vocabulary {c.vocabulary}, {c.sequence_length} tokens per sequence")
+
+
+def _gib(count: int) -> str:
+    return f"{count / 2**30:.2f}"
+
+
+def render_plan(plan: Plan, source: str) -> str:
+    """The plan as ``accounting plan`` prints it; ``source`` names where the model came from."""
+    s, d, m = plan.settings, plan.device, plan.memory
+    plural = "s" if s.devices > 1 else ""
+    lines = [
+        f"Model ({source}): {describe_model(plan)}",
+        f"Run: {s.devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, {d.peak_flops_per_second / 1e12:g} TFLOP/s "
+        f"dense {d.dtype}), {s.sharding}, {s.precision}, {s.optimizer}",
+        f"Batch: {plan.global_batch} sequences per step = {s.devices} device{plural} x micro-batch {plan.micro_batch}"
+        f" x {plan.accumulation_steps} accumulation step{'s' if plan.accumulation_steps > 1 else ''}; "
+        f"{plan.tokens_per_step:,} tokens",
+        "",
+        f"Memory per device at micro-batch {plan.micro_batch}:",
+    ]
+    rows = [[part, _gib(getattr(m, part)), note] for part, note in MEMORY_PARTS]
+    rows.append(["peak", _gib(m.peak), "weights, optimizer, and the larger of activations + transient or gradients"])
+    rows.append(["usable", _gib(plan.usable_bytes),
+                 f"{1 - s.headroom:.0%} of {d.memory_bytes / 1e9:g} GB ({d.memory_source}); --headroom {s.headroom:g}"])
+    lines.append(table(["part", "GiB", ""], rows, indent="  "))
+    lines.append("")
+    if plan.fits:
+        spare = _gib(plan.usable_bytes - m.peak)
+        lines.append(f"Fits: yes, {spare} GiB to spare; the largest micro-batch that fits is {plan.largest_micro_batch}.")
+    else:
+        lines.append("Fits: no.")
+        lines += [f"  - {reason}" for reason in plan.reasons]
+    lines += [
+        "",
+        "Compute (model FLOPs: matmuls, 2 per multiply-add, full causal score matrices):",
+        f"  FLOPs per step   {plan.flops_per_step:.3e}",
+        f"  FLOPs per token  {plan.flops_per_token:.4g}",
+        f"  At MFU {s.mfu:g} (--mfu): {plan.seconds_per_step:.3g} s per step, "
+        f"{plan.tokens_per_second:,.0f} tokens/s ({plan.tokens_per_second / s.devices:,.0f} per device)",
+    ]
+    if plan.days is not None:
+        lines.append(f"  {plan.tokens:.3g} tokens (--tokens): {plan.days:,.1f} days "
+                     f"({readable_duration(plan.days * 86400)})")
+    return "\n".join(lines)
+
+
+def plan_document(plan: Plan, source: str) -> dict:
+    """The plan as JSON-ready data: every figure the text shows, bytes and FLOPs as integers."""
+    c, s, d, m = plan.config, plan.settings, plan.device, plan.memory
+    return {
+        "model": {
+            "source": source, "parameters": c.parameter_count, "layers": c.layers, "width": c.width,
+            "heads": c.heads, "kv_heads": c.kv_heads, "head_width": c.head_width, "ffn_width": c.ffn_width,
+            "mlp": c.mlp, "norm": c.norm, "experts": c.experts, "experts_per_token": c.experts_per_token,
+            "vocabulary": c.vocabulary, "sequence_length": c.sequence_length,
+        },
+        "device": {
+            "name": d.name, "count": s.devices, "memory_bytes": d.memory_bytes, "memory_source": d.memory_source,
+            "usable_bytes": plan.usable_bytes, "headroom": s.headroom, "dtype": d.dtype,
+            "peak_flops_per_second": d.peak_flops_per_second, "peak_source": d.peak_source,
+        },
+        "training": {"sharding": s.sharding, "precision": s.precision, "optimizer": s.optimizer},
+        "batch": {
+            "global": plan.global_batch, "per_device": plan.per_device_batch, "micro": plan.micro_batch,
+            "accumulation_steps": plan.accumulation_steps, "largest_micro_batch": plan.largest_micro_batch,
+            "tokens_per_step": plan.tokens_per_step,
+        },
+        "memory_per_device": {
+            **{part: getattr(m, part) for part, _ in MEMORY_PARTS},
+            "model_states": m.model_states, "peak": m.peak,
+        },
+        "fits": plan.fits,
+        "reasons": list(plan.reasons),
+        "compute": {
+            "flops_per_step": plan.flops_per_step, "flops_per_token": plan.flops_per_token, "mfu": s.mfu,
+            "seconds_per_step": plan.seconds_per_step, "tokens_per_second": plan.tokens_per_second,
+            "tokens": plan.tokens, "days": plan.days,
+        },
+    }

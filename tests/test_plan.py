@@ -1,0 +1,243 @@
+"""The plan's numbers, against the library functions they come from and against torch and transformers.
+
+Truths: the memory functions (``transformer_training_memory`` with ``sharded_model_states``)
+for every fit decision and micro-batch choice; ``FlopCounterMode`` on the Hugging Face model
+built from the same config.json on the meta device for FLOPs per step; that model's own
+parameters for the parameter count; the peak table for the device.
+"""
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from accounting.errors import AccountingError
+from accounting.hardware.peaks import find_chip, peak_flops
+from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
+from accounting.plan.compute import LARGEST_MICRO_BATCH
+from accounting.sharding import SHARDINGS, sharded_model_states
+from accounting.training_memory import transformer_training_memory
+from accounting.transformer import TransformerConfig
+
+GPT2_SMALL = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
+              "vocab_size": 50257, "n_inner": None, "activation_function": "gelu_new", "bos_token_id": 50256,
+              "eos_token_id": 50256, "tie_word_embeddings": True}
+"""GPT-2 small's config.json (openai-community/gpt2), the keys that size it."""
+
+LLAMA_3_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+              "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+"""Llama-3-8B's config.json (meta-llama/Meta-Llama-3-8B), the keys that size it."""
+
+TINY_LLAMA = {**LLAMA_3_8B, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 32}
+TINY_GPT2 = {**GPT2_SMALL, "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 32, "vocab_size": 128,
+             "bos_token_id": 0, "eos_token_id": 0}
+
+H100 = plan_device("H100 SXM", "bfloat16")
+
+
+def expected_peak(config, micro_batch, settings: PlanSettings) -> int:
+    """Per-device peak from the library's memory functions, as a user would compose them."""
+    memory = transformer_training_memory(config, micro_batch, optimizer=settings.optimizer,
+                                         precision=settings.precision)
+    states = sharded_model_states(memory.parameters, memory.gradients, memory.master_weights + memory.optimizer_state,
+                                  settings.sharding, settings.devices, parameter_count=memory.parameter_count)
+    return states.parameters + states.optimizer + max(memory.activations + memory.transient, states.gradients)
+
+
+def fits(config, micro_batch, settings, device=H100) -> bool:
+    return expected_peak(config, micro_batch, settings) <= device.memory_bytes * (1 - settings.headroom)
+
+
+# ---- memory and fit decisions, against the memory functions -------------------------------------
+
+plan_settings = st.builds(
+    PlanSettings,
+    devices=st.sampled_from([1, 2, 3, 8, 64, 512]),
+    sharding=st.sampled_from(SHARDINGS),
+    precision=st.sampled_from(["fp32", "bf16-mixed", "fp16-mixed", "bf16"]),
+    optimizer=st.sampled_from(["adamw", "sgd", "adagrad"]),
+    headroom=st.sampled_from([0.0, 0.1, 0.25]),
+)
+
+
+models = st.sampled_from([(GPT2_SMALL, 256), (GPT2_SMALL, 1024), (LLAMA_3_8B, 512), (LLAMA_3_8B, 4096)])
+"""A config.json and a sequence length it can run (GPT-2's learned positions stop at 1024)."""
+
+
+@settings(max_examples=25)
+@given(plan_settings, models, st.integers(1, 64))
+def test_fit_and_micro_batch_are_the_memory_functions_decisions(settings_, model, per_device):
+    hf, sequence_length = model
+    config = TransformerConfig.from_hf(hf, sequence_length=sequence_length)
+    plan = make_plan(config, H100, settings_, global_batch=per_device * settings_.devices)
+    assert plan.memory.peak == expected_peak(config, plan.micro_batch, settings_)
+    divisors = [size for size in range(1, per_device + 1) if per_device % size == 0]
+    fitting = [size for size in divisors if fits(config, size, settings_)]
+    assert plan.fits == bool(fitting)
+    assert plan.micro_batch == (fitting[-1] if fitting else 1)
+    assert plan.accumulation_steps * plan.micro_batch * settings_.devices == plan.global_batch
+    largest = plan.largest_micro_batch
+    assert largest == 0 or fits(config, largest, settings_)
+    assert largest == per_device or not fits(config, largest + 1, settings_)
+
+
+@settings(max_examples=15)
+@given(plan_settings, models)
+def test_without_a_global_batch_each_device_runs_the_largest_micro_batch_that_fits(settings_, model):
+    hf, sequence_length = model
+    config = TransformerConfig.from_hf(hf, sequence_length=sequence_length)
+    plan = make_plan(config, H100, settings_)
+    largest = plan.largest_micro_batch
+    assert plan.fits == (largest > 0)
+    assert plan.micro_batch == max(largest, 1) and plan.accumulation_steps == 1
+    assert plan.global_batch == plan.micro_batch * settings_.devices
+    if largest:
+        assert fits(config, largest, settings_) and (largest == LARGEST_MICRO_BATCH
+                                                     or not fits(config, largest + 1, settings_))
+
+
+def test_a_model_whose_states_alone_do_not_fit_says_so_and_how_many_devices_would_do():
+    config = TransformerConfig.from_hf(LLAMA_3_8B, sequence_length=1024)
+    a10 = plan_device("A10", "bfloat16")
+    settings_ = PlanSettings(devices=1, sharding="ddp")
+    plan = make_plan(config, a10, settings_, global_batch=8)
+    assert not plan.fits
+    states = 16 * config.parameter_count  # mixed-precision AdamW: 2 + 2 + 4 + 4 + 4 bytes per parameter
+    assert plan.reasons[0] == (f"model states alone need {states / 2**30:.2f} GiB per device under ddp on 1 device, "
+                               f"more than A10's {24e9 * 0.9 / 2**30:.2f} GiB usable (90% of 24 GB)")
+    fewest = int(plan.reasons[1].rpartition("from ")[2].split()[0])
+    zero3 = [PlanSettings(devices=n, sharding="zero3") for n in (fewest - 1, fewest)]
+    assert not fits(config, 1, zero3[0], a10) and fits(config, 1, zero3[1], a10)
+
+
+def test_activations_that_do_not_fit_beside_the_states_are_named():
+    config = TransformerConfig.from_hf(LLAMA_3_8B, sequence_length=16384)
+    plan = make_plan(config, H100, PlanSettings(devices=8, sharding="zero3"), global_batch=8)
+    assert not plan.fits and not fits(config, 1, plan.settings)
+    assert plan.reasons[0].startswith("one sequence per device needs ")
+    assert "activations and transient buffers" in plan.reasons[0]
+
+
+def test_a_micro_batch_too_large_is_named_with_the_largest_that_fits():
+    config = TransformerConfig.from_hf(GPT2_SMALL)
+    plan = make_plan(config, H100, PlanSettings(), global_batch=64, micro_batch=64)
+    assert not plan.fits
+    assert plan.reasons == (f"micro-batch 64 needs {plan.memory.peak / 2**30:.2f} GiB per device, more than the "
+                            f"{plan.usable_bytes / 2**30:.2f} GiB usable; the largest that fits is "
+                            f"{plan.largest_micro_batch}",)
+    assert fits(config, plan.largest_micro_batch, plan.settings)
+
+
+# ---- FLOPs, parameters and time, against torch and transformers ----------------------------------
+
+
+def hf_model(hf: dict):
+    """The transformers model of a config.json, on the meta device, with eager attention (full score matrices)."""
+    keys = {key: value for key, value in hf.items() if key != "model_type"}
+    if hf["model_type"] == "gpt2":
+        config, model_class = GPT2Config(**keys, attn_implementation="eager"), GPT2LMHeadModel
+    else:
+        config, model_class = LlamaConfig(**keys, attn_implementation="eager"), LlamaForCausalLM
+    with torch.device("meta"):
+        return model_class(config)
+
+
+@pytest.mark.parametrize("hf", [pytest.param(TINY_GPT2, id="gpt2"), pytest.param(TINY_LLAMA, id="llama")])
+@pytest.mark.parametrize(("devices", "global_batch"), [(1, 3), (4, 8)])
+def test_flops_per_step_are_flop_counter_modes_on_the_hugging_face_model(hf, devices, global_batch):
+    config = TransformerConfig.from_hf(hf)
+    plan = make_plan(config, H100, PlanSettings(devices=devices), global_batch=global_batch)
+    model = hf_model(hf)
+    ids = torch.zeros(global_batch, config.sequence_length, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert plan.flops_per_step == counter.get_total_flops()
+    assert plan_document(plan, "x")["model"]["parameters"] == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(("device", "precision", "dtype"), [
+    pytest.param("H100 SXM", "bf16-mixed", "bfloat16", id="h100-bf16"),
+    pytest.param("NVIDIA A100-SXM4-40GB", "fp32", "float32", id="a100-fp32"),
+    pytest.param("MI300X", "fp16-mixed", "float16", id="mi300x-fp16"),
+])
+def test_time_is_flops_over_devices_peak_and_mfu(device, precision, dtype):
+    config = TransformerConfig.from_hf(GPT2_SMALL)
+    chip = plan_device(device, dtype)
+    assert chip.memory_bytes == find_chip(device).memory_gb * 10**9
+    assert chip.peak_flops_per_second == peak_flops(device, dtype)
+    settings_ = PlanSettings(devices=16, precision=precision, mfu=0.35)
+    plan = make_plan(config, chip, settings_, global_batch=64, tokens=3e11)
+    assert plan.seconds_per_step == pytest.approx(plan.flops_per_step / (16 * chip.peak_flops_per_second * 0.35))
+    assert plan.tokens_per_second == pytest.approx(64 * 1024 / plan.seconds_per_step)
+    assert plan.days == pytest.approx(3e11 / plan.tokens_per_second / 86400)
+
+
+# ---- output --------------------------------------------------------------------------------------
+
+
+def test_the_text_shows_every_part_and_the_verdict():
+    config = TransformerConfig.from_hf(GPT2_SMALL)
+    plan = make_plan(config, H100, PlanSettings(devices=8, sharding="zero2"), global_batch=512, tokens=1e10)
+    text = render_plan(plan, "gpt2.json")
+    for part in ("parameters", "gradients", "optimizer", "activations", "transient", "peak", "usable"):
+        value = plan.usable_bytes if part == "usable" else getattr(plan.memory, part)
+        assert f"  {part}" in text and f"{value / 2**30:.2f}" in text
+    assert f"Fits: yes, {(plan.usable_bytes - plan.memory.peak) / 2**30:.2f} GiB to spare" in text
+    assert f"At MFU 0.4 (--mfu): {plan.seconds_per_step:.3g} s per step" in text
+    assert f"{plan.days:,.1f} days" in text
+
+
+def test_the_document_is_json_and_holds_the_plan():
+    config = TransformerConfig.from_hf(LLAMA_3_8B, sequence_length=2048)
+    plan = make_plan(config, H100, PlanSettings(devices=8, sharding="full_shard"), global_batch=64)
+    document = json.loads(json.dumps(plan_document(plan, "llama.json")))
+    assert set(document) == {"model", "device", "training", "batch", "memory_per_device", "fits", "reasons", "compute"}
+    assert document["training"]["sharding"] == "zero3"
+    assert document["memory_per_device"]["peak"] == expected_peak(config, plan.micro_batch, plan.settings)
+    assert document["batch"]["global"] == 64 and document["batch"]["per_device"] == 8
+    assert document["compute"]["days"] is None and document["fits"] == plan.fits
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    pytest.param({"global_batch": 12}, r"^global batch 12 is not a multiple of the 8 devices", id="batch-devices"),
+    pytest.param({"global_batch": 16, "micro_batch": 3}, r"^micro-batch 3 does not divide the 2 sequences per device",
+                 id="micro-batch"),
+    pytest.param({"global_batch": 0}, r"^global batch must be a positive integer, got 0$", id="zero-batch"),
+    pytest.param({"tokens": -1.0}, r"^tokens must be positive, got -1.0$", id="negative-tokens"),
+])
+def test_bad_batches_are_named(options, message):
+    config = TransformerConfig.from_hf(GPT2_SMALL)
+    with pytest.raises(AccountingError, match=message):
+        make_plan(config, H100, PlanSettings(devices=8), **options)
+
+
+@pytest.mark.parametrize(("settings_", "message"), [
+    pytest.param({"mfu": 1.5}, r"^mfu is a fraction of the peak and cannot exceed 1, got 1.5$", id="mfu"),
+    pytest.param({"headroom": 1.0}, r"^headroom is the fraction of device memory kept free, in \[0, 1\), got 1.0$",
+                 id="headroom"),
+    pytest.param({"sharding": "zero4"}, r"^sharding must be one of .*got 'zero4'$", id="sharding"),
+    pytest.param({"devices": 0}, r"^devices must be a positive integer, got 0$", id="devices"),
+])
+def test_bad_settings_are_named(settings_, message):
+    with pytest.raises(AccountingError, match=message):
+        PlanSettings(**settings_)
+
+
+@pytest.mark.parametrize(("name", "options", "message"), [
+    pytest.param("H100", {}, r"^device 'H100' is not in the peak table \(known: H100 SXM, ", id="ambiguous"),
+    pytest.param("TPU v5p", {"memory_gb": 95}, r"^device 'TPU v5p' is not in the peak table", id="half-override"),
+    pytest.param("T4", {}, r"^T4 has no published bfloat16 peak: give one with --peak-tflops$", id="no-bf16"),
+])
+def test_bad_devices_are_named(name, options, message):
+    with pytest.raises(AccountingError, match=message):
+        plan_device(name, "bfloat16", **options)
