@@ -20,6 +20,7 @@ from accounting import AccountingError, AccountingTypeError, TransformerConfig, 
 # From the module: the package attribute ``accounting.transformer_flops`` is the module once it is imported.
 from accounting.transformer_flops import training_flops, training_time, transformer_flops
 from tests.support.hf_models import FAMILIES, build_hf_model, hf_config, model_from_config_json, random_token_ids
+from tests.support.published_configs import PUBLISHED
 from tests.support.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs
 
 # Each example builds and runs a model under FlopCounterMode (~0.15 s): fewer than the profile's.
@@ -325,3 +326,14 @@ def test_per_token_flops_are_6n_plus_attention_with_n_the_weights_a_token_meets(
 def test_an_unknown_causal_convention_is_an_error_naming_it():
     with pytest.raises(AccountingError, match=r"^causal must be one of 'full', 'half', got 'masked'$"):
         transformer_flops(TINY, causal="masked")
+
+
+def test_a_published_full_size_model_on_meta_equals_flop_counter():
+    """Qwen2-0.5B as published (14 query heads on 2 key/value heads, tied embeddings, Q/K/V biases) at full width:
+    transformers runs dense families on meta tensors, so full sizes cost nothing but Python (~2 s)."""
+    config_json = PUBLISHED["qwen2-0.5b"][0]
+    config = TransformerConfig.from_hf(config_json, sequence_length=64)
+    token_ids = torch.zeros(2, 64, dtype=torch.long, device="meta")
+    forward, backward = counted_hf_step(model_from_config_json(config_json), token_ids)
+    predicted = transformer_flops(config, batch_size=2)
+    assert (predicted.forward, predicted.backward) == (forward.get_total_flops(), backward.get_total_flops())
