@@ -27,6 +27,10 @@ What the meta device cannot know is which kernel a real device would choose.
 attention weights; a CPU or CUDA flash kernel keeps far less. Trace a model with eager
 attention, or read an SDPA model's activations as the upper bound they are. Autocast applies
 to CPU and CUDA tensors, not meta ones: build the model in the dtype it trains in instead.
+A model that reads a tensor's values (``.item()``, data-dependent control flow) cannot run on
+meta at all: that is an :class:`AccountingError` saying so. Activation checkpointing
+(``torch.utils.checkpoint``) keeps what it saves through saved-tensor hooks of its own, so
+those tensors count as temporaries here; the peak is exact either way.
 
 >>> model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))
 >>> memory = traced_training_step_memory(model, torch.ones(32, 256), loss_fn=lambda output, batch: output.sum(),
@@ -217,6 +221,21 @@ def _step(model, batch, loss_fn, optimizer, marks: list | None = None, log=None)
         optimizer.step()
 
 
+def _checked_step(model, batch, loss_fn, optimizer) -> None:
+    """:func:`_step`, with the meta device's refusal to read values said plainly."""
+    try:
+        _step(model, batch, loss_fn, optimizer)
+    except (RuntimeError, NotImplementedError) as error:
+        if "meta" not in str(error):
+            raise
+        reason = str(error).strip().splitlines()[0]
+        raise AccountingError(
+            f"the step reads the values of a tensor, which the meta device does not have ({reason}); "
+            "trace a smaller model on device='cpu', or pass inputs that spare the model that check "
+            "(a Hugging Face model: an attention_mask)"
+        ) from error
+
+
 def traced_training_step_memory(
     model,
     batch,
@@ -258,7 +277,7 @@ def traced_training_step_memory(
     trainable = [parameter for parameter in parameters if parameter.requires_grad]
     step_optimizer = _optimizer(optimizer, trainable)
 
-    _step(model, batch, loss_fn, step_optimizer)  # untraced: the optimizer creates its state
+    _checked_step(model, batch, loss_fn, step_optimizer)  # untraced: the optimizer creates its state
     model.zero_grad(set_to_none=True)
     if step_optimizer is not None:
         step_optimizer.zero_grad(set_to_none=True)

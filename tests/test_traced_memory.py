@@ -184,7 +184,20 @@ def test_llama_3_8b_traces_on_meta():
 # ---- bad input ----------------------------------------------------------------------------------
 
 
+class ReadsItsInput(nn.Module):
+    """A model with data-dependent control flow: it reads a value, which meta tensors do not have."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x).sum() if x.sum().item() > 0 else self.linear(-x).sum()
+
+
 @pytest.mark.parametrize(("model", "batch", "options", "error", "message"), [
+    pytest.param(ReadsItsInput, torch.ones(2, 4), {}, AccountingError,
+                 r"^the step reads the values of a tensor, which the meta device does not have \(", id="item-on-meta"),
     pytest.param("llama", torch.ones(2), {}, AccountingTypeError,
                  r"^model must be an nn.Module or a function that builds one, got str$", id="model-name"),
     pytest.param(lambda: 3, torch.ones(2), {}, AccountingTypeError, r"^the model factory returned int, not an nn.Module$",

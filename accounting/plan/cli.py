@@ -138,7 +138,8 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
         config, source = _model(args)
         settings = PlanSettings(devices=args.devices, sharding=args.sharding, precision=args.precision,
                                 optimizer=args.optimizer, headroom=args.headroom, mfu=args.mfu)
-        device = plan_device(args.device, precision_policy(args.precision).weights, memory_gb=args.memory_gb,
+        # The matmuls run in the activations' dtype (bf16 under autocast, whose weights are fp32).
+        device = plan_device(args.device, precision_policy(args.precision).activations, memory_gb=args.memory_gb,
                              peak_tflops=args.peak_tflops)
         plan = make_plan(config, device, settings, global_batch=args.global_batch, micro_batch=args.micro_batch,
                          tokens=args.tokens)
