@@ -1,0 +1,266 @@
+"""The acceptance run's steps: each command, its budget, and why it cannot run here when it cannot.
+
+Every step runs the package from the checkout (``PYTHONPATH``) with the interpreter that runs the
+acceptance run, so it uses the torch already installed and installs nothing. Budgets
+(:data:`BUDGETS_S`) add up, with the probe's, to :data:`TOTAL_BUDGET_S`: under 8 minutes on one GPU
+whatever happens, since a step that overruns is stopped at its budget.
+
+Order: the cheap checks whose failure would make the rest meaningless come first (the timer against
+an independent clock, the quick report, the fault injection), then the long ones, so that a run cut
+short still says the most.
+
+>>> sum(BUDGETS_S.values()) + PROBE_BUDGET_S <= TOTAL_BUDGET_S
+True
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from accounting.acceptance.probe import PLUGIN_MODULE
+from accounting.acceptance.steps import Step
+from accounting.errors import AccountingError
+from accounting.gate.measure import NOTHING_RUN_FILTER
+from accounting.model_mfu.sizes import MODEL_SIZES
+from accounting.model_mfu.step import check_fits
+from accounting.report.model_section import precisions_for
+
+TOTAL_BUDGET_S = 470.0
+"""The whole run's budget, probe and packing included: under 8 minutes (480 s) on one GPU."""
+PROBE_BUDGET_S = 30.0
+BUDGETS_S = {
+    "clock-check": 25.0,
+    "report-quick": 35.0,
+    "fault-injection": 35.0,
+    "report": 65.0,
+    "pytest-gpu": 95.0,
+    "model-mfu": 55.0,
+    "fleet": 60.0,
+    "gate-save": 40.0,
+    "gate-check": 30.0,
+}
+"""Each step's wall-clock budget in seconds (start-up, CUDA initialisation and imports included)."""
+REPORT_BUDGET_S = 40.0
+"""The standard report's own ``--budget`` (its sweep), inside the step's."""
+FLEET_BUDGET_S = 30.0
+"""The fleet's ``--budget`` per rank."""
+GATE_BENCHMARKS = "bfloat16-8192x8192x8192 or float16-8192x8192x8192"
+"""``-k`` for the gate's two GPU benchmarks (the bf16 and fp16 8192³ matmuls; ``float16-…`` also matches
+``bfloat16-…``, and the union is the two)."""
+GATE_FILE = "tests/benchmarks/test_matmul.py"
+GATE_RUNS = 2
+"""Baseline runs the gate saves: two pytest processes, the fewest a comparison can use."""
+GATE_VERDICT = "Gate:"
+"""How the gate's verdict line begins (``Gate: pass: ...``)."""
+FAULT = {"bfloat16": "bfloat16:flip:0:14", "float32": "float32:flip:0:30"}
+"""The injected fault per dtype: flip the top exponent bit of the first element of the checked product."""
+GPU_MARK = "mark.gpu"
+"""How a test file marks a GPU test (``@pytest.mark.gpu`` or ``pytestmark = pytest.mark.gpu``)."""
+
+# The outputs kept beside the summary (at most 8 files in all: see accounting.acceptance.outputs).
+PYTEST_JSON, REPORT_JSON, REPORT_PNG, FLEET_JSON = "pytest-gpu.json", "report.json", "report.png", "fleet.json"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the probe found (:mod:`accounting.acceptance.probe`), as the plan needs it."""
+
+    gpu: bool
+    no_gpu_reason: str | None = None
+    devices: tuple = ()
+    nccl: bool = False
+    missing_optional: tuple = ()
+    missing_needed: tuple = ()
+    import_errors: tuple = ()
+    plugin_registered: bool = False
+    torch: str = ""
+
+    @classmethod
+    def from_probe(cls, found: dict) -> "Machine":
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: tuple(value) if isinstance(value, list) else value
+                  for key, value in found.items() if key in fields}
+        return cls(**values)
+
+    @property
+    def device_name(self) -> str | None:
+        return self.devices[0]["name"] if self.devices else None
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        if not self.devices:
+            return (0, 0)
+        major, _, minor = str(self.devices[0].get("compute_capability", "0.0")).partition(".")
+        return int(major), int(minor or 0)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """``root``: the checkout (every step's working directory); ``out``: OUTDIR; ``work``: logs and the rest."""
+
+    root: Path
+    out: Path
+    work: Path
+
+
+def gpu_skip_reason(machine: Machine | None, probe_problem: str | None = None) -> str | None:
+    """Why no GPU step can run here, or ``None``: the probe failed, the package does not import, or no GPU.
+
+    >>> gpu_skip_reason(Machine(gpu=False, no_gpu_reason="no CUDA device: torch.cuda.is_available() is False"))
+    'no CUDA device: torch.cuda.is_available() is False'
+    >>> gpu_skip_reason(None, "exit status 1")
+    'the probe failed (exit status 1), so nothing is known of this machine'
+    """
+    if machine is None:
+        return f"the probe failed ({probe_problem or 'no result'}), so nothing is known of this machine"
+    if machine.import_errors:
+        return f"the package does not import here: {machine.import_errors[0]}"
+    if not machine.gpu:
+        return machine.no_gpu_reason or "no CUDA or ROCm device visible to torch"
+    return None
+
+
+def gpu_test_files(root: Path) -> list[str]:
+    """The test files under ``root/tests`` that mark a test ``gpu``, relative to ``root``, sorted.
+
+    ``pytest -m gpu`` runs only these: a file with no GPU test adds nothing to it, and leaving the others
+    uncollected keeps out files that import what the GPU machine lacks (``beartype``).
+    """
+    tests = Path(root) / "tests"
+    return sorted(str(path.relative_to(root)) for path in tests.rglob("test_*.py")
+                  if GPU_MARK in path.read_text(errors="replace"))
+
+
+def plugin_arguments(machine: Machine) -> list[str]:
+    """``-p accounting.bench.plugin`` where no installed distribution registers the plugin (a bare checkout)."""
+    return [] if machine.plugin_registered else ["-p", PLUGIN_MODULE]
+
+
+def model_size_that_fits(machine: Machine) -> tuple[str | None, str]:
+    """The largest named model size whose every policy's predicted peak fits the first GPU's free memory.
+
+    Returns ``(size, why)``; ``(None, why)`` when none fits.
+    """
+    if not machine.devices:
+        return None, "no GPU"
+    free = int(machine.devices[0]["free_bytes"])
+    refusals = []
+    for name in reversed(tuple(MODEL_SIZES)):  # largest first
+        try:
+            for precision in precisions_for("cuda"):
+                check_fits(MODEL_SIZES[name], precision, "cuda:0", free_bytes=free)
+        except AccountingError as error:
+            refusals.append(str(error))
+            continue
+        return name, f"{name}: the largest size that fits {free / 2**30:.1f} GiB free"
+    return None, f"no model size fits: {refusals[-1]}"
+
+
+def _needs(machine: Machine, *packages: str) -> str | None:
+    absent = [name for name in packages if name in machine.missing_needed]
+    return f"needs {', '.join(absent)}, not installed here" if absent else None
+
+
+def build_steps(machine: Machine | None, paths: Paths, python: str, *, probe_problem: str | None = None) -> list[Step]:
+    """The GPU steps, in the order they run, each with its command and (where it cannot run) its skip reason."""
+    skip = gpu_skip_reason(machine, probe_problem)
+    machine = machine or Machine(gpu=False)
+    out, work = Path(paths.out), Path(paths.work)
+    accounting = [python, "-m", "accounting"]
+    plugin = plugin_arguments(machine)
+    files = gpu_test_files(paths.root)
+    fault_dtype = "bfloat16" if machine.compute_capability >= (8, 0) else "float32"
+    size, size_why = model_size_that_fits(machine)
+    plot = "matplotlib" not in machine.missing_needed
+    report_outputs = ["--json", str(out / REPORT_JSON)] + (["--plot", str(out / REPORT_PNG)] if plot else [])
+    gate_pytest = ["--", "-m", "gpu", *plugin, "-p", "no:cacheprovider", "--gpus", "0", "-k", GATE_BENCHMARKS,
+                   GATE_FILE]
+    steps = [
+        Step("clock-check", "time_matmul against a CUDA-event loop and the host clock (bf16, fp32 8192³)",
+             (python, "-m", "accounting.acceptance.clock_check", str(work / "clock-check.json")),
+             BUDGETS_S["clock-check"]),
+        Step("report-quick", "accounting report --level quick --strict",
+             (*accounting, "report", "--level", "quick", "--strict", "--quiet", "--json", str(work / "report-quick.json")),
+             BUDGETS_S["report-quick"]),
+        Step("fault-injection", f"accounting report --level quick --inject-fault {FAULT[fault_dtype]}: must end failed (exit 4)",
+             (*accounting, "report", "--level", "quick", "--dtypes", fault_dtype, "--inject-fault", FAULT[fault_dtype],
+              "--quiet", "--json", str(work / "fault.json")),
+             BUDGETS_S["fault-injection"], expect_status=4, check=lambda: _fault_was_caught(work / "fault.json")),
+        Step("report", f"accounting report --budget {REPORT_BUDGET_S:g} --strict (standard level)"
+                       + ("" if plot else "; no --plot: matplotlib is not installed"),
+             (*accounting, "report", "--budget", f"{REPORT_BUDGET_S:g}", "--strict", "--quiet", *report_outputs),
+             BUDGETS_S["report"]),
+        Step("pytest-gpu", f"pytest -m gpu --benchmark-compare ({len(files)} files with GPU tests)",
+             (python, "-m", "pytest", "-m", "gpu", *plugin, "-p", "no:cacheprovider", "-q", "-rs", "-W", NOTHING_RUN_FILTER,
+              f"--benchmark-json={out / PYTEST_JSON}", "--benchmark-compare",
+              f"--benchmark-storage=file://{work / 'pytest-storage'}", *files),
+             BUDGETS_S["pytest-gpu"], check=lambda: _benchmarks_ran(out / PYTEST_JSON),
+             skip=_needs(machine, "pytest", "pytest_benchmark", "hypothesis") or (None if files else "no test file marks a gpu test")),
+        Step("model-mfu", f"accounting report --level quick --model {size or '?'} (model MFU per precision policy)",
+             (*accounting, "report", "--level", "quick", "--dtypes", fault_dtype, "--quiet", "--model", size or "tiny",
+              "--json", str(work / "model.json")),
+             BUDGETS_S["model-mfu"], skip=None if size or skip else size_why),
+        Step("fleet", f"torchrun --standalone --nproc-per-node=gpu -m accounting fleet --budget {FLEET_BUDGET_S:g}"
+                      + (" (one GPU: a world of one, no collectives)" if len(machine.devices) == 1 else ""),
+             (python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=gpu", "-m", "accounting",
+              "fleet", "--budget", f"{FLEET_BUDGET_S:g}", "--json", str(out / FLEET_JSON)),
+             BUDGETS_S["fleet"], skip=None if machine.nccl else "torch.distributed has no NCCL (or RCCL) here"),
+        Step("gate-save", "accounting gate save --runs 2 on the bf16 and fp16 8192³ benchmarks",
+             (*accounting, "gate", "save", "--storage", str(work / "gate-storage"), "--runs", str(GATE_RUNS), *gate_pytest),
+             BUDGETS_S["gate-save"], skip=_needs(machine, "pytest", "pytest_benchmark", "scipy"),
+             check=lambda: _gate_saved(work / "gate-storage", GATE_RUNS)),
+        Step("gate-check", "accounting gate check --baselines 2 --max-extra-runs 0 on the same two",
+             (*accounting, "gate", "check", "--storage", str(work / "gate-storage"), "--baselines", "2",
+              "--max-extra-runs", "0", "--markdown", str(work / "gate-check.md"), *gate_pytest),
+             BUDGETS_S["gate-check"], skip=_needs(machine, "pytest", "pytest_benchmark", "scipy"),
+             check=lambda: _gate_compared(work / "gate-check.log")),
+    ]
+    if skip:
+        steps = [dataclasses.replace(step, skip=skip) for step in steps]
+    return steps
+
+
+REQUIRES = {"gate-check": "gate-save"}
+"""A step that runs only when another passed (the check compares with the runs the save saved)."""
+
+
+def _fault_was_caught(path: Path) -> str | None:
+    """``None`` when the fault-injection report says the device failed; else why the step did not hold."""
+    with open(path) as handle:
+        health = json.load(handle)["health"]
+    if health.get("state") != "failed":
+        return f"the injected fault was not caught: the report's health is {health.get('state')!r}, not 'failed'"
+    return None
+
+
+def _benchmarks_ran(path: Path) -> str | None:
+    """``None`` when pytest-benchmark saved at least one GPU benchmark; else why the step did not hold."""
+    if not path.exists():
+        return "no GPU benchmark ran: pytest-benchmark saved no JSON (every benchmark skipped?)"
+    with open(path) as handle:
+        benchmarks = json.load(handle).get("benchmarks") or []
+    return None if benchmarks else "no GPU benchmark ran: the benchmark JSON lists none"
+
+
+def saved_runs(storage: Path) -> int:
+    """How many runs the gate saved under ``storage`` (one JSON per pytest process, in the machine's folder)."""
+    return sum(1 for _ in Path(storage).rglob("*.json")) if Path(storage).is_dir() else 0
+
+
+def _gate_saved(storage: Path, runs: int) -> str | None:
+    saved = saved_runs(storage)
+    return None if saved >= runs else f"the gate saved {saved} runs, not {runs}: no GPU benchmark ran (see its log)"
+
+
+def gate_verdict(log: Path) -> str:
+    """The gate's verdict line (``Gate: pass: 2 benchmarks, no change``) from its log; empty when there is none."""
+    lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines()]
+    return next((line for line in lines if line.startswith(GATE_VERDICT)), "")
+
+
+def _gate_compared(log: Path) -> str | None:
+    verdict = gate_verdict(log)
+    if not verdict:
+        return "the gate printed no verdict"
+    return "the gate compared nothing: no GPU benchmark ran" if "nothing compared" in verdict else None

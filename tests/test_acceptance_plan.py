@@ -1,0 +1,186 @@
+"""accounting.acceptance.plan: each step's command, budget and skip reason, from what the probe found.
+
+The commands of the package's own CLIs are parsed by those CLIs' real parsers (``accounting report``,
+``gate``, ``fleet``, the clock check), so an option that does not exist fails here, not on a lent GPU.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accounting.__main__ import build_parser
+from accounting.acceptance.plan import (
+    BUDGETS_S,
+    GATE_RUNS,
+    PROBE_BUDGET_S,
+    TOTAL_BUDGET_S,
+    Machine,
+    Paths,
+    build_steps,
+    gate_verdict,
+    gpu_skip_reason,
+    gpu_test_files,
+    model_size_that_fits,
+    plugin_arguments,
+    saved_runs,
+)
+from accounting.model_mfu.sizes import MODEL_SIZES
+from accounting.model_mfu.step import MEMORY_FRACTION, predicted_peak_bytes
+from accounting.report.model_section import precisions_for
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_bytes": 85 * 10**9, "free_bytes": 84 * 10**9,
+        "compute_capability": "9.0", "multiprocessors": 132}
+
+
+def _machine(**changes):
+    values = {"gpu": True, "devices": (H100,), "nccl": True, "plugin_registered": False}
+    values.update(changes)
+    return Machine(**values)
+
+
+def _steps(machine, tmp_path, **kwargs):
+    paths = Paths(ROOT, tmp_path / "out", tmp_path / "out" / "logs")
+    return {step.name: step for step in build_steps(machine, paths, "python3", **kwargs)}
+
+
+def test_the_budgets_add_up_to_under_eight_minutes():
+    assert sum(BUDGETS_S.values()) + PROBE_BUDGET_S <= TOTAL_BUDGET_S < 480
+
+
+def test_every_step_has_its_budget_and_none_is_skipped_on_a_healthy_gpu_machine(tmp_path):
+    steps = _steps(_machine(), tmp_path)
+    assert list(steps) == list(BUDGETS_S)
+    assert {name: step.budget_s for name, step in steps.items()} == BUDGETS_S
+    assert [name for name, step in steps.items() if step.skip] == []
+
+
+def test_without_a_gpu_every_step_is_skipped_with_the_probe_s_reason(tmp_path):
+    reason = "no CUDA device: torch.cuda.is_available() is False (torch 2.13.0+cpu)"
+    steps = _steps(Machine(gpu=False, no_gpu_reason=reason), tmp_path)
+    assert {step.skip for step in steps.values()} == {reason}
+
+
+@pytest.mark.parametrize("machine, problem, reason", [
+    pytest.param(None, "exit status 1", "the probe failed (exit status 1), so nothing is known of this machine",
+                 id="probe-failed"),
+    pytest.param(Machine(gpu=True, import_errors=("accounting.gate.history: ModuleNotFoundError: x",)), None,
+                 "the package does not import here: accounting.gate.history: ModuleNotFoundError: x", id="import-error"),
+    pytest.param(Machine(gpu=False), None, "no CUDA or ROCm device visible to torch", id="no-gpu-no-reason-given"),
+])
+def test_why_no_gpu_step_can_run(machine, problem, reason):
+    assert gpu_skip_reason(machine, problem) == reason
+
+
+def test_a_step_is_skipped_for_what_it_lacks_alone(tmp_path):
+    steps = _steps(_machine(nccl=False, missing_needed=("pytest_benchmark",)), tmp_path)
+    assert steps["fleet"].skip == "torch.distributed has no NCCL (or RCCL) here"
+    assert steps["pytest-gpu"].skip == "needs pytest_benchmark, not installed here"
+    assert steps["gate-save"].skip == steps["gate-check"].skip == "needs pytest_benchmark, not installed here"
+    assert steps["report"].skip is None and steps["clock-check"].skip is None
+
+
+def test_the_report_leaves_out_its_plot_without_matplotlib(tmp_path):
+    with_plot = _steps(_machine(), tmp_path)["report"]
+    without = _steps(_machine(missing_needed=("matplotlib",)), tmp_path)["report"]
+    assert "--plot" in with_plot.command and "--plot" not in without.command
+    assert without.what.endswith("no --plot: matplotlib is not installed")
+
+
+def _accounting_args(step):
+    command = list(step.command)
+    return command[command.index("accounting") + 1:]
+
+
+@pytest.mark.parametrize("name", ["report-quick", "fault-injection", "report", "model-mfu", "fleet", "gate-save",
+                                  "gate-check"])
+def test_each_command_of_the_package_parses_with_its_own_parser(tmp_path, name):
+    args = build_parser().parse_args(_accounting_args(_steps(_machine(), tmp_path)[name]))
+    assert args.command == {"gate-save": "gate", "gate-check": "gate", "fleet": "fleet"}.get(name, "report")
+
+
+def test_the_fault_injection_expects_a_failed_device_and_uses_bf16_where_it_is_native(tmp_path):
+    step = _steps(_machine(), tmp_path)["fault-injection"]
+    args = build_parser().parse_args(_accounting_args(step))
+    assert step.expect_status == 4
+    assert (args.level, args.dtypes, str(args.inject_fault)) == ("quick", ["bfloat16"], "bfloat16:flip:0:14")
+    volta = dict(H100, compute_capability="7.0")
+    old = build_parser().parse_args(_accounting_args(_steps(_machine(devices=(volta,)), tmp_path)["fault-injection"]))
+    assert str(old.inject_fault) == "float32:flip:0:30"
+
+
+@pytest.mark.parametrize("state, problem", [
+    pytest.param("failed", None, id="caught"),
+    pytest.param("healthy", "the injected fault was not caught: the report's health is 'healthy', not 'failed'",
+                 id="missed"),
+])
+def test_the_fault_injection_reads_the_report_s_health(tmp_path, state, problem):
+    step = _steps(_machine(), tmp_path)["fault-injection"]
+    path = Path(step.command[step.command.index("--json") + 1])
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"health": {"state": state}}))
+    assert step.check() == problem
+
+
+def test_pytest_runs_the_gpu_files_with_the_plugin_named_only_where_it_is_not_registered(tmp_path):
+    bare = _steps(_machine(plugin_registered=False), tmp_path)["pytest-gpu"].command
+    installed = _steps(_machine(plugin_registered=True), tmp_path)["pytest-gpu"].command
+    assert bare[bare.index("-p") + 1] == "accounting.bench.plugin"
+    assert "accounting.bench.plugin" not in installed
+    assert [arg for arg in bare if arg.startswith("tests/")] == gpu_test_files(ROOT)
+    assert plugin_arguments(_machine(plugin_registered=True)) == []
+
+
+def test_the_gpu_test_files_are_those_that_mark_a_test_gpu(tmp_path):
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "test_a.py").write_text("import pytest\n\n@pytest.mark.gpu\ndef test_x(): pass\n")
+    (tmp_path / "tests" / "sub" / "test_b.py").write_text("import pytest\npytestmark = pytest.mark.gpu\n")
+    (tmp_path / "tests" / "test_c.py").write_text("from beartype import beartype\n\ndef test_y(): pass\n")
+    (tmp_path / "tests" / "helper.py").write_text("pytest.mark.gpu\n")
+    assert gpu_test_files(tmp_path) == ["tests/sub/test_b.py", "tests/test_a.py"]
+
+
+def test_pytest_gpu_holds_only_when_a_benchmark_ran(tmp_path):
+    step = _steps(_machine(), tmp_path)["pytest-gpu"]
+    path = Path(next(arg for arg in step.command if arg.startswith("--benchmark-json=")).split("=", 1)[1])
+    assert step.check().startswith("no GPU benchmark ran: pytest-benchmark saved no JSON")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"benchmarks": []}))
+    assert step.check() == "no GPU benchmark ran: the benchmark JSON lists none"
+    path.write_text(json.dumps({"benchmarks": [{"name": "test_gpu_matmul[bfloat16-8192x8192x8192-cuda:0]"}]}))
+    assert step.check() is None
+
+
+def test_the_gate_steps_hold_only_when_runs_were_saved_and_compared(tmp_path):
+    steps = _steps(_machine(), tmp_path)
+    storage = tmp_path / "out" / "logs" / "gate-storage" / "Linux-CPython-3.11-64bit"
+    assert steps["gate-save"].check() == f"the gate saved 0 runs, not {GATE_RUNS}: no GPU benchmark ran (see its log)"
+    storage.mkdir(parents=True)
+    for number in range(1, GATE_RUNS + 1):
+        (storage / f"000{number}_save.json").write_text("{}")
+    assert saved_runs(storage.parent) == GATE_RUNS and steps["gate-save"].check() is None
+    log = tmp_path / "out" / "logs" / "gate-check.log"
+    log.write_text("accounting gate: run 1: 2 passed\nGate: pass: nothing compared\n")
+    assert steps["gate-check"].check() == "the gate compared nothing: no GPU benchmark ran"
+    log.write_text("accounting gate: run 1: 2 passed\nGate: pass: 2 benchmarks, 2 inconclusive\n")
+    assert gate_verdict(log) == "Gate: pass: 2 benchmarks, 2 inconclusive" and steps["gate-check"].check() is None
+
+
+def _needed(name):
+    return max(predicted_peak_bytes(MODEL_SIZES[name], precision) for precision in precisions_for("cuda"))
+
+
+@pytest.mark.parametrize("name", ["gpt2-small", "small"])
+def test_the_model_size_is_the_largest_whose_every_policy_fits(name):
+    order = list(MODEL_SIZES)
+    enough = int(_needed(name) / MEMORY_FRACTION) + 1
+    assert model_size_that_fits(_machine(devices=(dict(H100, free_bytes=enough),)))[0] == name
+    smaller = order[order.index(name) - 1]
+    assert model_size_that_fits(_machine(devices=(dict(H100, free_bytes=enough - 2**20),)))[0] == smaller
+
+
+def test_no_model_size_fitting_skips_the_model_step_with_why(tmp_path):
+    tiny = _machine(devices=(dict(H100, free_bytes=1024),))
+    assert model_size_that_fits(tiny)[0] is None
+    assert _steps(tiny, tmp_path)["model-mfu"].skip.startswith("no model size fits: tiny: ")
