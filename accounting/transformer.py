@@ -239,6 +239,13 @@ class TransformerConfig:
         return self.vocabulary * self.width
 
     @property
+    def active_parameter_count(self) -> int:
+        """Parameters one token uses: every parameter but the ``experts - experts_per_token``
+        experts of each layer it is not routed to (equal to :attr:`parameter_count` without experts)."""
+        idle = self.layers * (self.experts - self.experts_per_token) * self.expert_parameter_count
+        return self.parameter_count - idle
+
+    @property
     def parameter_count(self) -> int:
         """Every parameter, the tied embedding counted once."""
         unembedding = 0 if self.tied_embeddings else self.unembedding_parameter_count

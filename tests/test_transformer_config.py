@@ -129,6 +129,14 @@ def test_mixtral_active_weights_are_two_experts_of_eight():
     experts = sum(p.numel() for p in layer.mlp.experts.parameters())
     assert config.layer_active_matmul_parameter_count == attention + experts * 2 // 8 + numel(layer.mlp.gate)
     assert config.layer_matmul_parameter_count == attention + experts + numel(layer.mlp.gate)
+    idle = config.layers * experts * (8 - 2) // 8
+    assert config.active_parameter_count == numel(model_from_config_json(PUBLISHED["mixtral-8x7b"][0])) - idle
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "mixtral"])
+def test_without_experts_every_parameter_is_active(family):
+    _, config = build_hf_model(family, device="meta")
+    assert config.active_parameter_count == config.parameter_count
 
 
 # ---- GPT-2 stays the default -------------------------------------------------------------

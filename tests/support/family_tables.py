@@ -1,7 +1,9 @@
-"""The measured-against-predicted FLOP tables of docs/transformer-families.md.
+"""The tables of docs/transformer-families.md: parameter counts, and FLOPs measured against predicted.
 
-``python -m tests.support.family_flops_table`` (from the repository root) prints them in Markdown:
+``python -m tests.support.family_tables`` (from the repository root) prints them in Markdown:
 
+- the published full-size configs: ``sum(p.numel())`` of the model ``transformers`` builds on the
+  meta device, ``TransformerConfig.parameter_count``, and the count published with the checkpoint;
 - small models of each family (``hf_models.SMALL``), random weights on the CPU, one training step
   (forward, loss, backward) counted by ``FlopCounterMode``, beside ``transformer_flops``;
 - the published full-size configs (``published_configs``) on the meta device, where
@@ -68,8 +70,22 @@ def full_size_rows() -> list[str]:
     return rows
 
 
+def parameter_rows() -> list[str]:
+    rows = ["| model | transformers' model | TransformerConfig | published | active per token |",
+            "|---|---:|---:|---:|---:|"]
+    for name, (config_json, published) in PUBLISHED.items():
+        config = TransformerConfig.from_hf(config_json)
+        real = sum(p.numel() for p in model_from_config_json(config_json).parameters())
+        cells = [name, f"{real:,}", f"{config.parameter_count:,}", f"{published:,}" if published else "—",
+                 f"{config.active_parameter_count:,}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def main() -> None:
-    print(f"Small models, CPU:\n\n{HEADER}")
+    print("Parameters of the published configs:\n")
+    print("\n".join(parameter_rows()))
+    print(f"\nSmall models, CPU:\n\n{HEADER}")
     print("\n".join(small_rows()))
     print(f"\nPublished full sizes, meta device:\n\n{HEADER}")
     print("\n".join(full_size_rows()))
