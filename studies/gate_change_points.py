@@ -1,4 +1,5 @@
-"""How well ``accounting gate history`` finds steps: ``python -m studies.gate_change_points``.
+"""How well ``accounting gate history`` finds steps: ``python -m studies.gate_change_points``
+(``--compare``: beside ruptures' PELT and binary segmentation).
 
 Synthetic histories of one benchmark's run values (each run's fastest round), built from a
 noise model of the gate's own measurements on the 2-vCPU KVM guest of an AMD EPYC
@@ -18,8 +19,11 @@ Noise models (:data:`NOISE`), each stated from a measured figure:
   factor drawn from 1.15–1.45, plus normal noise of sd 0.02; its log sd is about 0.13, the busy
   hour's.
 
+- ``calm5`` and ``plain5``: runs that spread by 5 % (log sd 0.05), as a noisier runner's do: the
+  calm model's structure at that spread, and plain independent log-normal runs.
+
 Planted changes (:data:`SCENARIOS`), at the middle run of the history (run ``n // 2`` is the
-first slow one): a step of 1.25× and of 1.10×; a creep of 3 % a run over 5 runs (runs
+first slow one): a step of 1.25× and of 1.10×; a 1.10× step at run ``2n // 3`` (after 20 of 30); a creep of 3 % a run over 5 runs (runs
 ``n//2 − 2`` to ``n//2 + 2``, 1.159× in all), found when a change point lies within the ramp or
 one run beside it; and none (``flat``).
 
@@ -39,13 +43,14 @@ import math
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from accounting.console import OneLineParser, table
-from accounting.gate.changepoints import PENALTY, TooFewRuns, detect
+from accounting.gate.changepoints import MIN_SEGMENT, TooFewRuns, detect
 from accounting.gate.history import analyse, read_history
 from accounting.gate.storage import run_files
 
@@ -54,8 +59,10 @@ BASE_SECONDS = 0.025
 NOISE = {
     "calm": {"sd": 0.014, "autocorrelation": 0.28, "outlier_rate": 0.1, "outlier_factor": (1.3, 1.5)},
     "busy": {"sd": 0.02, "stay": 2 / 3, "episode_factor": (1.15, 1.45)},
+    "calm5": {"sd": 0.05, "autocorrelation": 0.28, "outlier_rate": 0.1, "outlier_factor": (1.3, 1.5)},
+    "plain5": {"sd": 0.05, "autocorrelation": 0.0, "outlier_rate": 0.0, "outlier_factor": (1.3, 1.5)},
 }
-SCENARIOS = ("step 1.25x", "step 1.10x", "creep 3%x5", "flat")
+SCENARIOS = ("step 1.25x", "step 1.10x", "late step 1.10x", "creep 3%x5", "flat")
 LENGTHS = (10, 30, 100)
 HISTORIES = 20
 TIMING_RUNS = 1000
@@ -75,7 +82,7 @@ class History:
 def _noise(length: int, model: str, generator) -> np.ndarray:
     """Log noise of ``length`` runs under ``model`` (:data:`NOISE`)."""
     params = NOISE[model]
-    if model == "calm":
+    if "autocorrelation" in params:
         rho = params["autocorrelation"]
         shocks = generator.normal(0, params["sd"] * math.sqrt(1 - rho ** 2), length)
         logs = np.empty(length)
@@ -103,10 +110,11 @@ def synthetic(length: int, scenario: str, *, noise: str = "calm", seed: int = 0)
     logs = _noise(length, noise, generator)
     middle = length // 2
     first = last = None
-    if scenario.startswith("step"):
-        factor = float(scenario.split()[1].rstrip("x"))
-        logs[middle:] += math.log(factor)
-        first = last = middle
+    if "step" in scenario:
+        factor = float(scenario.split()[-1].rstrip("x"))
+        at = 2 * length // 3 if scenario.startswith("late") else middle
+        logs[at:] += math.log(factor)
+        first = last = at
     elif scenario.startswith("creep"):
         first, last = middle - 2, middle + 2
         for step, index in enumerate(range(first, length)):
@@ -116,12 +124,48 @@ def synthetic(length: int, scenario: str, *, noise: str = "calm", seed: int = 0)
     return History(tuple(BASE_SECONDS * np.exp(logs)), first, last)
 
 
-def detect_changes(history: History, **options) -> list[int]:
-    """The first runs after each change point found (empty when the history is too short)."""
+def detect_changes(history: History, *, method: str = "gate", **options) -> list[int]:
+    """The first runs after each change point found by ``method`` (:data:`METHODS`; empty when too short)."""
+    if method != "gate":
+        return _ruptures_changes(history.values, method)
     try:
         return [point.index for point in detect(history.values, **options).change_points]
     except TooFewRuns:
         return []
+
+
+RUPTURES_METHODS = {
+    # name: (ruptures class, cost model, penalty in units of log(runs); for "l2" also times the noise²)
+    "pelt-l2-16": ("KernelCPD", "linear", 16.0),
+    "pelt-normal": ("Pelt", "normal", 8.0),
+    "binseg-normal": ("Binseg", "normal", 8.0),
+    "pelt-rbf": ("Pelt", "rbf", 1.0),
+    "binseg-rbf": ("Binseg", "rbf", 1.0),
+}
+"""The well-kept implementations compared with the gate's (``--compare``), run on the same log run values with
+the same minimum segment. ``pelt-l2-16`` is the gate's earlier method without its permutation test (PELT,
+squared error, 16 × noise² × log n); the other penalties were the smallest of 1, 2, 4, 6, 8, 16 (rbf: 0.1, 0.25,
+0.5, 1) × log n that kept the false change points of 20 flat ``calm5`` histories of 30 runs (seeds 1000–1019, not
+those measured) at 1 or fewer, as the gate's own level is set against false change points."""
+METHODS = ("gate", *RUPTURES_METHODS)
+
+
+def _ruptures_changes(values, method: str) -> list[int]:
+    import ruptures  # deferred: only the comparison needs it, and the gate does not depend on it
+
+    kind, model, factor = RUPTURES_METHODS[method]
+    logs = np.log(np.asarray(values, dtype=float))
+    with warnings.catch_warnings():  # ruptures' CostNormal warns on creation that it biases constant segments
+        warnings.filterwarnings("ignore", message="New behaviour in v1.1.5", category=UserWarning)
+        if kind == "KernelCPD":
+            noise = max(0.002, 1.4826 * float(np.median(np.abs(np.diff(logs)))) / math.sqrt(2))
+            algorithm = ruptures.KernelCPD(kernel=model, min_size=MIN_SEGMENT, jump=1)
+            penalty = factor * noise ** 2 * math.log(logs.size)
+        else:
+            algorithm = getattr(ruptures, kind)(model=model, min_size=MIN_SEGMENT, jump=1)
+            penalty = factor * math.log(logs.size)
+        ends = algorithm.fit(logs.reshape(-1, 1)).predict(pen=penalty)
+    return [int(end) for end in ends[:-1]]
 
 
 def found(indices, history: History, *, slack: int = 1) -> bool:
@@ -137,7 +181,8 @@ def _distance(indices, history: History) -> int | None:
     return min(max(0, history.first_changed - index, index - history.last_changed) for index in indices)
 
 
-def measure(*, noise: str, histories: int = HISTORIES, lengths=LENGTHS, scenarios=SCENARIOS, **options) -> list:
+def measure(*, noise: str, histories: int = HISTORIES, lengths=LENGTHS, scenarios=SCENARIOS, method: str = "gate",
+            **options) -> list:
     """One row per scenario and length: found ±1, mean distance of the nearest, other change points."""
     rows = []
     for scenario in scenarios:
@@ -145,7 +190,7 @@ def measure(*, noise: str, histories: int = HISTORIES, lengths=LENGTHS, scenario
             hits, distances, extra, with_any = 0, [], 0, 0
             for seed in range(histories):
                 history = synthetic(length, scenario, noise=noise, seed=seed)
-                indices = detect_changes(history, **options)
+                indices = detect_changes(history, method=method, **options)
                 with_any += bool(indices)
                 if history.first_changed is None:
                     extra += len(indices)
@@ -155,7 +200,7 @@ def measure(*, noise: str, histories: int = HISTORIES, lengths=LENGTHS, scenario
                 if distance is not None:
                     distances.append(distance)
                 extra += sum(1 for index in indices if not found([index], history))
-            rows.append({"noise": noise, "scenario": scenario, "runs": length, "histories": histories,
+            rows.append({"method": method, "noise": noise, "scenario": scenario, "runs": length, "histories": histories,
                          "found_within_1": hits if scenario != "flat" else None,
                          "mean_distance": float(np.mean(distances)) if distances else None,
                          "histories_with_a_change_point": with_any, "other_change_points": extra})
@@ -196,7 +241,7 @@ def time_history(runs: int = TIMING_RUNS, benchmarks: int = TIMING_BENCHMARKS, r
             "change_points": len(result.steps)}
 
 
-HEADER = ["noise", "planted", "runs", "found ±1 run", "mean distance (runs)", "histories with a change point",
+HEADER = ["method", "noise", "planted", "runs", "found ±1 run", "mean distance (runs)", "histories with a change point",
           "other change points"]
 
 
@@ -206,7 +251,7 @@ def summary_rows(rows) -> list[list[str]]:
     for row in rows:
         found_text = "—" if row["found_within_1"] is None else f"{row['found_within_1']} / {row['histories']}"
         distance = "—" if row["mean_distance"] is None else f"{row['mean_distance']:.2f}"
-        cells.append([row["noise"], row["scenario"], str(row["runs"]), found_text, distance,
+        cells.append([row["method"], row["noise"], row["scenario"], str(row["runs"]), found_text, distance,
                       f"{row['histories_with_a_change_point']} / {row['histories']}", str(row["other_change_points"])])
     return cells
 
@@ -216,18 +261,29 @@ def main(argv=None) -> int:
     parser.add_argument("--noise", choices=sorted(NOISE), action="append", default=None,
                         help="noise model(s); default: all")
     parser.add_argument("--histories", type=int, default=HISTORIES, help="histories per cell. Default: %(default)r")
-    parser.add_argument("--penalty", type=float, default=PENALTY, help="PELT penalty factor. Default: %(default)r")
+    parser.add_argument("--method", choices=METHODS, action="append", default=None,
+                        help="change-point method(s): the gate's, or ruptures' (installed separately); default: gate")
+    parser.add_argument("--compare", action="store_true",
+                        help="every method side by side on 30-run histories of calm, calm5 and plain5 noise")
+    parser.add_argument("--runs", type=int, action="append", default=None,
+                        help=f"history lengths; default: {', '.join(map(str, LENGTHS))}")
     parser.add_argument("--no-timing", dest="timing", action="store_false", help="skip the 1,000 × 50 timing")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the figures as JSON")
     args = parser.parse_args(argv)
     if args.histories < 1:
         parser.error(f"--histories must be a positive integer, got {args.histories}")
+    methods = args.method or (METHODS if args.compare else ("gate",))
+    noises = args.noise or (("calm", "calm5", "plain5") if args.compare else sorted(NOISE))
+    lengths = tuple(args.runs or ((30,) if args.compare else LENGTHS))
+    if any(length < 2 for length in lengths):
+        parser.error(f"--runs must be at least 2, got {min(lengths)}")
     rows = []
-    for noise in args.noise or sorted(NOISE):
-        rows += measure(noise=noise, histories=args.histories, penalty=args.penalty)
+    for method in methods:
+        for noise in noises:
+            rows += measure(noise=noise, histories=args.histories, lengths=lengths, method=method)
     print(table(HEADER, summary_rows(rows)))
-    figures = {"rows": rows, "penalty": args.penalty}
-    if args.timing:
+    figures = {"rows": rows}
+    if args.timing and not args.compare:
         timing = time_history()
         figures["timing"] = timing
         print(f"\n{timing['runs']} runs × {timing['benchmarks']} benchmarks: read {timing['read_s']:.1f} s, "

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from accounting.gate import cli
+from accounting.gate.changepoints import detectable_step
 from accounting.gate.storage import machine_id
 from tests.support.cli_runs import run_main
 from tests.support.gate_runs import (
@@ -163,3 +164,16 @@ def test_an_empty_storage_is_no_runs_not_bad_input(tmp_path, capsys):
     assert status == 0 and err == ""
     assert out.startswith("History: no runs") and "accounting gate save" in out
     assert not (tmp_path / "history.png").exists()
+
+
+def test_each_benchmark_says_how_small_a_step_its_noise_lets_the_search_find(history, capsys):
+    status, out, _ = run_main(["gate", "history", "--storage", str(history), "--json", "-"], capsys)
+    data = json.loads(out)
+    copy = next(bench for bench in data["benchmarks"] if bench["name"] == COPY)
+    kept = len(copy["runs"]) - len(copy["outlier_indices"])
+    assert copy["detectable_step_ratio"] == pytest.approx(detectable_step(copy["noise_log_sd"], kept))
+    assert copy["too_noisy"] is (copy["detectable_step_ratio"] > 1 + copy["threshold"])
+    status, text, _ = run_main(["gate", "history", "--storage", str(history)], capsys)
+    percent = (copy["detectable_step_ratio"] - 1) * 100
+    assert re.search(rf"test_copy: no change point in 24 runs \(noise: sd of log values [0-9.]+\), so no step larger "
+                     rf"than {percent:.2g} % at the middle of them", text)

@@ -10,7 +10,7 @@
   (``pytest --benchmark-save-data --benchmark-json=CURRENT.json``), without re-measuring.
 - ``history``: the change points of every benchmark in the saved runs of this hardware, each
   with the first run after it (date, commit, branch): which merge made it slower
-  (:mod:`accounting.gate.history`). ``check`` and ``compare`` compare a benchmark whose history
+  (:mod:`accounting.gate.history`; its arguments and run: :mod:`accounting.gate.cli_history`). ``check`` and ``compare`` compare a benchmark whose history
   stepped within their baseline window with the runs after the step only.
 
 Exit status: 0 no sure regression (inconclusive benchmarks are named, not failed), 1 a
@@ -44,26 +44,22 @@ from accounting.gate.ab import (
     nothing_ran,
     tree_environment,
 )
-from accounting.gate.changepoints import ALPHA as CHANGE_POINT_ALPHA
 from accounting.gate.decide import judge, noise_notes
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.history import (
     CHECK_HISTORY_RUNS,
-    RunSelection,
-    analyse,
     last_steps,
-    parse_date,
-    read_history,
-    to_json,
 )
 from accounting.gate.measure import Runner, servers_ready
-from accounting.gate.plot import write_change_point_plot, write_history_plot
-from accounting.gate.render import (
-    render_history_markdown,
-    render_history_text,
-    render_markdown,
-    render_text,
+from accounting.gate.cli_history import (
+    HISTORY_DESCRIPTION,
+    SUMMARY_ENV,
+    history_arguments,
+    positive_count,
+    run_history,
 )
+from accounting.gate.plot import write_history_plot
+from accounting.gate.render import render_markdown, render_text
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import (
     DEFAULT_STORAGE,
@@ -83,7 +79,6 @@ DEFAULT_MAX_EXTRA_RUNS = 4
 """Fresh processes a ``check`` may add for its suspects: with 10 baseline runs, 1 + 4 current runs
 reach p ≤ 0.01/3 (Holm's smallest level for a matrix of 3) and beyond; each adds one pytest start-up
 (about 5 s on a CPU) plus the suspects' rounds."""
-SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 DESCRIPTION = (
     "A regression gate that tells noise from a real slowdown. It compares the current runs of a "
@@ -108,25 +103,6 @@ EPILOG = (
     "Example: accounting gate save --runs 10 --threads 1 -- -m cpu -k 1024; "
     "accounting gate check --threads 1 -- -m cpu -k 1024"
 )
-
-
-def positive_count(text: str) -> int:
-    """A positive integer option value.
-
-    >>> positive_count("3")
-    3
-    >>> positive_count("0")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: must be a positive integer, got '0'
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
 
 
 def non_negative_count(text: str) -> int:
@@ -188,46 +164,6 @@ def _verdict_arguments(parser):
                              "for machines that are never quiet, at the price of the gate's error rates")
 
 
-HISTORY_DESCRIPTION = (
-    "Which merge made it slower: the change points of every benchmark in the saved runs of this hardware (the "
-    "storage and identity rules of `gate check`; the identity is the newest run's), each with its size (the ratio "
-    "of the levels either side, with an interval), its significance (a permutation test) and the first run after "
-    "it: its file, date, commit and branch. PELT segmentation of the log run values (ruptures), each step tested as "
-    "E-divisive tests its candidates (accounting/gate/changepoints.py: why, and the parameters)."
-)
-
-
-def _history_arguments(parser):
-    _storage_argument(parser)
-    parser.add_argument("-k", "--benchmark", metavar="PATTERN", action="append", default=None,
-                        help="only benchmarks whose node id matches PATTERN (fnmatch, or a substring); repeatable")
-    parser.add_argument("--since", metavar="DATE", default=None,
-                        help="only runs saved on or after DATE (ISO: 2026-11-01 or 2026-11-01T12:00; UTC if no zone)")
-    parser.add_argument("--until", metavar="DATE", default=None, help="only runs saved on or before DATE")
-    parser.add_argument("--from-run", metavar="N", type=positive_count, default=None,
-                        help="only runs numbered N or later (the NNNN_ of the file name)")
-    parser.add_argument("--to-run", metavar="N", type=positive_count, default=None,
-                        help="only runs numbered N or earlier")
-    parser.add_argument("--last", metavar="N", type=positive_count, default=None,
-                        help="only the newest N usable runs (after the other limits)")
-    parser.add_argument("--json", metavar="PATH", default=None,
-                        help="also write the history, change points and levels as JSON to PATH ('-': standard output, "
-                             "instead of the table)")
-    parser.add_argument("--benchmarks-json", metavar="PATH", default=None,
-                        help=f"benchmarks.json with the metric and thresholds. Default: ${BENCHMARKS_ENV} or "
-                             "./benchmarks.json")
-    parser.add_argument("--markdown", metavar="PATH", default=None,
-                        help=f"also write the table as Markdown to PATH (it is appended to ${SUMMARY_ENV} anyway "
-                             "when that is set)")
-    parser.add_argument("--plot", metavar="PATH", default=None,
-                        help="draw each benchmark's runs, levels and change points to PATH as PNG")
-    parser.add_argument("--metric", choices=sorted(RUN_METRICS), default=None,
-                        help="what each run's rounds are reduced to. Default: benchmarks.json's regression.metric")
-    parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
-                        help="use runs taken on a loaded or throttled machine too")
-    parser.set_defaults(run=run, parser=parser)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``gate`` actions, on ``parser`` (the ``gate`` sub-command of ``python -m accounting``)."""
     actions = parser.add_subparsers(dest="gate_command", metavar="ACTION", parser_class=OneLineParser)
@@ -277,7 +213,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     history = actions.add_parser("history", help="the change points of each benchmark's saved history, and the "
                                                  "runs (commits) that started them",
                                  description=HISTORY_DESCRIPTION, epilog=EPILOG)
-    _history_arguments(history)
+    history_arguments(history, storage_argument=_storage_argument)
+    history.set_defaults(run=run, parser=history)
     return parser
 
 
@@ -438,55 +375,6 @@ def _check(args, config, runner, stdout, stderr, started) -> int:
     return EXIT_REGRESSION if result.failed else EXIT_OK
 
 
-def _history(args, stdout) -> int:
-    config = load_benchmarks(args.benchmarks_json)
-    for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot"),
-                         (args.json if args.json != "-" else None, "--json")):
-        if path is not None:
-            check_writable(path, option)
-    if args.plot is not None:
-        require_matplotlib()
-    if args.from_run is not None and args.to_run is not None and args.from_run > args.to_run:
-        raise AccountingError(f"--from-run {args.from_run} is after --to-run {args.to_run}")
-    selection = RunSelection(first=args.from_run, final=args.to_run,
-                             since=parse_date(args.since, "--since") if args.since else None,
-                             until=parse_date(args.until, "--until", end=True) if args.until else None,
-                             last=args.last)
-    if selection.since and selection.until and selection.since > selection.until:
-        raise AccountingError(f"--since {args.since} is after --until {args.until}")
-    files = run_files(args.storage, machine_id())
-    if not files and selection == RunSelection():
-        # A fresh storage, or `gate save -- -m gpu` on a machine without a GPU (nothing saved): nothing to look
-        # through is an answer, not bad input; a range that selects nothing of a history stays an error.
-        print(f"History: no runs\n\nNote: no saved runs in {args.storage} for this interpreter ({machine_id()}); "
-              "`accounting gate save` saves them", file=stdout)
-        return EXIT_OK
-    runs, skipped = read_history(files, selection=selection, reject=_reject if args.load_guard else None)
-    notes = [] if args.load_guard else ["load guard off: runs on a loaded or throttled machine are used as they are"]
-    result = analyse(runs, metric=args.metric or config.regression_metric, threshold_for=config.regression_threshold,
-                     names=args.benchmark, skipped=skipped, notes=notes)
-    if args.json == "-":
-        print(json.dumps(to_json(result), indent=2), file=stdout)
-    else:
-        print(render_history_text(result, alpha=CHANGE_POINT_ALPHA), file=stdout, flush=True)
-        if args.json:
-            with open(args.json, "w", encoding="utf8") as handle:
-                json.dump(to_json(result), handle, indent=2)
-    markdown = render_history_markdown(result, alpha=CHANGE_POINT_ALPHA)
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf8") as handle:
-            handle.write(markdown + "\n")
-    summary = os.environ.get(SUMMARY_ENV)
-    if summary:
-        with open(summary, "a", encoding="utf8") as handle:
-            handle.write(markdown + "\n")
-    if args.plot:
-        write_change_point_plot(result, args.plot)
-        if args.json != "-":
-            print(f"Plot written to {args.plot}", file=stdout)
-    return EXIT_OK
-
-
 def _prepare(args):
     """The thresholds, and output paths tried before anything is measured (as the report does)."""
     config = load_benchmarks(args.benchmarks_json)
@@ -511,7 +399,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
     keep = getattr(args, "keep", None)
     try:
         if args.gate_command == "history":
-            return _history(args, stdout)
+            return run_history(args, stdout, reject=_reject)
         if args.gate_command == "compare":
             config = _prepare(args)
             current = [load_run(path) for path in args.current]

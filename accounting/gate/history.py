@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accounting.errors import AccountingError
-from accounting.gate.changepoints import Detection, TooFewRuns, detect
+from accounting.gate.changepoints import Detection, TooFewRuns, detect, detectable_step
 from accounting.gate.decide import DEFAULT_METRIC
 from accounting.gate.storage import check_run_metric, choose_baseline, load_run
 
@@ -91,6 +91,21 @@ class BenchmarkHistory:
     """:class:`Step` per change point, oldest first."""
     note: str | None = None
     """Why nothing was looked for (too few runs), or ``None``."""
+    threshold: float = DEFAULT_THRESHOLD_PERCENT / 100
+    """The benchmark's regression threshold (a fraction)."""
+
+    @property
+    def detectable(self) -> float | None:
+        """The smallest step (a ratio) at the middle of the runs looked in that their noise lets the search find
+        with 95 % power (:func:`accounting.gate.changepoints.detectable_step`); ``None`` where nothing was looked for."""
+        if self.detection is None:
+            return None
+        return detectable_step(self.detection.noise, len(self.values) - len(self.detection.outliers))
+
+    @property
+    def too_noisy(self) -> bool:
+        """A step of the threshold's size would be missed more than 5 % of the time, even at the middle."""
+        return self.detectable is not None and self.detectable > 1 + self.threshold
 
 
 @dataclass(frozen=True)
@@ -220,13 +235,14 @@ def analyse(runs, *, metric: str = DEFAULT_METRIC, threshold_for=None, names=Non
         infos = tuple(RunInfo.of(run) for run in having)
         values = tuple(run.benchmarks[name].summary(metric) for run in having)
         kind = next((run.benchmarks[name].kind for run in having if run.benchmarks[name].kind), None)
+        threshold = threshold_for(kind, name) / 100
         try:
-            found = detect(values, threshold=threshold_for(kind, name) / 100, **options)
+            found = detect(values, threshold=threshold, **options)
         except TooFewRuns as error:
-            benchmarks.append(BenchmarkHistory(name, infos, values, None, note=f"{name}: {error}"))
+            benchmarks.append(BenchmarkHistory(name, infos, values, None, note=f"{name}: {error}", threshold=threshold))
             continue
         steps = tuple(Step(point, infos[point.index], infos[point.index - 1]) for point in found.change_points)
-        benchmarks.append(BenchmarkHistory(name, infos, values, found, steps))
+        benchmarks.append(BenchmarkHistory(name, infos, values, found, steps, threshold=threshold))
     return HistoryResult(tuple(benchmarks), tuple(RunInfo.of(run) for run in runs), tuple(skipped), metric,
                          tuple(notes))
 
@@ -272,6 +288,9 @@ def to_json(result: HistoryResult) -> dict:
                        for first, end, level in (detection.levels if detection else ())],
             "outlier_indices": list(detection.outliers) if detection else [],
             "noise_log_sd": detection.noise if detection else None,
+            "detectable_step_ratio": bench.detectable,
+            "too_noisy": bench.too_noisy,
+            "threshold": bench.threshold,
             "note": bench.note,
         })
     return {"metric": result.metric, "runs": [info(run) for run in result.runs],

@@ -308,7 +308,11 @@ def _history_lines(result) -> list[str]:
             outliers = len(bench.detection.outliers)
             aside = f", {outliers} slow outlier run(s) set aside" if outliers else ""
             lines.append(f"{names[bench.name]}: no change point in {len(bench.values)} runs (noise: sd of log values "
-                         f"{bench.detection.noise:.2g}{aside})")
+                         f"{bench.detection.noise:.2g}{aside}), so no step larger than {percent(bench.detectable)} "
+                         "at the middle of them (found with 95 % power)")
+        if bench.detection is not None and bench.too_noisy:
+            lines.append(f"{names[bench.name]}: too noisy for its {bench.threshold * 100:g} % threshold: a step of "
+                         f"{percent(bench.detectable)} or more is needed to be found with 95 % power in these runs")
     lines += [bench.note for bench in result.benchmarks if bench.note]
     lines += [f"run {label} passed over: {why}" for label, why in result.skipped]
     lines += list(result.notes)

@@ -27,8 +27,16 @@ def test_found_counts_a_change_point_within_one_run_of_the_ramp():
 def test_a_small_run_prints_its_table(capsys):
     assert study.main(["--noise", "calm", "--histories", "2", "--no-timing"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("noise  planted")
-    assert len([line for line in out.splitlines() if line.startswith("calm")]) == len(study.SCENARIOS) * len(study.LENGTHS)
+    assert out.startswith("method  noise  planted")
+    assert len([line for line in out.splitlines() if line.startswith("gate    calm ")]) == len(study.SCENARIOS) * len(
+        study.LENGTHS)
+
+
+def test_the_late_step_is_planted_after_two_thirds_of_the_runs():
+    history = study.synthetic(30, "late step 1.10x", noise="plain5", seed=2)
+    flat = study.synthetic(30, "flat", noise="plain5", seed=2)
+    assert (history.first_changed, history.last_changed) == (20, 20)
+    assert np.allclose(np.log(np.array(history.values) / np.array(flat.values))[20:], math.log(1.10))
 
 
 def test_bad_options_are_one_line(capsys):
