@@ -154,8 +154,7 @@ def conviction_power(effect: float, spread: float, baseline_size: int, current_s
     >>> round(conviction_power(1.10, 0.02, 10, 5, alpha=0.01, threshold=0.10), 3)   # at 10 %: the interval's 5 %
     0.05
     """
-    from scipy import integrate, special  # deferred: start-up cost; only a verdict needs scipy
-    from scipy import stats as scipy_stats
+    from scipy import integrate, special, stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
 
     _check(spread, baseline_size, current_size)
     if not _reachable(baseline_size, current_size, alpha):
