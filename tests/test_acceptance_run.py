@@ -1,0 +1,224 @@
+"""accounting.acceptance.cli and .outputs: the whole run with fake steps, OUTDIR's file limit, and .ci/gpu on this CPU.
+
+The run is driven by a fake step runner (no process is started): it writes what each step would write,
+so the summary, its rewriting after every step, the order, the budget handed to each step and the exit
+status are all seen. The slow test runs ``bash .ci/gpu`` itself on this machine, which has no GPU.
+"""
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from accounting.acceptance import cli
+from accounting.acceptance.outputs import ARCHIVE, MAX_FILES, check_outdir, over_limit, pack
+from accounting.acceptance.plan import BUDGETS_S
+from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome
+from accounting.errors import AccountingError
+
+ROOT = Path(__file__).resolve().parents[1]
+CI_RUN_ENV = "ACCOUNTING_GPU_CHECK_OUTDIR"
+"""Set by .ci/run to the OUTDIR of the run it made in a clean environment; the slow test then checks that run."""
+
+GPU_PROBE = {"gpu": True, "no_gpu_reason": None, "nccl": True, "torch": "2.13.0+cu130", "cuda": "13.0",
+             "devices": [{"index": 0, "name": "NVIDIA H200", "total_bytes": 150 * 10**9, "free_bytes": 149 * 10**9,
+                          "compute_capability": "9.0", "multiprocessors": 132}],
+             "missing_optional": ["ruptures", "beartype"], "missing_needed": [], "import_errors": [],
+             "plugin_registered": False, "python_version": "3.12.3"}
+
+
+class FakeSteps:
+    """Plays every step: the probe writes ``probe``; the others end as ``statuses`` says (default passed)."""
+
+    def __init__(self, out: Path, probe=GPU_PROBE, statuses=None, seconds=10.0, clock=None, write=None):
+        self.out, self.probe, self.statuses, self.seconds = out, probe, statuses or {}, seconds
+        self.clock, self.write = clock, write or {}
+        self.calls = []
+
+    def __call__(self, step, *, log_dir, time_left_s, cwd, env):
+        listed = len(json.loads((self.out / "summary.json").read_text())["steps"]) if self.calls else 0
+        self.calls.append((step.name, time_left_s, listed, env["PYTHONPATH"].split(os.pathsep)[0]))
+        if self.clock is not None:
+            self.clock.now += self.seconds
+        (Path(log_dir) / step.log_name).write_text("log\n")
+        if step.name == "probe":
+            Path(step.command[-1]).write_text(json.dumps(self.probe))
+            return Outcome("probe", step.what, PASSED, self.seconds, step.budget_s, gpu=False)
+        if step.skip:
+            return Outcome(step.name, step.what, SKIPPED, 0.0, step.budget_s, step.skip)
+        for name, text in self.write.get(step.name, {}).items():
+            (self.out / name).write_text(text)
+        status = self.statuses.get(step.name, PASSED)
+        return Outcome(step.name, step.what, status, self.seconds, step.budget_s, "broke" if status == FAILED else "")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def _run(tmp_path, **kwargs):
+    out = tmp_path / "out"
+    clock = Clock()
+    steps = FakeSteps(out, clock=clock, **kwargs)
+    record = cli.Run(out, root=ROOT, runner=steps, clock=clock, budget_s=470, stderr=io.StringIO()).execute()
+    return record, steps, out
+
+
+def test_every_step_runs_in_order_and_the_summary_is_rewritten_after_each(tmp_path):
+    record, steps, out = _run(tmp_path)
+    assert [name for name, *_ in steps.calls] == ["probe", *BUDGETS_S]
+    assert [listed for _name, _left, listed, _path in steps.calls] == list(range(len(BUDGETS_S) + 1))
+    assert {path for *_rest, path in steps.calls} == {str(ROOT)}  # the checkout first on PYTHONPATH
+    assert record["result"] == "held"
+    assert json.loads((out / "summary.json").read_text())["result"] == "held"
+
+
+def test_each_step_is_handed_what_is_left_of_the_run_s_budget(tmp_path):
+    _record, steps, _out = _run(tmp_path)
+    assert [left for _name, left, *_ in steps.calls] == [470 - 10 * index for index in range(len(steps.calls))]
+
+
+def test_a_failed_step_does_not_stop_the_run_and_fails_its_exit_status(tmp_path):
+    record, steps, _out = _run(tmp_path, statuses={"report-quick": FAILED})
+    assert len(steps.calls) == len(BUDGETS_S) + 1
+    assert record["result"] == "did not hold"
+    assert cli.exit_status(record["result"]) == 1
+    assert [step["reason"] for step in record["steps"] if step["status"] == FAILED] == ["broke"]
+
+
+def test_the_gate_check_needs_the_gate_save_to_have_passed(tmp_path):
+    record, steps, _out = _run(tmp_path, statuses={"gate-save": FAILED})
+    check = next(step for step in record["steps"] if step["name"] == "gate-check")
+    assert (check["status"], check["reason"]) == (SKIPPED, "needs gate-save to have passed (it failed)")
+
+
+def test_a_figure_out_of_range_fails_a_run_whose_steps_all_passed(tmp_path):
+    report = {"dtypes": {"bfloat16": {"headlines": {"burst": {"flops_per_s": 400e12, "shape": [8192] * 3}}}},
+              "health": {"state": "healthy"}, "verdict": "healthy"}
+    record, _steps, _out = _run(tmp_path, write={"report": {"report.json": json.dumps(report)}})
+    [figure] = record["figures"]
+    assert (figure["name"], figure["verdict"]) == ("bfloat16 burst", "below")
+    assert record["result"] == "did not hold"
+    report_step = next(step for step in record["steps"] if step["name"] == "report")
+    assert report_step["headline"] == "health healthy, verdict healthy"
+
+
+def test_without_a_gpu_every_gpu_step_is_skipped_and_the_run_passes_as_no_gpu(tmp_path):
+    probe = dict(GPU_PROBE, gpu=False, devices=[], no_gpu_reason="no CUDA device: torch.cuda.is_available() is False")
+    record, steps, out = _run(tmp_path, probe=probe)
+    assert record["result"] == "no GPU" and cli.exit_status(record["result"]) == 0
+    assert cli.verify_no_gpu_run(record, [p.name for p in out.iterdir()]) == []
+    assert "| clock-check | skipped | 0.0 | 25 |" in (out / "summary.md").read_text()
+
+
+def test_a_probe_that_finds_the_package_broken_fails_and_skips_the_rest(tmp_path):
+    probe = dict(GPU_PROBE, import_errors=["accounting.gate.changepoints: ModuleNotFoundError: No module named 'x'"])
+    record, _steps, _out = _run(tmp_path, probe=probe)
+    probe_step, *gpu_steps = record["steps"]
+    assert probe_step["status"] == FAILED and probe_step["reason"].startswith("the package does not import: ")
+    assert {step["status"] for step in gpu_steps} == {SKIPPED}
+    assert record["result"] == "did not hold"
+
+
+def test_outdir_keeps_at_most_eight_files_and_the_logs_go_into_one_archive(tmp_path):
+    extra = {f"extra{index}.json": "{}" for index in range(6)}
+    record, _steps, out = _run(tmp_path, write={"report": {"report.json": "{}", "report.png": "png", **extra}})
+    names = sorted(path.name for path in out.iterdir())
+    assert len(names) == MAX_FILES and ARCHIVE in names and "summary.md" in names and "report.json" in names
+    assert sorted(record["files"]) == names
+    with tarfile.open(out / ARCHIVE) as archive:
+        archived = archive.getnames()
+    assert "logs/probe.log" in archived and "logs/probe.json" in archived
+    assert {f"logs/{name}" for name in extra} - set(archived) == {f"logs/{n}" for n in names if n in extra}
+
+
+@pytest.mark.parametrize("names, moved", [
+    pytest.param(["summary.md", "summary.json", "logs.tar.gz"], [], id="within"),
+    pytest.param(["a", "b", "c", "summary.md", "report.json", "logs.tar.gz"], ["b", "c"], id="others-first"),
+    pytest.param(["report.png", "fleet.json", "summary.json", "summary.md", "logs.tar.gz"], ["report.png"],
+                 id="least-important"),
+])
+def test_over_limit_moves_what_is_least_important_and_never_the_archive(names, moved):
+    assert over_limit(names, limit=4) == moved
+
+
+def test_pack_archives_the_logs_folder_and_removes_it(tmp_path):
+    out = check_outdir(tmp_path / "out")
+    (out / "logs" / "step.log").write_text("hello")
+    (out / "summary.md").write_text("s")
+    assert pack(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "summary.md"]
+    with tarfile.open(out / "logs.tar.gz") as archive:
+        assert archive.extractfile("logs/step.log").read() == b"hello"
+
+
+def test_a_non_empty_outdir_is_refused(tmp_path):
+    (tmp_path / "old.md").write_text("x")
+    with pytest.raises(AccountingError, match=r"^OUTDIR '.*' is not empty \(1 entries\): give a new or empty"):
+        check_outdir(tmp_path)
+    with pytest.raises(AccountingError, match=r"^OUTDIR '.*old\.md' exists and is not a directory$"):
+        check_outdir(tmp_path / "old.md")
+
+
+def test_the_command_refuses_a_non_empty_outdir_with_exit_status_2(tmp_path, capsys):
+    (tmp_path / "old.md").write_text("x")
+    with pytest.raises(SystemExit) as stopped:
+        cli.main([str(tmp_path)])
+    assert stopped.value.code == 2
+    assert "is not empty" in capsys.readouterr().err
+
+
+def _record(**changes):
+    record = {"elapsed_s": 8.0, "steps": [
+        {"name": "probe", "status": PASSED, "reason": "", "gpu": False},
+        {"name": "report", "status": SKIPPED, "reason": "no CUDA device", "gpu": True},
+        {"name": "fleet", "status": SKIPPED, "reason": "no CUDA device", "gpu": True}]}
+    record.update(changes)
+    return record
+
+
+@pytest.mark.parametrize("record, files, problems", [
+    pytest.param(_record(), ["summary.md"], [], id="right"),
+    pytest.param(_record(elapsed_s=121.0), ["summary.md"], ["the run took 121 s, not under 120 s"], id="too-slow"),
+    pytest.param(_record(steps=[{"name": "probe", "status": FAILED, "reason": "exit 1", "gpu": False},
+                                {"name": "fleet", "status": SKIPPED, "reason": "x", "gpu": True}]), [],
+                 ["the probe did not pass: exit 1"], id="probe-failed"),
+    pytest.param(_record(steps=[{"name": "probe", "status": PASSED, "gpu": False},
+                                {"name": "report", "status": PASSED, "reason": "", "gpu": True},
+                                {"name": "fleet", "status": SKIPPED, "reason": " ", "gpu": True}]), [],
+                 ["report was passed, not skipped: no reason", "fleet was skipped without a reason"], id="ran-or-no-reason"),
+    pytest.param(_record(), [f"f{index}" for index in range(9)],
+                 ["OUTDIR holds 9 files, more than 8: f0, f1, f2, f3, f4, f5, f6, f7, f8"], id="too-many-files"),
+])
+def test_verify_no_gpu_run_names_each_problem(record, files, problems):
+    assert cli.verify_no_gpu_run(record, files) == problems
+
+
+@pytest.mark.slow
+def test_ci_gpu_on_this_cpu_machine_skips_every_gpu_step_with_its_reason(tmp_path):
+    """.ci/gpu end to end here. Under .ci/run (CI) the run it made in a clean environment without ruptures, beartype
+    and nvidia-ml-py is checked instead of making a second one: the same command, the stricter environment."""
+    outdir = os.environ.get(CI_RUN_ENV)
+    if outdir and (Path(outdir) / "summary.json").exists():
+        out, seconds = Path(outdir), None
+    else:
+        out = tmp_path / "gpu-run"
+        started = time.monotonic()
+        completed = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), str(out)], capture_output=True, text=True,
+                                   timeout=cli.NO_GPU_MAX_S)
+        seconds = time.monotonic() - started
+        assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+        assert completed.stdout.startswith("# GPU acceptance run")  # the summary is printed last, on stdout
+    record = json.loads((out / "summary.json").read_text())
+    assert cli.verify_no_gpu_run(record, [path.name for path in out.iterdir()]) == []
+    assert seconds is None or seconds < cli.NO_GPU_MAX_S
+    assert len(list(out.iterdir())) <= MAX_FILES
