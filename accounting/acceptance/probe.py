@@ -21,15 +21,18 @@ import json
 import pkgutil
 import platform
 import sys
+from pathlib import Path
 
 import torch
 
-import accounting
 from accounting.bench.skips import gpu_skip_reason
 from accounting.hardware.devices import cuda_available
 
 PLUGIN_MODULE = "accounting.bench.plugin"
 """The pytest plugin, named with ``-p`` when no installed distribution registers it (entry point ``pytest11``)."""
+
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The package's folder, whose every module the probe imports."""
 
 OPTIONAL = {
     "ruptures": "`gate history` and the gate's change points (the step left out of `gate check`)",
@@ -60,7 +63,7 @@ def missing(names) -> list[str]:
 def import_errors() -> list[str]:
     """Every module of the package that fails to import, with the error: what the GPU machine would hit."""
     errors = []
-    for module in pkgutil.walk_packages(accounting.__path__, "accounting."):
+    for module in pkgutil.walk_packages([str(PACKAGE)], "accounting."):
         try:
             importlib.import_module(module.name)
         except Exception as error:  # any failure to import is what is being looked for
