@@ -202,7 +202,10 @@ def _rotary_fields(config: dict, model_type: str) -> dict:
             )
         fields |= {"bias": mlp_bias, "qkv_bias": attention_bias}
     if model_type == "mixtral":
-        fields |= {"experts": _size(config, "num_local_experts"), "experts_per_token": _size(config, "num_experts_per_tok")}
+        fields |= {
+            "experts": _size(config, "num_local_experts"),
+            "experts_per_token": _size(config, "num_experts_per_tok"),
+        }
     return fields
 
 
@@ -214,7 +217,7 @@ def config_fields(source, sequence_length: int | None = None) -> dict:
     """
     config = read_config_json(source)
     model_type = config.get("model_type")
-    if model_type not in _READ:
+    if not isinstance(model_type, str) or model_type not in _READ:
         known = ", ".join(repr(name) for name in MODEL_TYPES)
         raise AccountingError(f"model_type {model_type!r} is not one from_hf reads ({known})")
     _check_known_keys(config, model_type)

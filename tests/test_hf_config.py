@@ -117,6 +117,7 @@ def without(family: str, key: str) -> dict:
         pytest.param(small("llama", model_type="bert"), AccountingError,
                      r"^model_type 'bert' is not one from_hf reads \('gpt2', 'llama', 'mistral', 'qwen2', 'mixtral'\)$", id="unknown-model-type"),
         pytest.param(without("llama", "model_type"), AccountingError, r"^model_type None is not one from_hf reads", id="no-model-type"),
+        pytest.param(small("llama", model_type=["llama"]), AccountingError, r"^model_type \['llama'\] is not one from_hf reads", id="list-model-type"),
         pytest.param(small("llama", num_local_experts=8), AccountingError,
                      r"^config.json key 'num_local_experts' is not known for model_type 'llama': it may change the parameter or FLOP count", id="experts-on-llama"),
         pytest.param(small("mistral", quantization_config={"quant_method": "gptq", "bits": 4}), AccountingError,

@@ -91,7 +91,8 @@ def test_parameter_counts_equal_the_real_model_part_by_part(family, data):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_widths_are_those_of_the_real_projections(family):
-    model, config = build_hf_model(family, device="meta", heads=4, kv_heads=2, **({} if family == "gpt2" else {"head_width": 24}))
+    wide_heads = {} if family == "gpt2" else {"head_width": 24}
+    model, config = build_hf_model(family, device="meta", heads=4, kv_heads=2, **wide_heads)
     if family == "gpt2":
         q_rows = model.transformer.h[0].attn.c_attn.weight.shape[1] // 3
         kv_rows = q_rows
@@ -146,7 +147,9 @@ GPT2_SIZES = dict(layers=2, width=64, heads=4, sequence_length=16, vocabulary=10
 
 @given(tied=st.booleans(), learned=st.booleans(), bias=st.booleans(), ffn=st.none() | st.integers(1, 300))
 def test_left_out_fields_are_gpt2s(tied, learned, bias, ffn):
-    implicit = TransformerConfig(**GPT2_SIZES, ffn_width=ffn, tied_embeddings=tied, learned_positions=learned, bias=bias)
+    implicit = TransformerConfig(
+        **GPT2_SIZES, ffn_width=ffn, tied_embeddings=tied, learned_positions=learned, bias=bias
+    )
     explicit = TransformerConfig(
         **GPT2_SIZES, ffn_width=ffn or 4 * 64, tied_embeddings=tied, learned_positions=learned, bias=bias,
         kv_heads=4, head_width=16, mlp="gelu", norm="layernorm", qkv_bias=bias, experts=1, experts_per_token=1,

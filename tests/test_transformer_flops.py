@@ -5,6 +5,8 @@ convention; the model runs on ``device="meta"``, so GPT-2-sized configs cost not
 Both sides leave out the same work: embedding lookups, norms, GELU, softmax, adds and the loss.
 The defaults are checked the same way: without a batch size one sequence is counted; without devices
 or MFU the training time is one device at half its peak (FLOPs over devices × peak × MFU).
+Today's families (grouped-query attention, SwiGLU, RMSNorm, Q/K/V biases, routed experts) are checked
+on the models Hugging Face ``transformers`` itself builds (tests/support/hf_models.py), on the CPU.
 """
 
 import math
@@ -214,7 +216,8 @@ FAMILY_CASES = [
     for family in FAMILIES
     for name, sizes in [
         ("grouped", dict(heads=4, kv_heads=2)),
-        ("wide-heads-tied", dict(heads=4, kv_heads=1, head_width=24, tied_embeddings=True, experts=3, experts_per_token=3)),
+        ("wide-heads-tied",
+         dict(heads=4, kv_heads=1, head_width=24, tied_embeddings=True, experts=3, experts_per_token=3)),
     ]
 ]
 
@@ -242,7 +245,8 @@ def test_forward_and_backward_equal_flop_counter_on_transformers_models(family, 
 @pytest.mark.parametrize("family", FAMILIES)
 @settings(max_examples=4)
 @given(heads=st.integers(1, 3), kv_groups=st.integers(1, 2), head_pairs=st.integers(1, 4), ffn=st.integers(1, 24),
-       length=st.integers(1, 6), batch_size=st.integers(1, 2), tied=st.booleans(), experts=st.integers(2, 3), data=st.data())
+       length=st.integers(1, 6), batch_size=st.integers(1, 2), tied=st.booleans(), experts=st.integers(2, 3),
+       data=st.data())
 def test_training_flops_equal_flop_counter_on_drawn_transformers_models(
     family, heads, kv_groups, head_pairs, ffn, length, batch_size, tied, experts, data
 ):
@@ -267,7 +271,8 @@ def test_experts_are_counted_for_the_tokens_routed_to_them_however_few_experts_g
 
 
 def test_batched_experts_do_the_same_matmul_work_as_the_eager_loop():
-    """transformers' batched_mm experts gather each (token, expert) pair's weights and run one bmm: tokens · k rows too."""
+    """transformers' batched_mm experts gather each (token, expert) pair's weights and run one bmm:
+    tokens · k rows too."""
     model, config = build_hf_model("mixtral", experts=4, experts_per_token=2, width=32, positions=16, sequence_length=8)
     model.set_experts_implementation("batched_mm")
     forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=2))
@@ -295,7 +300,8 @@ def test_keys_from_hf_calls_harmless_change_no_counted_flop(family, settings_tha
 @pytest.mark.parametrize("family", FAMILIES)
 def test_half_causal_counts_half_of_the_attention_flop_counter_sees(family):
     """Eager attention's score and mixing matmuls are its only bmm's: "half" takes half of those off."""
-    model, config = build_hf_model(family, width=32, positions=16, sequence_length=8, head_width=None if family == "gpt2" else 12)
+    head_width = None if family == "gpt2" else 12
+    model, config = build_hf_model(family, width=32, positions=16, sequence_length=8, head_width=head_width)
     forward, backward = counted_hf_step(model, random_token_ids(config, batch_size=2))
     total = forward.get_total_flops() + backward.get_total_flops()
     attention = sum(counter.get_flop_counts()["Global"].get(torch.ops.aten.bmm, 0) for counter in (forward, backward))
