@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting.errors import AccountingError
-from accounting.gate import changepoints
 from accounting.gate.changepoints import (
     MIN_SEGMENT,
     TooFewRuns,

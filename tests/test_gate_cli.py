@@ -78,6 +78,8 @@ def test_the_plot_is_a_png(tmp_path, storage, capsys):
     pytest.param("mixed-current", r"current-1.json: the current runs come from different hardware", id="mixed"),
     pytest.param("baselines-zero", r"argument --baselines: must be a positive integer, got '0'", id="baselines-0"),
     pytest.param("zero-round", r"current-0.json: benchmark .* round 0 is 0.0", id="zero-round"),
+    pytest.param("threshold-percent", r"argument --threshold: must be a fraction in \(0, 1\) \(0.05 = 5 %\), got '5'",
+                 id="threshold-percent"),
 ])
 def test_bad_input_is_one_line_naming_it_and_exit_2(tmp_path, storage, case, line, capsys):
     files = _current(tmp_path, {MATMUL: [0.0150, 0.0150]}, 2)
@@ -94,6 +96,8 @@ def test_bad_input_is_one_line_naming_it_and_exit_2(tmp_path, storage, case, lin
         write(tmp_path, "current-1.json", document({MATMUL: 0.015}, machine=OTHER_CPU))
     elif case == "baselines-zero":
         options += ["--baselines", "0"]
+    elif case == "threshold-percent":
+        options += ["--threshold", "5"]
     elif case == "zero-round":
         write(tmp_path, "current-0.json", document({MATMUL: [0.0] + [0.015] * 9}))
     status, out, err = run_main(["gate", "compare", *options, *files], capsys)
@@ -285,3 +289,16 @@ def test_a_selection_that_runs_no_benchmark_is_nothing_to_compare_not_an_error(t
     assert measured.path is None and measured.returncode == 0
     saved = runner.run("save-1", storage=str(tmp_path / "store"))
     assert saved.path is None and run_files(tmp_path / "store") == []
+
+
+def test_a_threshold_asked_for_on_the_command_line_decides_every_benchmark(tmp_path, storage, monkeypatch, capsys):
+    monkeypatch.delenv(cli.SUMMARY_ENV, raising=False)
+    slower = [0.0160, 0.0161, 0.0160, 0.0161, 0.0160]  # 7 % slower than BASE, whose runs spread by about 1 %
+    files = _current(tmp_path, {MATMUL: slower, COPY: [0.0150, 0.0151, 0.0149, 0.0150, 0.0150]}, 5)
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), *files], capsys)
+    assert status == 0 and out.startswith("Gate: pass: 2 no change\n")   # benchmarks.json's 10 %
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), "--threshold", "0.05", *files], capsys)
+    assert status == 1 and out.startswith("Gate: FAIL: 1 regression, 1 no change\n")
+    row = next(line for line in out.splitlines() if line.startswith("+"))
+    assert re.search(r"\s[0-9.]+ %\s+regression", row)   # the detectable slowdown, below 5 %: not too noisy
+

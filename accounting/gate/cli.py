@@ -19,7 +19,7 @@ sure regression, 2 bad input (one line on stderr), 130 interrupted.
 
 import argparse
 import dataclasses
-import json
+import math
 import os
 import shutil
 import sys
@@ -44,7 +44,7 @@ from accounting.gate.ab import (
     nothing_ran,
     tree_environment,
 )
-from accounting.gate.decide import judge, noise_notes
+from accounting.gate.decide import judge, noise_notes, with_threshold
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.history import (
     CHECK_HISTORY_RUNS,
@@ -115,6 +115,25 @@ def non_negative_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
 
 
+def threshold_fraction(text: str) -> float:
+    """A ``--threshold`` value: the smallest slowdown that counts, as a fraction in (0, 1).
+
+    >>> threshold_fraction("0.05")
+    0.05
+    >>> threshold_fraction("5")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a fraction in (0, 1) (0.05 = 5 %), got '5'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1) (0.05 = 5 %), got {text!r}")
+    return value
+
+
 def _storage_argument(parser):
     parser.add_argument("--storage", metavar="DIR", default=DEFAULT_STORAGE,
                         help="pytest-benchmark's storage (--benchmark-storage); runs are read from "
@@ -156,6 +175,10 @@ def _verdict_arguments(parser):
                              "when that is set)")
     parser.add_argument("--plot", metavar="PATH", default=None,
                         help="draw each benchmark's history (saved runs, current runs, decision) to PATH as PNG")
+    parser.add_argument("--threshold", metavar="FRACTION", type=threshold_fraction, default=None,
+                        help="the smallest slowdown that counts, for every benchmark (0.05 = 5 %%): a regression must be "
+                             "surely above it. Each row's 'detectable' column says whether the runs' noise allows it. "
+                             "Default: benchmarks.json's regression thresholds")
     parser.add_argument("--metric", choices=sorted(RUN_METRICS), default=None,
                         help="what each run's rounds are reduced to before runs are compared. Default: "
                              "benchmarks.json's regression.metric (min: interference only ever adds time)")
@@ -377,7 +400,7 @@ def _check(args, config, runner, stdout, stderr, started) -> int:
 
 def _prepare(args):
     """The thresholds, and output paths tried before anything is measured (as the report does)."""
-    config = load_benchmarks(args.benchmarks_json)
+    config = with_threshold(load_benchmarks(args.benchmarks_json), args.threshold)
     for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
         if path is not None:
             check_writable(path, option)

@@ -32,6 +32,7 @@ is *not compared*, with that reason; the others are judged as usual.
 ([('t::mm', 'regression')], 't::mm')
 """
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 
@@ -297,6 +298,23 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
                       tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence,
                       "min-p" if joint else "holm")
+
+
+def with_threshold(config, threshold: float | None):
+    """``config`` (a :class:`accounting.bench.matrix.BenchConfig`) with one regression threshold for every benchmark
+    (``threshold``, a fraction: 0.05 = 5 %), its per-kind and per-benchmark ones dropped; unchanged for ``None``.
+
+    A threshold a team asks for on the command line (``--threshold 0.05``) is meant for the whole matrix.
+
+    >>> from accounting.bench.matrix import load_benchmarks
+    >>> config = with_threshold(load_benchmarks(), 0.05)
+    >>> config.regression_threshold("cpu", "tests/t.py::test_mm"), config.regression_threshold("cuda")
+    (5.0, 5.0)
+    """
+    if threshold is None:
+        return config
+    return dataclasses.replace(config, regression_threshold_percent=threshold * 100, regression_per_kind={},
+                               regression_per_benchmark={})
 
 
 def _window(runs, first_label):

@@ -129,7 +129,7 @@ def detection_power(effect: float, spread: float, baseline_size: int, current_si
     >>> round(detection_power(1.0, 0.05, 10, 10, alpha=0.05), 3)   # no slowdown: the false-alarm rate
     0.05
     """
-    from scipy import stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
+    from scipy import special, stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
 
     _check(spread, baseline_size, current_size)
     if not _reachable(baseline_size, current_size, alpha):
@@ -139,7 +139,7 @@ def detection_power(effect: float, spread: float, baseline_size: int, current_si
     if spread == 0:
         return 1.0 if effect > 1 else alpha
     noncentrality = math.log(effect) / (spread * math.sqrt(1 / baseline_size + 1 / current_size))
-    return float(scipy_stats.nct.sf(critical, freedom, noncentrality))
+    return 1.0 - float(special.nctdtr(freedom, noncentrality, critical))  # the noncentral t's upper tail
 
 
 def conviction_power(effect: float, spread: float, baseline_size: int, current_size: int, *, alpha: float,
@@ -186,13 +186,26 @@ def minimum_detectable_effect(spread: float, baseline_size: int, current_size: i
     >>> round(minimum_detectable_effect(0.066, 8, 8, alpha=0.01), 3)   # a noisy A/B job after 8 pairs
     1.157
     """
-    from scipy import optimize  # deferred: start-up cost; only a verdict needs scipy
+    from scipy import optimize, special, stats as scipy_stats  # deferred: start-up cost; only a verdict needs scipy
 
     _check(spread, baseline_size, current_size)
     if not 0 < power < 1:
         raise AccountingError(f"power must be a probability in (0, 1), got {power!r}")
     if not _reachable(baseline_size, current_size, alpha):
         return None
+    if threshold is None and spread > 0:  # solve for the noncentrality directly: one noncentral t tail per step
+        freedom = baseline_size + current_size - 2
+        critical = float(scipy_stats.t.ppf(1 - alpha, freedom))
+        start = critical + float(special.ndtri(power))  # the normal approximation, a bracket's centre
+        low, high = max(0.0, start - 3), start + 3
+        def tail(value: float) -> float:  # P(T_freedom(value) >= critical): the noncentral t's upper tail
+            return 1.0 - float(special.nctdtr(freedom, value, critical))
+
+        while tail(high) < power:
+            low, high = high, 2 * high
+        noncentrality = optimize.brentq(lambda value: tail(value) - power, low, high, xtol=1e-6)
+        log_effect = noncentrality * spread * math.sqrt(1 / baseline_size + 1 / current_size)
+        return float(math.exp(log_effect)) if log_effect <= math.log(LARGEST_EFFECT) else None
 
     def chance(effect: float) -> float:
         if threshold is None:
