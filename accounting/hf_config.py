@@ -18,8 +18,9 @@ neither a parameter count nor a matmul FLOP: numerics such as ``rms_norm_eps`` a
 ``rope_theta``, dropout rates, token ids, generation settings, bookkeeping), or *harmless at
 its default* (``is_encoder_decoder``, ``add_cross_attention``, ``pruned_heads``: other values
 add or remove weights). Anything else — an unknown ``model_type``, ``num_local_experts`` on a
-``llama``, a ``quantization_config`` — is an error naming the key: a count from a config
-half-understood would be silently wrong.
+``llama``, a ``quantization_config``, an ``auto_map`` (the model is custom code, whatever its
+``model_type`` says) — is an error naming the key: a count from a config half-understood
+would be silently wrong.
 
 Sliding-window attention (``sliding_window``, ``use_sliding_window``, ``max_window_layers``,
 ``layer_types``) is harmless under the package's convention: it masks scores that eager
@@ -50,7 +51,7 @@ from accounting.errors import AccountingError, AccountingTypeError
 # bookkeeping, outputs asked for, token ids, numerics, dropout, initialisation, generation settings
 # (older versions of transformers wrote those into config.json; generate() reads them, the model does not).
 _HARMLESS_ANYWHERE = frozenset({
-    "_name_or_path", "architectures", "auto_map", "dtype", "torch_dtype", "transformers_version", "model_type",
+    "_name_or_path", "architectures", "dtype", "torch_dtype", "transformers_version", "model_type",
     "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
     "task_specific_params", "return_dict", "output_attentions", "output_hidden_states", "torchscript",
     "use_bfloat16", "use_return_dict", "tf_legacy_loss", "is_decoder", "tie_encoder_decoder",

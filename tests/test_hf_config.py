@@ -92,6 +92,32 @@ def test_harmless_keys_change_no_parameter(family, changes):
     assert numel(model_from_config_json(changed)) == numel(model_from_config_json(base))
 
 
+# What transformers 4.x wrote for every PretrainedConfig (to_dict() of the defaults): generation settings and
+# bookkeeping, none of which changes the model. source: transformers v4.30, configuration_utils.py, PretrainedConfig.
+OLD_PRETRAINED_DEFAULTS = {
+    "return_dict": True, "output_hidden_states": False, "output_attentions": False, "torchscript": False,
+    "torch_dtype": None, "use_bfloat16": False, "tf_legacy_loss": False, "pruned_heads": {}, "is_encoder_decoder": False,
+    "is_decoder": False, "cross_attention_hidden_size": None, "add_cross_attention": False,
+    "tie_encoder_decoder": False, "max_length": 20, "min_length": 0, "do_sample": False, "early_stopping": False,
+    "num_beams": 1, "num_beam_groups": 1, "diversity_penalty": 0.0, "temperature": 1.0, "top_k": 50, "top_p": 1.0,
+    "typical_p": 1.0, "repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "num_return_sequences": 1, "chunk_size_feed_forward": 0,
+    "output_scores": False, "return_dict_in_generate": False, "forced_bos_token_id": None, "forced_eos_token_id": None,
+    "remove_invalid_values": False, "exponential_decay_length_penalty": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "architectures": None, "finetuning_task": None, "id2label": {0: "LABEL_0"},
+    "label2id": {"LABEL_0": 0}, "tokenizer_class": None, "prefix": None, "bos_token_id": None, "pad_token_id": None,
+    "eos_token_id": None, "sep_token_id": None, "decoder_start_token_id": None, "task_specific_params": None,
+    "problem_type": None, "_name_or_path": "", "transformers_version": "4.30.2", "num_labels": 1,
+    "use_return_dict": True,
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_key_older_versions_wrote_for_any_model_is_harmless(family):
+    base = hf_config(family).to_dict()
+    assert TransformerConfig.from_hf(base | OLD_PRETRAINED_DEFAULTS) == TransformerConfig.from_hf(base)
+
+
 def test_a_published_file_with_keys_of_older_versions_is_read():
     """Mixtral-8x7B's config.json as published (transformers 4.36) reads as the experts it describes."""
     config = TransformerConfig.from_hf(PUBLISHED["mixtral-8x7b"][0], sequence_length=4096)
@@ -122,6 +148,8 @@ def without(family: str, key: str) -> dict:
                      r"^config.json key 'num_local_experts' is not known for model_type 'llama': it may change the parameter or FLOP count", id="experts-on-llama"),
         pytest.param(small("mistral", quantization_config={"quant_method": "gptq", "bits": 4}), AccountingError,
                      r"^config.json key 'quantization_config' is not known for model_type 'mistral'", id="quantized"),
+        pytest.param(small("llama", auto_map={"AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}),
+                     AccountingError, r"^config.json key 'auto_map' is not known for model_type 'llama'", id="custom-code"),
         pytest.param(small("gpt2", attention_bias=True), AccountingError,
                      r"^config.json key 'attention_bias' is not known for model_type 'gpt2'", id="llama-key-on-gpt2"),
         pytest.param(small("gpt2", add_cross_attention=True), AccountingError,
