@@ -123,6 +123,15 @@ class _StepTracer(LiveTensorBytes):
             self.log.append((-self.log[serial][0], serial))
         super()._release(key)
 
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if func is torch.ops.aten.lift_fresh.default:
+            # torch.tensor(data) fills a new storage outside the dispatcher and hands it to
+            # lift_fresh, which returns it as it is: new all the same. (On meta the same call is a
+            # CPU tensor and a copy, both seen; without this the CPU would count less.)
+            self._record(out)
+        return out
+
     def serial_of(self, tensor: torch.Tensor) -> int | None:
         """The serial of this tensor's storage, if it was recorded and is still alive."""
         return self._serials.get(tensor.untyped_storage()._cdata)

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.live_memory import LiveTensorBytes
@@ -18,21 +17,20 @@ from accounting.memory import storage_bytes
 from accounting.traced_memory import TracedStepMemory, traced_training_step_memory
 from accounting.training_memory import optimizer_state_bytes
 from accounting.transformer import TransformerConfig
+from tests.support.hf_models import FAMILIES, build_hf_model, model_from_config_json, random_token_ids
 
 PARTS = ("parameters", "buffers", "optimizer_state", "inputs", "gradients", "activations", "temporaries")
 
 
-def tiny_llama_config(**changes) -> LlamaConfig:
-    """A two-layer Llama with grouped-query attention and eager attention (the meta device runs SDPA's math path)."""
-    settings = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, vocab_size=128, max_position_embeddings=64, tie_word_embeddings=False,
-                    attn_implementation="eager")
-    return LlamaConfig(**{**settings, **changes})
+def family_step(family: str, dtype=torch.float32, **sizes):
+    """A factory of ``family``'s ``transformers`` model (tests/support/hf_models.py) and a batch for it."""
+    _model, config = build_hf_model(family, device="meta", **sizes)
+    ids = random_token_ids(config, batch_size=2)
 
+    def factory():
+        return build_hf_model(family, device=torch.get_default_device(), **sizes)[0].to(dtype)
 
-def llama_batch(config: LlamaConfig, batch: int = 2, length: int = 24) -> dict:
-    ids = torch.randint(0, config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
-    return {"input_ids": ids, "labels": ids}
+    return factory, {"input_ids": ids, "labels": ids}
 
 
 def mlp() -> nn.Module:
@@ -66,19 +64,28 @@ def test_an_mlp_traced_on_meta_is_the_same_step_on_the_cpu(optimizer):
            [getattr(cpu, part) for part in (*PARTS, "phase", "after_step")]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_a_llama_traced_on_meta_is_the_same_step_on_the_cpu(dtype):
-    config = tiny_llama_config()
-    batch = llama_batch(config)
-
-    def build():
-        return LlamaForCausalLM(config).to(dtype)
-
-    meta = traced_training_step_memory(build, batch)
-    torch.manual_seed(0)
-    cpu = traced_training_step_memory(build, batch, device="cpu")
+@pytest.mark.parametrize("family", [family for family in FAMILIES if family != "mixtral"])
+def test_each_familys_model_traced_on_meta_is_the_same_step_on_the_cpu(family):
+    factory, batch = family_step(family)
+    meta = traced_training_step_memory(factory, batch)
+    cpu = traced_training_step_memory(factory, batch, device="cpu")
     assert meta == TracedStepMemory(**{**cpu.__dict__, "device": "meta"})
     assert meta.activations > 0 and meta.temporaries > 0
+
+
+def test_a_bf16_llama_traced_on_meta_is_the_same_step_on_the_cpu():
+    factory, batch = family_step("llama", torch.bfloat16)
+    meta = traced_training_step_memory(factory, batch, optimizer="adam")
+    cpu = traced_training_step_memory(factory, batch, optimizer="adam", device="cpu")
+    assert meta == TracedStepMemory(**{**cpu.__dict__, "device": "meta"})
+    assert meta.parameters == 2 * build_hf_model("llama", device="meta")[1].parameter_count
+
+
+def test_routed_experts_cannot_run_on_meta_and_say_so():
+    """Which expert a token goes to depends on values; an eager MoE asks nonzero(), which meta cannot answer."""
+    factory, batch = family_step("mixtral")
+    with pytest.raises(AccountingError, match=r"^the step reads the values of a tensor, which the meta device"):
+        traced_training_step_memory(factory, batch)
 
 
 # ---- the parts, against torch -----------------------------------------------------------------
@@ -87,10 +94,9 @@ def test_a_llama_traced_on_meta_is_the_same_step_on_the_cpu(dtype):
 def test_the_parts_are_torch_memtrackers_categories():
     """MemTracker (torch's own) on the same steady-state step: parameters, buffers, gradients, optimizer
     state and the total at the peak agree; MemTracker leaves out the inputs, made before it started."""
-    config = tiny_llama_config()
-    batch = llama_batch(config)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    factory, batch = family_step("llama")
+    with torch.device("cpu"):
+        model = factory()
     optimizer = torch.optim.AdamW(model.parameters())
     model(**batch).loss.backward()
     optimizer.step()
@@ -104,8 +110,7 @@ def test_the_parts_are_torch_memtrackers_categories():
     by_kind = {kind: sum(device.get(kind, 0) for device in peak.values()) for kind in _MemRefType}
     total = sum(device["Total"] for device in peak.values())
 
-    torch.manual_seed(0)
-    traced = traced_training_step_memory(lambda: LlamaForCausalLM(config), batch, device="cpu")
+    traced = traced_training_step_memory(factory, batch, device="cpu")
     assert traced.parameters == by_kind[_MemRefType.PARAM]
     assert traced.buffers == by_kind[_MemRefType.BUFFER]
     assert traced.gradients == by_kind[_MemRefType.GRAD]
@@ -162,16 +167,15 @@ def test_frozen_parameters_get_no_gradient_or_state():
 
 # ---- an 8B model on a laptop ------------------------------------------------------------------
 
-LLAMA_3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+LLAMA_3_8B = dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                   num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
                   tie_word_embeddings=False, rms_norm_eps=1e-5)
 """Llama-3-8B's config.json (meta-llama/Meta-Llama-3-8B), the fields that size it."""
 
 
 def test_llama_3_8b_traces_on_meta():
-    config = LlamaConfig(**LLAMA_3_8B, attn_implementation="eager")
     ids = torch.zeros(1, 128, dtype=torch.long)
-    traced = traced_training_step_memory(lambda: LlamaForCausalLM(config).to(torch.bfloat16),
+    traced = traced_training_step_memory(lambda: model_from_config_json(LLAMA_3_8B).to(torch.bfloat16),
                                          {"input_ids": ids, "labels": ids})
     ours = TransformerConfig(layers=32, width=4096, heads=32, kv_heads=8, sequence_length=128, vocabulary=128256,
                              ffn_width=14336, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
