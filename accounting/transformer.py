@@ -50,7 +50,8 @@ class TransformerConfig:
     - ``head_width`` (d): features per head; ``None`` means ``width // heads`` (then ``heads``
       must divide ``width``). Q projects h → H·d, K and V h → K·d, the output H·d → h.
     - ``mlp``: ``"gelu"``, two matrices h → f → h (GPT-2); ``"swiglu"``, three: gate and up
-      (h → f) and down (f → h) (Llama, Mistral, Qwen2, Mixtral's experts).
+      (h → f) and down (f → h) (Llama, Mistral, Qwen2, Mixtral's experts). The counts do not
+      depend on the elementwise function: a ReLU MLP is ``"gelu"``, a GeGLU one ``"swiglu"``.
     - ``norm``: ``"layernorm"`` (a weight, and a bias when ``bias``) or ``"rmsnorm"`` (a weight only).
     - ``qkv_bias``: the Q, K and V projections carry biases; ``None`` means the same as ``bias``
       (Qwen2: ``bias=False, qkv_bias=True``).
