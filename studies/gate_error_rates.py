@@ -51,6 +51,7 @@ from accounting.console import OneLineParser, table
 from accounting.errors import AccountingError
 from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, gate_ab
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
+from accounting.gate.decide import with_threshold
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.stats import Decision, log_spread, smallest_convictable
@@ -161,6 +162,21 @@ def parse_factors(text: str) -> tuple[float, ...]:
     return factors
 
 
+def parse_thresholds(text: str) -> tuple[float, ...]:
+    """``--thresholds``: comma-separated fractions in (0, 1), each measured as the gate's ``--threshold``.
+
+    >>> parse_thresholds("0.05,0.1")
+    (0.05, 0.1)
+    """
+    try:
+        thresholds = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        thresholds = ()
+    if not thresholds or any(not 0 < threshold < 1 for threshold in thresholds):
+        raise argparse.ArgumentTypeError(f"--thresholds needs fractions in (0, 1), e.g. 0.05,0.1; got {text!r}")
+    return thresholds
+
+
 def _count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
@@ -172,6 +188,8 @@ class Scenario:
     """One row of the summary: N gated reruns at one injected factor."""
 
     factor: float
+    threshold: float | None = None
+    """The gate's ``--threshold`` for these jobs (``None``: benchmarks.json's)."""
     failed: int = 0
     decisions: dict = field(default_factory=dict)
     seconds: list = field(default_factory=list)
@@ -206,13 +224,18 @@ def summary_rows(scenarios, runs: int) -> list[list[str]]:
     ...                processes=[3, 5], injected=[1.24, 1.27], set_aside=1)
     >>> summary_rows([row], 20)[0]
     ['1.25×', '1.255×', '19/20', '19 regression, 1 inconclusive', '40 s', '50 s', '4', '1/8']
+    >>> summary_rows([Scenario(1.1, 0.05)], 20)[0][0]   # gated with --threshold 0.05
+    '1.1× at 5 %'
     """
     cells = []
     order = [decision.value for decision in Decision] + ["not compared"]
     for scenario in scenarios:
         decided = ", ".join(f"{scenario.decisions[label]} {label}" for label in order if label in scenario.decisions)
+        injected = "unchanged" if scenario.factor == 1 else f"{scenario.factor:g}×"
+        if scenario.threshold is not None:
+            injected += f" at {scenario.threshold * 100:g} %"
         cells.append([
-            "unchanged" if scenario.factor == 1 else f"{scenario.factor:g}×",
+            injected,
             f"{statistics.median(scenario.injected):.3f}×" if scenario.injected else "—",
             f"{scenario.failed}/{runs}",
             decided,
@@ -306,11 +329,12 @@ def _calibrated_env(factor, threads, say) -> dict:
 
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int = DEFAULT_MAX_PAIRS,
                load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
-               fork_server: bool = True, benchmarks: int = 1):
+               fork_server: bool = True, benchmarks: int = 1, thresholds=(None,)):
     """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
 
     A and B run the same module in the same folder; only B's environment injects the slowdown,
-    as a changed revision would.
+    as a changed revision would. Each of ``thresholds`` (fractions, the gate's ``--threshold``;
+    ``None``: benchmarks.json's) gets its own jobs, every factor at each.
     """
     folder = Path(workdir)
     pytest_args = _write_module(folder, benchmarks)
@@ -322,20 +346,23 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
     say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} to {max_pairs} pairs per gated job ({_load_text()})")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
-    for factor in (1.0, *factors):
-        scenario = Scenario(factor)
+    for threshold, factor in ((threshold, factor) for threshold in thresholds for factor in (1.0, *factors)):
+        scenario = Scenario(factor, threshold)
+        judged = with_threshold(config, threshold)
         for rerun in range(1, runs + 1):
-            own_runs, workdir_of_job = [], str(folder / f"ab{factor:g}-{rerun}")
+            label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+            own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
             started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
             runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
                               threads=threads, own_runs=own_runs, fork_server=fork_server)
                        for side in (1.0, factor)]
             with servers_ready(*runners):
-                result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=start_pairs,
+                result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
                                                         max_pairs=max_pairs, load_guard=load_guard)
             seconds = time.monotonic() - started
             scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
-            say(f"A/B factor {factor:g}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), {seconds:.0f} s")
+            at = f" at threshold {threshold:g}" if threshold is not None else ""
+            say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), {seconds:.0f} s")
         scenarios.append(scenario)
     return scenarios
 
@@ -353,10 +380,11 @@ def _job_text(result) -> str:
 
 
 def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT_MAX_EXTRA_RUNS,
-            load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr):
+            load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr, thresholds=(None,)):
     """Save ``baselines`` runs, then gate ``runs`` reruns unchanged and at each factor; the scenarios.
 
     ``threads``: the benchmarks' CPU threads (the gate's ``--threads``), also used to calibrate.
+    ``thresholds``: as :func:`measure_ab`'s.
     """
     folder = Path(workdir)
     pytest_args = _write_module(folder)
@@ -385,14 +413,16 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
             "about " + (f"{smallest:.3g}×" if smallest else "— never (too few runs)") + f" at the {threshold:.0%} threshold")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
-    for factor in (1.0, *factors):
-        scenario = Scenario(factor)
+    for threshold, factor in ((threshold, factor) for threshold in thresholds for factor in (1.0, *factors)):
+        scenario = Scenario(factor, threshold)
         env = environments[factor]
+        judged = with_threshold(config, threshold)
         for rerun in range(1, runs + 1):
-            runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"x{factor:g}-{rerun}"),
+            label = f"x{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+            runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"{label}-{rerun}"),
                             env=env, threads=threads)
             started = time.monotonic()
-            result, _baseline, current, extra = gate_check(runner, config, storage=storage, baselines=baselines,
+            result, _baseline, current, extra = gate_check(runner, judged, storage=storage, baselines=baselines,
                                                            max_extra_runs=max_extra_runs, load_guard=load_guard)
             seconds = time.monotonic() - started
             scenario.add(result, extra, seconds, current)
@@ -413,6 +443,9 @@ def main(argv=None) -> int:
                         help="baseline runs saved first. Default: %(default)r")
     parser.add_argument("--factors", type=parse_factors, default=DEFAULT_FACTORS, metavar="LIST",
                         help="injected slowdowns, comma-separated. Default: 1.25,1.1")
+    parser.add_argument("--thresholds", type=parse_thresholds, default=(None,), metavar="LIST",
+                        help="the gate's --threshold values, comma-separated fractions (0.05,0.1): every scenario is "
+                             "gated at each. Default: benchmarks.json's thresholds")
     parser.add_argument("--max-extra-runs", type=lambda text: 0 if text == "0" else _count(text),
                         default=DEFAULT_MAX_EXTRA_RUNS, metavar="R",
                         help="the gate's re-measurement cap. Default: %(default)r")
@@ -440,10 +473,11 @@ def main(argv=None) -> int:
         if args.ab:
             scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
                                    threads=args.threads, workdir=workdir, fork_server=args.fork_server,
-                                   benchmarks=args.benchmarks)
+                                   benchmarks=args.benchmarks, thresholds=args.thresholds)
         else:
             scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
-                                load_guard=args.load_guard, threads=args.threads, workdir=workdir)
+                                load_guard=args.load_guard, threads=args.threads, workdir=workdir,
+                                thresholds=args.thresholds)
     except AccountingError as error:
         parser.error(str(error))
     finally:

@@ -1,6 +1,8 @@
 """The error-rate script: the benchmark module it writes injects the slowdown it is asked for; its options."""
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -74,6 +76,8 @@ def test_unchanged_work_is_the_plain_product(tmp_path, monkeypatch):
     pytest.param(["--factors", "0.9"], "--factors needs slowdowns above 1, e.g. 1.25,1.1; got '0.9'", id="speed-up"),
     pytest.param(["--factors", "x"], "--factors needs slowdowns above 1", id="not-a-number"),
     pytest.param(["--runs", "0"], "argument --runs: must be a positive integer, got '0'", id="runs-zero"),
+    pytest.param(["--thresholds", "5"], "--thresholds needs fractions in (0, 1), e.g. 0.05,0.1; got '5'",
+                 id="threshold-percent"),
 ])
 def test_bad_options_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -108,3 +112,29 @@ def test_the_written_module_records_how_long_its_check_took(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     extra = json.loads(saved.read_text())["benchmarks"][0]["extra_info"]
     assert extra["check_seconds"] > 0 and extra["injected_slowdown"] > 0
+
+
+def test_each_threshold_gates_every_scenario_with_that_threshold(tmp_path, monkeypatch):
+    seen = []
+
+    class FakeRunner:
+        def __init__(self, *args, **kwargs):
+            pass
+
+    @contextlib.contextmanager
+    def ready(*runners):
+        yield
+
+    def fake_gate_ab(runner_a, runner_b, config, **options):
+        seen.append(config.regression_threshold("cpu", "t::mm"))
+        return GateResult((), (), (), ()), [], [], 3
+
+    monkeypatch.setattr(gate_error_rates, "Runner", FakeRunner)
+    monkeypatch.setattr(gate_error_rates, "servers_ready", ready)
+    monkeypatch.setattr(gate_error_rates, "gate_ab", fake_gate_ab)
+    monkeypatch.setattr(gate_error_rates, "_calibrated_env", lambda factor, threads, say: {})
+    scenarios = gate_error_rates.measure_ab(2, (1.1,), workdir=str(tmp_path), thresholds=(0.05, 0.1),
+                                            stream=io.StringIO())
+    assert [(scenario.factor, scenario.threshold) for scenario in scenarios] == [(1.0, 0.05), (1.1, 0.05),
+                                                                                  (1.0, 0.1), (1.1, 0.1)]
+    assert seen == [5.0] * 4 + [10.0] * 4
