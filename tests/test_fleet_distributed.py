@@ -36,9 +36,25 @@ def faulty_world(tmp_path_factory):
                   corrupt=fleet_workers.corrupt_rank_0_all_reduce)
     argv = ["--budget", "3", "--dtypes", "float32", "--slow-rank", "1:3", "--json", str(json_path),
             "--plot", str(plot_path), "--strict"]
-    outcomes = fleet_workers.spawn_world(3, argv, out, hooks=hooks, overrides=QUICK)
+    os.environ[fleet_workers.MEASURE_STARTS_ENV] = str(out)  # the spawned ranks inherit it
+    try:
+        outcomes = fleet_workers.spawn_world(3, argv, out, hooks=hooks, overrides=QUICK)
+    finally:
+        del os.environ[fleet_workers.MEASURE_STARTS_ENV]
     document = json.loads(json_path.read_text()) if json_path.exists() else None
-    return outcomes, document, plot_path
+    starts = {rank: float((out / f"start{rank}").read_text()) for rank in range(3)
+                       if (out / f"start{rank}").exists()}
+    return outcomes, document, plot_path, starts
+
+
+def test_cpu_ranks_of_one_node_measure_one_after_the_other(faulty_world):
+    """Three CPU ranks of one node on two cores: each began to measure only after the one before it had finished
+    (its report's elapsed time after its start), so no rank's figures saw another rank's work."""
+    _outcomes, document, _plot, starts = faulty_world
+    assert document["settings"]["measuring_turns"] == 3
+    assert sorted(starts) == [0, 1, 2] and starts[0] < starts[1] < starts[2]
+    for rank in (0, 1):  # rank 2 raised before measuring: it has no report
+        assert starts[rank] + document["ranks"][rank]["report"]["elapsed_s"] <= starts[rank + 1], (rank, starts)
 
 
 def _flags(document, kind):
@@ -46,7 +62,7 @@ def _flags(document, kind):
 
 
 def test_every_rank_finishes_and_rank_0_reports(faulty_world):
-    outcomes, document, _plot = faulty_world
+    outcomes, document, _plot, _starts = faulty_world
     assert [outcome and outcome["status"] for outcome in outcomes] == [4, 0, 0], outcomes  # rank 2 failed
     assert document is not None, outcomes[0]
     assert outcomes[1]["stdout"] == outcomes[2]["stdout"] == "", "only rank 0 prints"
@@ -54,7 +70,7 @@ def test_every_rank_finishes_and_rank_0_reports(faulty_world):
 
 
 def test_the_slowed_rank_is_the_straggler_and_no_other(faulty_world):
-    _outcomes, document, _plot = faulty_world
+    _outcomes, document, _plot, _starts = faulty_world
     assert {flag["rank"] for flag in _flags(document, "straggler")} == {1}, document["flags"]
     best = {rank: record["report"]["dtypes"]["float32"]["best"]["flops_per_s"]
             for rank, record in enumerate(document["ranks"]) if record["report"]}
@@ -63,7 +79,7 @@ def test_the_slowed_rank_is_the_straggler_and_no_other(faulty_world):
 
 
 def test_a_rank_that_raises_reports_its_error_and_the_others_still_count(faulty_world):
-    _outcomes, document, _plot = faulty_world
+    _outcomes, document, _plot, _starts = faulty_world
     failed = _flags(document, "failed")
     assert [flag["rank"] for flag in failed] == [2]
     assert "injected failure: this rank's device is broken" in failed[0]["message"]
@@ -76,7 +92,7 @@ def test_a_rank_that_raises_reports_its_error_and_the_others_still_count(faulty_
 
 
 def test_corrupted_results_are_counted_where_they_happened(faulty_world):
-    _outcomes, document, _plot = faulty_world
+    _outcomes, document, _plot, _starts = faulty_world
     rows = document["collectives"]
     assert {row["collective"] for row in rows} == set(COLLECTIVES)
     for row in rows:
@@ -90,14 +106,14 @@ def test_corrupted_results_are_counted_where_they_happened(faulty_world):
 
 
 def test_configuration_drift_names_the_doctored_rank(faulty_world):
-    _outcomes, document, _plot = faulty_world
+    _outcomes, document, _plot, _starts = faulty_world
     drift = _flags(document, "drift")
     assert [(flag["rank"], flag["subject"]) for flag in drift] == [(1, "torch")]
     assert fleet_workers.DOCTORED_TORCH in drift[0]["message"]
 
 
 def test_json_holds_every_ranks_raw_figures_and_the_plot_is_written(faulty_world):
-    _outcomes, document, plot_path = faulty_world
+    _outcomes, document, plot_path, _starts = faulty_world
     assert document["schema"] == "accounting-fleet/1"
     assert {"settings", "ranks", "collectives", "hung_ranks", "flags", "notes", "verdict", "elapsed_s"} <= set(document)
     assert document["settings"]["world_size"] == 3 and document["settings"]["backend"] == "gloo"

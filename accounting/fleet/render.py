@@ -186,6 +186,9 @@ def render(document: dict) -> str:
                  f"the other pairs'; slowest share above the others' ÷ {fractions['slowest_share']:g})")
     if settings.get("busy_cpu_share") is not None:
         head += f"; busy: other work took over {settings['busy_cpu_share']:.0%} of a rank's cores"
+    if settings.get("measuring_turns", 1) > 1:
+        head += (f"; the CPU ranks of a node measured their own figures in {settings['measuring_turns']} turns, "
+                 "one rank at a time")
     loads = [((record or {}).get("report") or {}).get("machine", {}).get("load_average_1min") for record in document["ranks"]]
     loads = [load for load in loads if load is not None]
     if loads:

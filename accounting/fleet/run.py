@@ -5,7 +5,8 @@ The phases, in order (each rank runs all of them; only rank 0 returns the docume
 1. identity, and the CPU share of a CPU rank (:mod:`~accounting.fleet.launch`);
 2. its own device within ``MEASURE_SHARE`` of the budget (:mod:`~accounting.fleet.measure`: the report at the
    fleet's ``--level``, every product checked, health counters around it), no communication at all — an error
-   here is recorded, not raised;
+   here is recorded, not raised. GPU ranks measure at the same time; CPU ranks of one node take turns, each in
+   an equal share of it, with the launcher moved off the measured cores (:mod:`~accounting.fleet.turns`);
 3. a checkpoint (:mod:`~accounting.fleet.gather`): a rank that never arrives is named here;
 4. the collectives, per scope (:mod:`~accounting.fleet.scopes`), within ``COLLECTIVE_SHARE`` of the budget
    (at ``--level quick`` one all_reduce over the world: :mod:`~accounting.fleet.levels`);
@@ -52,6 +53,7 @@ from accounting.fleet.measure import measure_rank
 from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
 from accounting.fleet.throttle import throttled
+from accounting.fleet.turns import launcher_off, measuring_turns
 from accounting.hardware.devices import detect_device, free_memory_bytes
 from accounting.report.checks import ResultChecker
 from accounting.report.levels import STANDARD
@@ -70,6 +72,10 @@ MIN_BARRIER_TIMEOUT_S = 30.0
 BARRIER_TIMEOUT_BUDGET_FRACTION = 0.25
 """Default barrier timeout: ranks finish the same budget at nearly the same time, so this much of it
 (at least ``MIN_BARRIER_TIMEOUT_S``) is ample for a live rank and short for a hung one."""
+TURN_OVERRUN_S = 30.0
+"""How far a rank's own measurement may run past its turn's budget before the ranks waiting for it call it hung:
+the report's fixed costs (the clock measurement, the bandwidth copy, every product's check) do not shrink with a
+small budget, and take seconds on a loaded machine."""
 GROUP_TIMEOUT_MARGIN_S = 60.0
 """Collectives and barriers time out this long after the budget: a dead peer ends the job with an error."""
 
@@ -201,6 +207,26 @@ def _measure(options: FleetOptions, launch: Launch, device, hooks: Hooks, budget
     return measure_rank(device, dtypes=options.dtypes, budget_s=budget_s, bandwidth_bytes=options.bandwidth_bytes,
                         fleet_devices=fleet_devices(launch, device), level=options.level,
                         checker=ResultChecker(fault), strict=options.strict, **extra)
+
+
+def _measure_into(record: dict, options: FleetOptions, launch: Launch, device, hooks: Hooks, budget_s: float) -> None:
+    measured = _attempt(record, "measuring its device", lambda: _measure(options, launch, device, hooks, budget_s))
+    if measured is not None:
+        record["report"], record["telemetry"] = measured
+
+
+def _measure_in_turns(record: dict, options: FleetOptions, launch: Launch, device, hooks: Hooks, budget_s: float,
+                      cpus, meet: dict) -> None:
+    """Local rank ``t`` measures in turn ``t`` (``budget_s`` split evenly), the launcher off its cores, while the
+    node's other ranks wait at the turn's barrier; a rank hung in its turn is named there. The others wait for
+    the turn's budget, the measurement's fixed costs beyond it (``TURN_OVERRUN_S``) and the barrier timeout."""
+    turns = launch.local_world_size
+    for turn in range(turns):
+        if turn == launch.local_rank:
+            with launcher_off(cpus or ()):
+                _measure_into(record, options, launch, device, hooks, budget_s / turns)
+        checkpoint(record, stage=f"measuring turn {turn + 1} of {turns}",
+                   **{**meet, "timeout_s": meet["timeout_s"] + budget_s / turns + TURN_OVERRUN_S})
 
 
 def _group(members: list, world_size: int, groups, timeout_s: float):
@@ -350,10 +376,10 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
     identity = identify(info, rank=launch.rank, local_rank=launch.local_rank, cpus=cpus)
     record["identity"] = hooks.identity(launch.rank, identity) if hooks.identity is not None else identity
     share = MEASURE_SHARE if launch.distributed else WORLD_OF_ONE_SHARE
-    measured = _attempt(record, "measuring its device",
-                        lambda: _measure(options, launch, device, hooks, share * options.budget_s))
-    if measured is not None:
-        record["report"], record["telemetry"] = measured
+    turns = measuring_turns(device, launch.local_world_size) if launch.distributed else 1
+    settings["measuring_turns"] = turns
+    if turns == 1:
+        _measure_into(record, options, launch, device, hooks, share * options.budget_s)
     if not launch.distributed:
         return document([record], settings=settings, elapsed_s=clock() - started, notes=notes)
     level = fleet_level(options.level)
@@ -364,6 +390,8 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
     with process_groups(launch, device, timeout_s=group_timeout, store=store) as groups:
         meet.update(store=groups.store, group=groups.control)
         try:
+            if turns > 1:
+                _measure_in_turns(record, options, launch, device, hooks, share * options.budget_s, cpus, meet)
             if hooks.before_barrier is not None:
                 hooks.before_barrier(launch.rank)
             hosts = checkpoint(record, stage="measured", share=record["identity"]["host"], **meet)

@@ -71,8 +71,15 @@ def run_rank(rank, world_size, store_path, out_dir, argv, hooks, overrides, prep
         {"status": status, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}))
 
 
+MEASURE_STARTS_ENV = "ACCOUNTING_TEST_MEASURE_STARTS"
+"""A folder where :func:`fail_on_rank` notes when each rank began to measure (``time.time()``), where set."""
+
+
 def fail_on_rank(rank):
-    """``before_measure`` hook: the rank's device is broken."""
+    """``before_measure`` hook: notes when the rank began to measure (see ``MEASURE_STARTS_ENV``); rank 2's device
+    is broken."""
+    if os.environ.get(MEASURE_STARTS_ENV):
+        Path(os.environ[MEASURE_STARTS_ENV], f"start{rank}").write_text(repr(time.time()))
     if rank == 2:
         raise RuntimeError("injected failure: this rank's device is broken")
 
