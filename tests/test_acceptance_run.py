@@ -222,3 +222,20 @@ def test_ci_gpu_on_this_cpu_machine_skips_every_gpu_step_with_its_reason(tmp_pat
     assert cli.verify_no_gpu_run(record, [path.name for path in out.iterdir()]) == []
     assert seconds is None or seconds < cli.NO_GPU_MAX_S
     assert len(list(out.iterdir())) <= MAX_FILES
+
+
+def test_an_interrupted_run_still_leaves_its_summary_so_far_and_its_logs_packed(tmp_path):
+    out = tmp_path / "out"
+
+    class Interrupting(FakeSteps):
+        def __call__(self, step, **kwargs):
+            if step.name == "report":
+                raise KeyboardInterrupt
+            return super().__call__(step, **kwargs)
+
+    steps = Interrupting(out, clock=Clock())
+    with pytest.raises(KeyboardInterrupt):
+        cli.Run(out, root=ROOT, runner=steps, clock=steps.clock, stderr=io.StringIO()).execute()
+    record = json.loads((out / "summary.json").read_text())
+    assert [step["name"] for step in record["steps"]] == ["probe", "clock-check", "report-quick", "fault-injection"]
+    assert sorted(path.name for path in out.iterdir()) == ["logs.tar.gz", "summary.json", "summary.md"]

@@ -172,3 +172,16 @@ def test_a_real_overrunning_step_and_its_child_are_killed(tmp_path):
             break
         time.sleep(0.05)
     assert state in ("gone", "Z"), f"the child {child} survived its step ({state})"
+
+
+def test_an_interrupted_run_stops_the_running_step_before_it_unwinds(tmp_path):
+    class Interrupted(FakeProcess):
+        def wait(self, timeout=None):
+            if not self.signals:
+                raise KeyboardInterrupt
+            return super().wait(timeout)
+
+    process = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        _run(Step("fleet", "f", ("x",), budget_s=10), process, tmp_path)
+    assert process.signals == [signal.SIGTERM]

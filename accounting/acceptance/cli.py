@@ -14,10 +14,12 @@ passed, every GPU step was skipped with a reason, the run took under ``--max-sec
 """
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -47,11 +49,13 @@ from accounting.acceptance.plan import (
 )
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome, Step, run_step
 from accounting.acceptance.summary import SCHEMA, exit_status, render, result
-from accounting.console import EXIT_BAD_INPUT, OneLineParser
+from accounting.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, OneLineParser
 from accounting.errors import AccountingError
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout the package runs from: every step's working directory (benchmarks.json, tests/)."""
+EXIT_TERMINATED = 143
+"""The exit status after SIGTERM (128 + 15), as a shell reports it."""
 NO_GPU_MAX_S = 120.0
 """What a run on a machine without a GPU may take (CI checks it)."""
 
@@ -177,6 +181,16 @@ class Run:
         return record
 
     def execute(self) -> dict:
+        """Run every step; on an interruption, still pack what there is (the summary says how far it got)."""
+        try:
+            return self._execute()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the interruption is what the caller must see
+                self.write_summary()
+                pack(self.out)
+            raise
+
+    def _execute(self) -> dict:
         machine, problem = self.probe()
         device_name = machine.device_name if machine else None
         for step in build_steps(machine, Paths(self.root, self.out, self.logs), self.python, probe_problem=problem):
@@ -267,6 +281,12 @@ def main(argv=None) -> int:
     except AccountingError as error:
         parser.error(str(error))
     os.chdir(run.root)  # benchmarks.json (the model floors) is read from the checkout
-    record = run.execute()
+    # Terminated from outside (a lent machine's time limit): unwind, so the running step's processes are stopped.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(EXIT_TERMINATED))
+    try:
+        record = run.execute()
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted; the summary so far is in {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(render(record), end="", flush=True)
     return exit_status(record["result"])

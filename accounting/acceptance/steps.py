@@ -156,6 +156,9 @@ def run_step(step: Step, *, log_dir, time_left_s: float, cwd=None, env=None, lau
             handle.write(f"\n[acceptance] stopped: still running after {limit:g} s\n")
             return outcome(FAILED, clock() - started,
                            f"killed: still running after its budget of {limit:g} s", None)
+        except BaseException:  # the run itself interrupted or terminated: leave no step running behind it
+            stop_group(process, signal_group=signal_group)
+            raise
     seconds = clock() - started
     if status != step.expect_status:
         tail = _tail(log)
