@@ -208,7 +208,7 @@ def _noise(logs: np.ndarray) -> float:
     return max(NOISE_FLOOR, 1.4826 * float(np.median(np.abs(np.diff(logs)))) / math.sqrt(2))
 
 
-def _split_statistics(segment: np.ndarray, min_segment: int) -> np.ndarray:
+def split_statistics(segment: np.ndarray, min_segment: int) -> np.ndarray:
     """|standardised mean difference| of every split of ``segment`` (rows: permutations) leaving
     ``min_segment`` on each side; column ``j`` is the split before position ``min_segment + j``."""
     size = segment.shape[-1]
@@ -267,12 +267,12 @@ def split_p_value(segment, split: int, *, min_segment: int = MIN_SEGMENT, permut
     segment = np.asarray(segment, dtype=float)
     scale = float(np.std(segment)) or 1.0
     centred = (segment - segment.mean()) / scale  # the statistic is invariant to it; keeps sums exact
-    observed = float(_split_statistics(centred, min_segment)[split - min_segment])
+    observed = float(split_statistics(centred, min_segment)[split - min_segment])
     rho = _autocorrelation(segment, (split,)) if autocorrelation is None else autocorrelation
     observed = _deflated(observed, segment.size, rho)
     generator = np.random.default_rng(seed)
     shuffled = generator.permuted(np.tile(centred, (permutations, 1)), axis=1)
-    largest = _split_statistics(shuffled, min_segment).max(axis=1)
+    largest = split_statistics(shuffled, min_segment).max(axis=1)
     tolerance = 1e-9 * max(1.0, observed)
     return (1 + int(np.count_nonzero(largest >= observed - tolerance))) / (1 + permutations)
 
@@ -333,7 +333,7 @@ def _segment(logs: np.ndarray, start: int, stop: int, *, alpha: float, min_segme
     segment = logs[start:stop]
     centred = (segment - segment.mean()) / (float(np.std(segment)) or 1.0)
     options = dict(alpha=alpha, min_segment=min_segment, permutations=permutations, seed=seed)
-    split = min_segment + int(np.argmax(_split_statistics(centred, min_segment)))
+    split = min_segment + int(np.argmax(split_statistics(centred, min_segment)))
     if split_p_value(segment, split, min_segment=min_segment, permutations=permutations, seed=seed) <= alpha:
         return [*_segment(logs, start, start + split, **options), start + split,
                 *_segment(logs, start + split, stop, **options)]
@@ -403,7 +403,7 @@ def critical_value(runs: int, *, alpha: float = ALPHA, min_segment: int = MIN_SE
     generator = np.random.default_rng(seed)
     samples = generator.standard_normal((draws, runs))
     samples = (samples - samples.mean(axis=1, keepdims=True)) / samples.std(axis=1, keepdims=True)
-    return float(np.quantile(_split_statistics(samples, min_segment).max(axis=1), 1 - alpha))
+    return float(np.quantile(split_statistics(samples, min_segment).max(axis=1), 1 - alpha))
 
 
 def detectable_step(noise: float, runs: int, *, alpha: float = ALPHA, power: float = POWER,

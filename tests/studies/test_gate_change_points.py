@@ -43,3 +43,12 @@ def test_bad_options_are_one_line(capsys):
     with pytest.raises(SystemExit) as exit_:
         study.main(["--histories", "0"])
     assert exit_.value.code == 2 and "--histories must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_the_best_split_is_where_a_clear_step_is_and_the_oracle_column_counts_it():
+    history = study.synthetic(30, "late step 1.10x", noise="calm", seed=3)
+    assert study.best_split(history) == 20   # calm noise (sd 0.014): a 10 % step is unmistakable
+    (row,) = study.measure(noise="plain5", histories=4, lengths=(30,), scenarios=("step 1.25x",))
+    expected = sum(study.found([study.best_split(study.synthetic(30, "step 1.25x", noise="plain5", seed=seed))],
+                               study.synthetic(30, "step 1.25x", noise="plain5", seed=seed)) for seed in range(4))
+    assert row["best_split_within_1"] == expected
