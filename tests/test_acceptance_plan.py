@@ -138,7 +138,9 @@ def test_the_gpu_test_files_are_those_that_mark_a_test_gpu(tmp_path):
     (tmp_path / "tests" / "sub" / "test_b.py").write_text("import pytest\npytestmark = pytest.mark.gpu\n")
     (tmp_path / "tests" / "test_c.py").write_text("from beartype import beartype\n\ndef test_y(): pass\n")
     (tmp_path / "tests" / "helper.py").write_text("pytest.mark.gpu\n")
-    assert gpu_test_files(tmp_path) == ["tests/sub/test_b.py", "tests/test_a.py"]
+    (tmp_path / "tests" / "test_d.py").write_text('TEXT = "@pytest.mark.gpu"\nx = "pytest.mark.gpu"\n')  # only text
+    (tmp_path / "tests" / "test_e.py").write_text("from pytest import mark\n\n\nclass T:\n    @mark.gpu\n    def test_z(self): pass\n")
+    assert gpu_test_files(tmp_path) == ["tests/sub/test_b.py", "tests/test_a.py", "tests/test_e.py"]
 
 
 def test_pytest_gpu_holds_only_when_a_benchmark_ran(tmp_path):

@@ -15,6 +15,7 @@ True
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,8 +59,8 @@ GATE_VERDICT = "Gate:"
 """How the gate's verdict line begins (``Gate: pass: ...``)."""
 FAULT = {"bfloat16": "bfloat16:flip:0:14", "float32": "float32:flip:0:30"}
 """The injected fault per dtype: flip the top exponent bit of the first element of the checked product."""
-GPU_MARK = "mark.gpu"
-"""How a test file marks a GPU test (``@pytest.mark.gpu`` or ``pytestmark = pytest.mark.gpu``)."""
+GPU_MARK = re.compile(r"^\s*(@(pytest\.)?mark\.gpu\b|pytestmark\s*=.*\bmark\.gpu\b)", re.MULTILINE)
+"""How a test file marks a GPU test: a ``@pytest.mark.gpu`` decorator or a ``pytestmark = pytest.mark.gpu`` line."""
 
 # The outputs kept beside the summary (at most 8 files in all: see accounting.acceptance.outputs).
 PYTEST_JSON, REPORT_JSON, REPORT_PNG, FLEET_JSON = "pytest-gpu.json", "report.json", "report.png", "fleet.json"
@@ -132,7 +133,7 @@ def gpu_test_files(root: Path) -> list[str]:
     """
     tests = Path(root) / "tests"
     return sorted(str(path.relative_to(root)) for path in tests.rglob("test_*.py")
-                  if GPU_MARK in path.read_text(errors="replace"))
+                  if GPU_MARK.search(path.read_text(errors="replace")))
 
 
 def plugin_arguments(machine: Machine) -> list[str]:
