@@ -9,7 +9,10 @@ inconclusive benchmarks in fresh processes, a bounded number of times, before de
 
 One module per job:
 
-- :mod:`~accounting.gate.stats` — the tests (permutation test over runs, t interval, Holm);
+- :mod:`~accounting.gate.stats` — the two-sample tests (permutation test over runs, t interval) and the verdict;
+- :mod:`~accounting.gate.levels` — the significance level, the interval's confidence and the resampling settings;
+- :mod:`~accounting.gate.multiple` — the matrix's adjustment (Holm; min-P over a joint permutation of the runs);
+- :mod:`~accounting.gate.power` — what a verdict could have seen: power and the smallest detectable slowdown;
 - :mod:`~accounting.gate.storage` — pytest-benchmark's saved runs, read and checked;
 - :mod:`~accounting.gate.guard` — the load guard (was a run measured on a quiet machine?);
 - :mod:`~accounting.gate.decide` — the verdict on a whole matrix;
@@ -17,8 +20,11 @@ One module per job:
 - :mod:`~accounting.gate.plot` — the history of each benchmark as a PNG;
 - :mod:`~accounting.gate.measure` — running pytest: baselines, current runs, re-measurements;
 - :mod:`~accounting.gate.ab` — interleaved A/B: the base revision and this one in alternating processes;
-- :mod:`~accounting.gate.changepoints` — the change points of one benchmark's run series (PELT, permutation-tested);
+- :mod:`~accounting.gate.changepoints` — the change points of one benchmark's run series (binary segmentation,
+  each split permutation-tested; numpy only);
 - :mod:`~accounting.gate.history` — the saved history per benchmark: its change points and the runs that started them;
-- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab|history``;
-- :mod:`~studies.gate_error_rates` — the gate's own false-alarm and detection rates, measured.
+- :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab``, and the ``history`` action's place;
+- :mod:`~accounting.gate.cli_history` — ``accounting gate history``'s options and run;
+- :mod:`~studies.gate_error_rates` — the gate's own false-alarm and detection rates, measured;
+- :mod:`~studies.gate_power_table` — the A/B gate's power table, predicted from the noise model.
 """

@@ -251,8 +251,8 @@ def render_markdown(result: GateResult) -> str:
 
 HISTORY_LEGEND = ("+ slower after the change point, - faster. ratio: the level after / the level before (geometric "
                   "means of the two segments' runs), with its t interval; p: permutation test of the step within "
-                  "its neighbours' segment, the split's choice paid for (E-divisive's test); change points kept at "
-                  "p ≤ {alpha:g}. first run after: the first saved run at the new level, its date, commit and "
+                  "its neighbours' segment, the split's choice paid for (E-divisive's test) and consecutive runs' "
+                  "correlation allowed for; change points kept at p ≤ {alpha:g}. first run after: the first saved run at the new level, its date, commit and "
                   "branch where pytest-benchmark recorded them.")
 HISTORY_HEADER = ["", "benchmark", "first run after", "date", "commit (branch)", "ratio", "p", "runs before/after"]
 
