@@ -156,6 +156,33 @@ def test_the_peak_is_the_live_tensor_peak_of_the_same_step_by_hand(optimizer):
     assert traced.after_step == after_step
 
 
+class WideForward(nn.Module):
+    """A forward that makes a large tensor and drops it: nothing of it is saved for backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x):
+        x = self.linear(x)
+        return x.sum() * x.repeat(1000, 1).sum()  # sum's backward needs only the shape of what it summed
+
+
+@pytest.mark.parametrize(("model", "batch", "phase"), [
+    pytest.param(WideForward, torch.ones(8, 16), "forward", id="forward"),
+    pytest.param(lambda: nn.Sequential(*[nn.Linear(32, 32) for _ in range(8)]), torch.ones(256, 32), "backward",
+                 id="backward"),
+    pytest.param(lambda: nn.Linear(2048, 2048), torch.ones(1, 2048), "optimizer step", id="optimizer-step"),
+])
+def test_the_phase_of_the_peak(model, batch, phase):
+    traced = traced_training_step_memory(model, batch, loss_fn=lambda out, _: out.sum(), optimizer="adam")
+    assert traced.phase == phase
+    if phase == "forward":
+        assert traced.temporaries >= 1000 * storage_bytes(batch) and traced.gradients == 0
+    if phase == "optimizer step":
+        assert traced.gradients == traced.parameters and traced.activations == 0
+
+
 def test_frozen_parameters_get_no_gradient_or_state():
     model = mlp()
     model[0].requires_grad_(False)
