@@ -186,3 +186,13 @@ def test_no_model_size_fitting_skips_the_model_step_with_why(tmp_path):
     tiny = _machine(devices=(dict(H100, free_bytes=1024),))
     assert model_size_that_fits(tiny)[0] is None
     assert _steps(tiny, tmp_path)["model-mfu"].skip.startswith("no model size fits: tiny: ")
+
+
+def test_the_development_guide_s_table_gives_each_step_its_budget():
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf8")
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip()
+            for line in text.split("## The GPU acceptance run", 1)[1].splitlines() if line.startswith("| ")}
+    for name, budget in BUDGETS_S.items():
+        key = "gate-save, gate-check" if name.startswith("gate-") else name
+        assert f"{budget:g}" in rows[key].split(", "), (name, rows.get(key))
+    assert rows["probe"] == f"{PROBE_BUDGET_S:g}"
