@@ -9,6 +9,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -214,7 +215,7 @@ def test_ci_gpu_on_this_cpu_machine_skips_every_gpu_step_with_its_reason(tmp_pat
         out = tmp_path / "gpu-run"
         started = time.monotonic()
         completed = subprocess.run(["bash", str(ROOT / ".ci" / "gpu"), str(out)], capture_output=True, text=True,
-                                   timeout=cli.NO_GPU_MAX_S)
+                                   timeout=cli.NO_GPU_MAX_S, env={**os.environ, "PYTHON": sys.executable})
         seconds = time.monotonic() - started
         assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
         assert completed.stdout.startswith("# GPU acceptance run")  # the summary is printed last, on stdout
