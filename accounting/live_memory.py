@@ -20,6 +20,8 @@ rounding, no cached blocks, no library workspaces.
 """
 
 import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -78,3 +80,48 @@ class LiveTensorBytes(TorchDispatchMode):
             if isinstance(value, torch.Tensor) and value.untyped_storage()._cdata not in inputs:
                 self._record(value)
         return out
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Measured bytes of one training step: what it began with, what its forward saved, its peak.
+
+    ``persistent``: the tensors alive when the step began (weights, master weights, optimizer
+    state); ``activations``: what the forward pass left alive (saved for backward, and the loss);
+    ``peak``: the high-water mark of everything, the persistent tensors included.
+    """
+
+    persistent: int
+    activations: int
+    peak: int
+
+
+def measure_step_memory(
+    persistent: Iterable[torch.Tensor],
+    forward: Callable[[], torch.Tensor],
+    update: Callable[[torch.Tensor], object],
+) -> StepMemory:
+    """Run ``update(forward())`` under the tracker and report a :class:`StepMemory`.
+
+    ``persistent``: the tensors alive before the step (counted once each, by storage);
+    ``forward()``: returns the loss; ``update(loss)``: backward, optimizer step and whatever
+    else the step does. The caller must hold no other reference to the loss.
+
+    >>> model = torch.nn.Linear(100, 10)
+    >>> sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> inputs = torch.ones(8, 100)
+    >>> def update(loss):
+    ...     loss.backward()
+    ...     sgd.step()
+    >>> memory = measure_step_memory(model.parameters(), lambda: model(inputs).square().sum(), update)
+    >>> memory.persistent, memory.activations  # 1010 weights; the linear's output (saved by square), the loss
+    (4040, 324)
+    """
+    with LiveTensorBytes() as live:
+        live.track(*persistent)
+        before = live.current
+        loss = forward()
+        activations = live.current - before
+        update(loss)
+        del loss
+    return StepMemory(before, activations, live.peak)

@@ -3,11 +3,12 @@
 Bytes per parameter, by precision policy and optimizer (step counters aside; see
 :func:`optimizer_state_bytes`)::
 
-    policy       weights  grads  master  optimizer state per slot  Adam total
-    fp32         4        4      -       4                         4+4+8   = 16
-    bf16-mixed   2        2      4       4                         2+2+4+8 = 16
-    fp16-mixed   2        2      4       4                         2+2+4+8 = 16
-    bf16         2        2      -       2                         2+2+4   = 8
+    policy         weights  grads  master  optimizer state per slot  Adam total
+    fp32           4        4      -       4                         4+4+8   = 16
+    bf16-master    2        2      4       4                         2+2+4+8 = 16   (= bf16-mixed)
+    fp16-mixed     2        2      4       4                         2+2+4+8 = 16
+    bf16-autocast  4        4      -       4                         4+4+8   = 16   (+ bf16 copies in the forward)
+    bf16           2        2      -       2                         2+2+4   = 8
 
 Slots (parameter-sized state tensors): SGD 0, SGD with momentum 1, Adagrad 1, RMSprop 1
 (+1 with momentum, +1 centered), Adam/AdamW 2 (+1 with amsgrad). Sources: the state each
@@ -31,14 +32,27 @@ section 3.1: 2Ψ + 2Ψ + 12Ψ). Activations are in :func:`transformer_activation
 
 import numbers
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
-from accounting._checks import check_choice, check_non_negative, check_positive_size, check_size
+from accounting._checks import check_choice, check_non_negative, check_size
 from accounting._units import readable_bytes
+from accounting.activation_memory import (  # the policies live there; imported here by name too
+    PRECISION_POLICIES,  # noqa: F401 (public here too)
+    PrecisionPolicy,  # noqa: F401 (public here too)
+    activation_formats,
+    precision_policy,
+    weight_copy_bytes,
+    block_backward_bytes,
+    largest_unit,
+    late_gradient_parameters,
+    transformer_activations,
+    update_bytes,
+)
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.memory import storage_bytes, storage_dtype, storage_key
+from accounting.memory import storage_bytes, storage_key
+from accounting.sharding import sharded_model_states, sharding_stage
 from accounting.transformer import TransformerConfig
 
 # ---- parameters ---------------------------------------------------------------------
@@ -208,111 +222,42 @@ def measure_optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return storage_bytes(*tensors)
 
 
-# ---- precision policies -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrecisionPolicy:
-    """Where each copy of the model lives, as format names (see :func:`accounting.format_name`).
-
-    ``weights``: the parameters the forward pass reads. ``master_weights``: a separate
-    higher-precision copy the optimizer updates (``None``: the optimizer updates ``weights``).
-    """
-
-    name: str
-    weights: str
-    gradients: str
-    master_weights: str | None
-    optimizer_state: str
-    activations: str
-
-    def bytes_of(self, part: str) -> int:
-        """Bytes per element of one part (``"weights"``, ``"gradients"``…); 0 for an absent copy."""
-        fmt = getattr(self, part)
-        return 0 if fmt is None else storage_dtype(fmt).itemsize
-
-
-PRECISION_POLICIES = {
-    policy.name: policy
-    for policy in (
-        PrecisionPolicy("fp32", "float32", "float32", None, "float32", "float32"),
-        # Megatron/ZeRO-style mixed precision: 16-bit weights and gradients for compute and
-        # communication, an fp32 master copy and fp32 optimizer state for the update.
-        PrecisionPolicy("bf16-mixed", "bfloat16", "bfloat16", "float32", "float32", "bfloat16"),
-        PrecisionPolicy("fp16-mixed", "float16", "float16", "float32", "float32", "float16"),
-        # Everything in bf16 ("bf16-true"): half the memory, and bf16 rounding in the update.
-        PrecisionPolicy("bf16", "bfloat16", "bfloat16", None, "bfloat16", "bfloat16"),
-    )
-}
-
-
-def precision_policy(name) -> PrecisionPolicy:
-    """The policy of this name (``"fp32"``, ``"bf16-mixed"``, ``"fp16-mixed"``, ``"bf16"``).
-
-    >>> precision_policy("bf16-mixed").master_weights
-    'float32'
-    """
-    if isinstance(name, PrecisionPolicy):
-        return name
-    if not isinstance(name, str):
-        raise AccountingTypeError(f"precision must be a policy name such as 'bf16-mixed', got {name!r}")
-    return PRECISION_POLICIES[check_choice(name.strip().lower(), tuple(PRECISION_POLICIES), "precision")]
-
-
 # ---- activations --------------------------------------------------------------------
-
-# torch's fused dropout (CUDA) keeps a bool mask; on the CPU, torch's dropout multiplies by a
-# noise tensor of the activation dtype and keeps that instead (e bytes per element).
-_DROPOUT_MASK_BYTES = 1
 
 
 def transformer_activation_bytes(
-    config: TransformerConfig, batch_size: int, precision="bf16-mixed", dropout: bool = False
+    config: TransformerConfig,
+    batch_size: int,
+    precision="bf16-mixed",
+    dropout: bool = False,
+    *,
+    attention: str = "eager",
+    recompute: str = "none",
+    gelu: str = "fused",
 ) -> int:
-    """Bytes of the tensors a GPT-style transformer saves in its forward pass for backward.
+    """Bytes of the tensors a transformer's forward pass saves for backward.
 
-    The count of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-    Transformer Models", arXiv:2205.05198, section 4), for eager attention that materialises the (s × s) scores.
-    With s = sequence length, b = batch, h = width, f = MLP width, a = heads, V = vocabulary
-    and e = bytes per activation element, each layer saves
-
-    - LayerNorm inputs 2·sbh, the shared Q/K/V input sbh, Q, K and V 3·sbh, softmax output
-      a·s²·b, output-projection input sbh, MLP input sbh, GELU input and MLP output-layer
-      input 2·sbf: **e·(8·sbh + 2·sbf + a·s²·b)**;
-    - with ``dropout``, also the attention-dropout output (e·a·s²·b) and three bool masks
-      (a·s²·b and 2·sbh bytes; CUDA's fused dropout, the CPU keeps e-byte masks). With e = 2
-      and f = 4h this is the paper's 34·sbh + 5·a·s²·b.
-
-    Outside the layers: the final LayerNorm's input and the unembedding's input (e·2·sbh),
-    and the log-probabilities of the loss, kept in fp32 (4·sbV bytes); with ``dropout``, the
-    embedding dropout's mask (sbh bytes). Beyond the paper, each of the 2L + 1 LayerNorms
-    keeps a mean and a reciprocal standard deviation per token in fp32 (8·sb bytes).
-    Left out: scalars of the loss, and everything transient (not saved for backward).
-    Fused attention (``scaled_dot_product_attention`` with flash kernels) saves no s² term.
+    Korthikanti et al. 2022's count (arXiv:2205.05198, section 4) made exact for the code that
+    runs, term by term in :mod:`accounting.activation_memory`: GPT-2-style blocks
+    (``norm="layernorm"``) save **e·(8·sbh + 2·sbf + a·s²·b)** with a fused GELU (s = sequence,
+    b = batch, h = width, f = MLP width, a = heads, e = bytes per activation) plus fp32 LayerNorm
+    statistics; with ``dropout`` the paper's 34·sbh + 5·a·s²·b at e = 2, f = 4h. Llama-style
+    blocks (``norm="rmsnorm"``) as Hugging Face's Llama, Qwen2 and Mixtral code saves them. Outside
+    the blocks: the final norm, rotary tables and the loss's fp32 log-probabilities (4·sbV).
+    ``attention``: ``"eager"`` or ``"sdpa"`` (no s² term); ``recompute="full"``: each block keeps
+    only its input; ``gelu``: ``"fused"`` or ``"unfused"`` (Hugging Face's ``gelu_new``, GPT-2's).
 
     >>> from accounting import TransformerConfig
     >>> config = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
     >>> transformer_activation_bytes(config, batch_size=1, precision="fp32")  # 4*(96 + 96 + 18) + 4*24 + 4*30 + 3*8*3
     1128
+    >>> transformer_activation_bytes(config, batch_size=1, precision="fp32", recompute="full")  # 4*12 + 4*9 + 240
+    324
     """
-    if not isinstance(config, TransformerConfig):
-        raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-    b = check_positive_size(batch_size, "batch_size")
-    if not isinstance(dropout, bool):
-        raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
-    e = precision_policy(precision).bytes_of("activations")
-    s, h, f, a = config.sequence_length, config.width, config.ffn_width, config.heads
-    tokens = s * b
-    scores = a * s * s * b
-    layer = e * (8 * tokens * h + 2 * tokens * f + scores)
-    if dropout:
-        layer += e * scores + _DROPOUT_MASK_BYTES * (scores + 2 * tokens * h)
-    fp32_bytes = torch.float32.itemsize
-    outside = e * 2 * tokens * h + fp32_bytes * tokens * config.vocabulary
-    if dropout:
-        outside += _DROPOUT_MASK_BYTES * tokens * h
-    norm_statistics = (2 * config.layers + 1) * 2 * fp32_bytes * tokens
-    return config.layers * layer + outside + norm_statistics
+    formats = activation_formats(precision)
+    return transformer_activations(
+        config, batch_size, formats, attention=attention, recompute=recompute, dropout=dropout, gelu=gelu
+    ).saved
 
 
 # ---- the whole breakdown ------------------------------------------------------------
@@ -320,13 +265,19 @@ def transformer_activation_bytes(
 
 @dataclass(frozen=True)
 class TrainingMemory:
-    """Bytes held during a training step, by part.
+    """Bytes held during a training step, by part (per device when sharded).
 
-    ``peak`` is the high-water mark of a steady-state step whose gradients were freed by
-    ``zero_grad()`` (torch's default): weights, master weights and optimizer state live
-    throughout; saved activations (plus ``transient`` bytes alive next to them) peak as the
-    backward pass starts, and are freed as gradients appear, so only the larger side counts.
-    ``total`` adds everything, the bound when gradients are kept between steps.
+    ``peak``: the high-water mark of a steady-state step whose gradients ``zero_grad()`` freed:
+    weights, master weights and optimizer state (``persistent``), and the largest of three phases:
+
+    - the start of backward: saved ``activations`` plus ``transient`` bytes alive next to them;
+    - the update: ``gradients`` plus the optimizer's temporaries (``update``);
+    - with recomputation, the bottom block's backward (``backward``): nearly every gradient,
+      the block's recomputed activations and its working set.
+
+    ``gathered``: under ZeRO-3/FSDP, the full parameters and gradients of the unit in flight,
+    on top of every phase. ``total`` adds everything, the bound when gradients are kept
+    between steps.
     """
 
     parameter_count: int
@@ -338,6 +289,9 @@ class TrainingMemory:
     optimizer_state: int
     activations: int
     transient: int = 0
+    update: int = 0
+    backward: int = 0
+    gathered: int = 0
 
     @property
     def persistent(self) -> int:
@@ -346,11 +300,12 @@ class TrainingMemory:
 
     @property
     def peak(self) -> int:
-        return self.persistent + max(self.activations + self.transient, self.gradients)
+        phases = (self.activations + self.transient, self.gradients + self.update, self.backward)
+        return self.persistent + self.gathered + max(phases)
 
     @property
     def total(self) -> int:
-        return self.persistent + self.gradients + self.activations + self.transient
+        return self.persistent + self.gradients + self.activations + self.transient + self.gathered
 
     @property
     def bytes_per_parameter(self) -> float:
@@ -359,7 +314,7 @@ class TrainingMemory:
 
     def __str__(self) -> str:
         rows = [f"{self.parameter_count:,} parameters, {self.optimizer}, {self.precision}"]
-        for field in fields(self)[3:]:
+        for field in fields(self)[3:9]:
             label = field.name.replace("_", " ")
             rows.append(f"  {label:<18} {readable_bytes(getattr(self, field.name))}")
         rows.append(f"  {'peak':<18} {readable_bytes(self.peak)}")
@@ -391,6 +346,9 @@ def training_memory(
     precision="fp32",
     activations: int = 0,
     transient: int = 0,
+    *,
+    sharding=None,
+    devices: int = 1,
     **optimizer_settings,
 ) -> TrainingMemory:
     """Bytes of weights, gradients, master weights, optimizer state and activations in training.
@@ -400,23 +358,36 @@ def training_memory(
     (table in the module docstring). ``activations``: bytes saved for backward, e.g. from
     :func:`transformer_activation_bytes`; ``transient``: short-lived bytes alive next to them
     at the peak. ``optimizer_settings`` as for :func:`optimizer_state_bytes`; step counters
-    (4 bytes per parameter tensor) are left out.
+    (4 bytes per parameter tensor) are left out. ``sharding`` and ``devices``: data-parallel
+    partitioning of the model states (:func:`accounting.sharding.sharded_model_states`: ``None``,
+    ``"ddp"``, ``"zero1"``-``"zero3"``, FSDP's names); the parts are then one device's. The master
+    copy is partitioned with the optimizer state, as ZeRO counts it.
 
     >>> fp32 = training_memory(10**9, optimizer="adam", precision="fp32")
     >>> fp32.bytes_per_parameter, training_memory(10**9, "sgd", "bf16").bytes_per_parameter
     (16.0, 4.0)
+    >>> training_memory(10**9, "adam", "bf16-master", sharding="zero3", devices=8).bytes_per_parameter
+    2.0
     """
     count, trainable = _count_parameters(parameters)
     policy = precision_policy(precision)
     slots = optimizer_state_slots(optimizer, **optimizer_settings)
+    master = trainable * policy.bytes_of("master_weights")
+    states = sharded_model_states(
+        count * policy.bytes_of("weights"),
+        trainable * policy.bytes_of("gradients"),
+        trainable * slots * policy.bytes_of("optimizer_state"),
+        sharding, devices, parameter_count=count,
+    )
+    master_share = sharded_model_states(0, 0, master, sharding, devices, parameter_count=count).optimizer
     return TrainingMemory(
         parameter_count=count,
         optimizer=optimizer.strip().lower(),
         precision=policy.name,
-        parameters=count * policy.bytes_of("weights"),
-        gradients=trainable * policy.bytes_of("gradients"),
-        master_weights=trainable * policy.bytes_of("master_weights"),
-        optimizer_state=trainable * slots * policy.bytes_of("optimizer_state"),
+        parameters=states.parameters,
+        gradients=states.gradients,
+        master_weights=master_share,
+        optimizer_state=states.optimizer,
         activations=check_size(activations, "activations"),
         transient=check_size(transient, "transient"),
     )
@@ -428,12 +399,25 @@ def transformer_training_memory(
     optimizer: str = "adam",
     precision="bf16-mixed",
     dropout: bool = False,
+    *,
+    attention: str = "eager",
+    recompute: str = "none",
+    gelu: str = "fused",
+    sharding=None,
+    devices: int = 1,
     **optimizer_settings,
 ) -> TrainingMemory:
-    """:func:`training_memory` of a GPT-style transformer, activations from its config.
+    """:func:`training_memory` of a transformer, activations and each phase's working bytes from its config.
 
-    The transient part is the two fp32 (tokens × vocabulary) gradients of the loss (of the
-    log-probabilities and of the logits), alive together as the backward pass starts.
+    ``transient``: the loss's two fp32 (tokens × V) gradients as backward starts. ``update``: the
+    optimizer's temporaries (Adam/AdamW for-loop: two fp32 tensors of the largest parameter) and,
+    with a master copy, the fp32 copies of the gradients. ``backward`` (``recompute="full"``): every
+    gradient but the embedding's, beside the bottom block's input, recomputed activations, incoming
+    gradient and working set (:func:`accounting.activation_memory.block_backward_bytes`).
+    ``gathered`` (ZeRO-3/FSDP), assuming one unit in flight, as FSDP wraps each block: the full
+    parameters and gradients of the largest unit (a block, or the root's embeddings and norm).
+    Other arguments as for :func:`transformer_activation_bytes` and :func:`training_memory`;
+    measured against Hugging Face models in docs/model-mfu-and-training-memory.md.
 
     >>> from accounting import TransformerConfig
     >>> config = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
@@ -443,7 +427,30 @@ def transformer_training_memory(
     >>> memory.peak == memory.persistent + memory.activations + memory.transient
     True
     """
-    activations = transformer_activation_bytes(config, batch_size, precision, dropout)
+    formats = activation_formats(precision)
+    policy = precision_policy(precision)
+    activations = transformer_activations(
+        config, batch_size, formats, attention=attention, recompute=recompute, dropout=dropout, gelu=gelu
+    )
     tokens = batch_size * config.sequence_length
     loss_gradients = 2 * torch.float32.itemsize * tokens * config.vocabulary
-    return training_memory(config, optimizer, precision, activations, loss_gradients, **optimizer_settings)
+    memory = training_memory(
+        config, optimizer, precision, activations.saved, loss_gradients,
+        sharding=sharding, devices=devices, **optimizer_settings,
+    )
+    if recompute == "full" and formats.autocast:
+        # The forward's cached weight copies live until autocast exits, beside the logits and their fp32 copy.
+        forward_end = config.layers * weight_copy_bytes(config, formats) + (formats.matmul + 4) * tokens * config.vocabulary
+        memory = replace(memory, transient=max(loss_gradients, forward_end))
+    gradient_bytes = memory.gradients / config.parameter_count  # per parameter, on this device
+    # With a master copy, each 16-bit gradient is replaced by an fp32 copy before the update.
+    widened = policy.bytes_of("master_weights") - policy.bytes_of("gradients") if policy.master_weights else 0
+    update = round(memory.gradients * widened / policy.bytes_of("gradients")) + update_bytes(config, policy.bytes_of("optimizer_state"), memory.optimizer)
+    backward = 0
+    if recompute == "full":
+        early = config.parameter_count - late_gradient_parameters(config)
+        backward = round(gradient_bytes * early) + block_backward_bytes(config, batch_size, formats, activations)
+    gathered = 0
+    if sharding_stage(sharding) == "zero3" and devices > 1:
+        gathered = largest_unit(config) * (policy.bytes_of("weights") + policy.bytes_of("gradients"))
+    return replace(memory, update=update, backward=backward, gathered=gathered)

@@ -255,7 +255,8 @@ def test_parameters_given_as_a_generator():
         pytest.param(lambda: optimizer_state_bytes([torch.zeros(3), "w"], "adam"), AccountingTypeError,
                      r"^parameters: item 1 must be a torch.Tensor, got str", id="not-a-tensor"),
         pytest.param(lambda: training_memory(10, "adam", "int8"), AccountingError,
-                     r"^precision must be one of 'fp32', 'bf16-mixed', 'fp16-mixed', 'bf16', got 'int8'",
+                     r"^precision must be one of 'fp32', 'bf16-master', 'bf16-mixed', 'fp16-mixed', 'bf16-autocast', 'bf16', "
+                     r"got 'int8'",
                      id="unknown-policy"),
         pytest.param(lambda: training_memory(-5), AccountingError,
                      r"^parameters must be a non-negative integer, got -5", id="negative-count"),
@@ -390,3 +391,82 @@ def test_defaults_are_the_documented_ones():
     memory = transformer_training_memory(_CONFIG, 2)
     assert (memory.optimizer, memory.precision) == ("adam", "bf16-mixed")
     assert memory == transformer_training_memory(_CONFIG, 2, "adam", "bf16-mixed", dropout=False)
+
+
+# ---- the two meanings of bf16 mixed precision, against real steps ---------------------------
+
+
+def test_bf16_mixed_is_bf16_master():
+    """The first name of the master-copy policy keeps its meaning: every part laid out the same."""
+    master, mixed = precision_policy("bf16-master"), precision_policy("bf16-mixed")
+    assert [getattr(master, f) for f in ("weights", "gradients", "master_weights", "optimizer_state")] == [
+        getattr(mixed, f) for f in ("weights", "gradients", "master_weights", "optimizer_state")]
+    assert training_memory(1000, "adamw", "bf16-master").peak == training_memory(1000, "adamw", "bf16-mixed").peak
+
+
+def test_bf16_autocast_breakdown_matches_a_real_autocast_step():
+    """torch.autocast keeps fp32 weights, gradients and AdamW state: no master copy."""
+    model = nn.Sequential(nn.Linear(12, 20), nn.Linear(20, 6))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output = model(torch.randn(5, 12))
+    assert output.dtype == torch.bfloat16
+    output.float().square().sum().backward()
+    optimizer.step()
+    memory = training_memory(model, "adamw", "bf16-autocast")
+    assert memory.parameters == storage_bytes(*model.parameters())
+    assert memory.gradients == storage_bytes(*(p.grad for p in model.parameters()))
+    assert memory.master_weights == 0
+    assert memory.optimizer_state == measure_optimizer_state_bytes(optimizer) - step_counter_bytes(optimizer)
+
+
+# ---- sharded model states ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sharding, parts",
+    [
+        pytest.param(None, (), id="none"),
+        pytest.param("ddp", (), id="ddp"),
+        pytest.param("zero1", ("master_weights", "optimizer_state"), id="zero1"),
+        pytest.param("shard_grad_op", ("gradients", "master_weights", "optimizer_state"), id="zero2"),
+        pytest.param("full_shard", ("parameters", "gradients", "master_weights", "optimizer_state"), id="zero3"),
+    ],
+)
+def test_sharding_divides_the_partitioned_parts(sharding, parts):
+    devices = 4
+    whole = training_memory(10**6, "adamw", "bf16-master")
+    split = training_memory(10**6, "adamw", "bf16-master", sharding=sharding, devices=devices)
+    for part in ("parameters", "gradients", "master_weights", "optimizer_state"):
+        expected = getattr(whole, part) // devices if part in parts else getattr(whole, part)
+        assert getattr(split, part) == expected, part
+
+
+def test_zero3_adds_the_unit_in_flight():
+    """One block (here larger than the embeddings) gathered whole, its weights and its gradients."""
+    config = TransformerConfig(layers=4, width=64, heads=4, sequence_length=32, vocabulary=100)
+    sharded = transformer_training_memory(config, 2, "adamw", "bf16-master", sharding="zero3", devices=8)
+    replicated = transformer_training_memory(config, 2, "adamw", "bf16-master", sharding="zero2", devices=8)
+    assert sharded.gathered == config.layer_parameter_count * (2 + 2)
+    assert replicated.gathered == 0
+    assert sharded.peak - sharded.gathered < replicated.peak
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        pytest.param(lambda: training_memory(10, sharding="zero4", devices=2), AccountingError,
+                     r"^sharding must be one of .*got 'zero4'$", id="unknown-sharding"),
+        pytest.param(lambda: training_memory(10, sharding="zero3", devices=0), AccountingError,
+                     r"^devices must be a positive integer, got 0$", id="no-devices"),
+        pytest.param(lambda: transformer_training_memory(_CONFIG, 1, attention="flash"), AccountingError,
+                     r"^attention must be one of 'eager', 'sdpa', got 'flash'$", id="unknown-attention"),
+        pytest.param(lambda: transformer_training_memory(_CONFIG, 1, recompute=True), AccountingError,
+                     r"^recompute must be one of 'none', 'full', got True$", id="recompute-bool"),
+        pytest.param(lambda: transformer_activation_bytes(_CONFIG, 1, gelu="tanh"), AccountingError,
+                     r"^gelu must be one of 'fused', 'unfused', got 'tanh'$", id="unknown-gelu"),
+    ],
+)
+def test_bad_step_settings_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

@@ -1,0 +1,336 @@
+"""Bytes a decoder-only transformer saves for backward, tensor by tensor, as the implementations save them.
+
+The accounting follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", arXiv:2205.05198, section 4), term by term, but counts what the code
+that people train actually keeps, read off the saved tensors of a real forward pass
+(``torch.autograd.graph.saved_tensors_hooks``) and checked against a live-tensor tracker:
+
+- configs with ``norm="layernorm"`` run as GPT-2 does (Hugging Face ``GPT2LMHeadModel``, and
+  the project's own GPT): LayerNorm saving its input, mean and reciprocal std; one fused QKV
+  matrix; the softmax in the activations' dtype;
+- configs with ``norm="rmsnorm"`` run as Llama does (``LlamaForCausalLM``; Qwen2, Mistral and
+  Mixtral share its code): RMSNorm computed in fp32 (it saves an fp32 copy of its input, the
+  normalised tensor and the reciprocal RMS), separate Q, K and V matrices, rotary positions
+  (cos and sin tables), K and V repeated to every query head before eager attention
+  (``repeat_kv``), the softmax in fp32 then cast, SwiGLU saving gate, up, SiLU and product,
+  and Mixtral's experts (tokens gathered per expert, ``torch._grouped_mm``).
+
+Notation: T = tokens (sequence × batch), h = width, A = heads × head width, K·d = kv width,
+f = MLP width, H = heads, s = sequence, V = vocabulary, E = experts, k = experts per token.
+Element sizes come from :class:`ActivationFormats`: σ for the residual stream, μ for matmul
+outputs (they differ under autocast: fp32 stream, bf16 matmuls).
+
+>>> from accounting import TransformerConfig
+>>> config = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
+>>> transformer_activations(config, 1, ActivationFormats(4, 4, 4)).saved  # 4*(96 + 96 + 18) + 4*24 + 4*30 + 3*8*3
+1128
+"""
+
+from dataclasses import dataclass
+
+from accounting._checks import check_choice, check_positive_size
+from accounting.errors import AccountingTypeError
+from accounting.memory import storage_dtype
+from accounting.transformer import TransformerConfig
+
+ATTENTIONS = ("eager", "sdpa")
+"""``eager``: softmax(QKᵀ)V in separate ops, the (s × s) scores saved; ``sdpa``:
+``scaled_dot_product_attention`` with a fused kernel (flash, or the CPU's flash kernel)
+saving Q, K, V, its output and a log-sum-exp per query, no s² term."""
+RECOMPUTES = ("none", "full")
+"""``full``: every block checkpointed (``torch.utils.checkpoint``, non-reentrant; Hugging Face's
+``gradient_checkpointing_enable``), keeping only its input until backward recomputes it."""
+GELUS = ("fused", "unfused")
+"""``fused``: one op (``F.gelu``, exact or tanh; Hugging Face ``"gelu"``, ``"gelu_pytorch_tanh"``)
+saving its input; ``unfused``: the tanh formula in elementwise ops (Hugging Face ``"gelu_new"``,
+GPT-2's own setting), which saves five tensors of the MLP's width."""
+
+_FP32, _INT64, _MASK = 4, 8, 1  # bytes of fp32 internals (norm statistics, softmax, loss), indices, bool masks
+
+
+@dataclass(frozen=True)
+class ActivationFormats:
+    """Bytes per element: ``stream`` (σ, the residual stream and norms), ``matmul`` (μ, what
+    matmuls output), ``weights``; ``autocast``: the forward runs under ``torch.autocast``, which
+    casts each linear layer's input and weight to μ-byte copies and saves those."""
+
+    stream: int
+    matmul: int
+    weights: int
+    autocast: bool = False
+
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    """Bytes saved for backward by one block and outside the blocks, and what recomputation keeps.
+
+    ``layer``: everything one block saves (autocast's weight copies included); ``outside``: the
+    final norm, position tables, the unembedding and the loss's fp32 log-probabilities;
+    ``checkpoint``: what a checkpointed block keeps (its input), ``mask``: the attention mask a
+    checkpoint keeps once for all blocks (eager); ``saved``: the whole forward's.
+    """
+
+    layers: int
+    recompute: str
+    layer: int
+    outside: int
+    checkpoint: int
+    mask: int
+
+    @property
+    def saved(self) -> int:
+        if self.recompute == "none":
+            return self.layers * self.layer + self.outside
+        return self.layers * self.checkpoint + self.mask + self.outside
+
+
+# ---- precision policies -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Where each copy of the model lives, as format names (see :func:`accounting.format_name`).
+
+    ``weights``: the parameters the forward pass reads. ``master_weights``: a separate
+    higher-precision copy the optimizer updates (``None``: the optimizer updates ``weights``).
+    ``autocast``: the forward runs under ``torch.autocast``, which makes ``activations``-format
+    copies of each linear layer's input and weight in the forward (the weights stay ``weights``).
+    """
+
+    name: str
+    weights: str
+    gradients: str
+    master_weights: str | None
+    optimizer_state: str
+    activations: str
+    autocast: bool = False
+
+    def bytes_of(self, part: str) -> int:
+        """Bytes per element of one part (``"weights"``, ``"gradients"``…); 0 for an absent copy."""
+        fmt = getattr(self, part)
+        return 0 if fmt is None else storage_dtype(fmt).itemsize
+
+
+PRECISION_POLICIES = {
+    policy.name: policy
+    for policy in (
+        PrecisionPolicy("fp32", "float32", "float32", None, "float32", "float32"),
+        # Megatron/ZeRO-style mixed precision: 16-bit weights and gradients for compute and
+        # communication, an fp32 master copy and fp32 optimizer state for the update.
+        PrecisionPolicy("bf16-master", "bfloat16", "bfloat16", "float32", "float32", "bfloat16"),
+        # The name this library used first for bf16-master, kept with the same meaning.
+        PrecisionPolicy("bf16-mixed", "bfloat16", "bfloat16", "float32", "float32", "bfloat16"),
+        PrecisionPolicy("fp16-mixed", "float16", "float16", "float32", "float32", "float16"),
+        # torch.autocast: fp32 weights, gradients and optimizer state (no separate master copy);
+        # matmuls read bf16 copies made in the forward (PyTorch AMP, Lightning's "bf16-mixed").
+        PrecisionPolicy("bf16-autocast", "float32", "float32", None, "float32", "bfloat16", autocast=True),
+        # Everything in bf16 ("bf16-true"): half the memory, and bf16 rounding in the update.
+        PrecisionPolicy("bf16", "bfloat16", "bfloat16", None, "bfloat16", "bfloat16"),
+    )
+}
+
+
+def precision_policy(name) -> PrecisionPolicy:
+    """The policy of this name (``"fp32"``, ``"bf16-master"`` = ``"bf16-mixed"``, ``"fp16-mixed"``,
+    ``"bf16-autocast"``, ``"bf16"``).
+
+    >>> precision_policy("bf16-mixed").master_weights, precision_policy("bf16-autocast").weights
+    ('float32', 'float32')
+    """
+    if isinstance(name, PrecisionPolicy):
+        return name
+    if not isinstance(name, str):
+        raise AccountingTypeError(f"precision must be a policy name such as 'bf16-mixed', got {name!r}")
+    return PRECISION_POLICIES[check_choice(name.strip().lower(), tuple(PRECISION_POLICIES), "precision")]
+
+
+def activation_formats(precision) -> ActivationFormats:
+    """Element sizes of a policy's forward pass (fp32 stream and bf16 matmuls under autocast).
+
+    >>> activation_formats("bf16-autocast")
+    ActivationFormats(stream=4, matmul=2, weights=4, autocast=True)
+    """
+    policy = precision_policy(precision)
+    weights, activations = policy.bytes_of("weights"), policy.bytes_of("activations")
+    return ActivationFormats(weights if policy.autocast else activations, activations, weights, policy.autocast)
+
+
+def _llama_style(config: TransformerConfig) -> bool:
+    return config.norm == "rmsnorm"
+
+
+def _norm(config: TransformerConfig, tokens: int, formats: ActivationFormats, consumers: int) -> int:
+    """One norm feeding ``consumers`` linear layers: its input, statistics and output(s).
+
+    LayerNorm saves its input (σ), mean and reciprocal std (fp32 per token) and its output feeds the
+    next matmul (σ); Llama's RMSNorm saves its input in fp32 (a copy when σ < 4), the normalised
+    tensor (σ), the reciprocal RMS (fp32 per token), and its output. Under autocast every
+    consuming linear layer saves its own μ-byte copy of the output instead.
+    """
+    h = config.width
+    output = consumers * formats.matmul * tokens * h if formats.autocast else formats.stream * tokens * h
+    if _llama_style(config):
+        return _FP32 * tokens * h + formats.stream * tokens * h + _FP32 * tokens + output
+    return formats.stream * tokens * h + 2 * _FP32 * tokens + output
+
+
+def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
+    """Q, K, V and the attention output; with eager attention, the (s × s) scores."""
+    s, heads, mu = config.sequence_length, config.heads, formats.matmul
+    tokens = s * batch
+    q, kv = tokens * config.attention_width, tokens * config.kv_width
+    if attention == "sdpa":
+        log_sum_exp = _FP32 * heads * tokens
+        if _llama_style(config):  # q (rotated), k (rotated) and v at their own widths, the output
+            return mu * (2 * q + 2 * kv) + log_sum_exp
+        return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, two copies, the output
+    # Eager: contiguous copies of Q, K and V for the batched matmuls (K and V repeated to every
+    # query head), the merged heads for the output projection, and the softmax output: in fp32 for
+    # Llama (softmax(dtype=float32), then cast), in the activations' dtype for GPT-2 (autocast runs
+    # softmax in fp32 too); a cast copy is saved when the next matmul reads another dtype.
+    scores = heads * s * s * batch
+    softmax = _FP32 if _llama_style(config) or formats.autocast else mu
+    cast = mu if softmax != mu else 0
+    return 4 * mu * q + (softmax + cast) * scores
+
+
+def _mlp(config: TransformerConfig, tokens: int, formats: ActivationFormats, gelu: str) -> int:
+    """The MLP's saved tensors; with experts, the router's and those of the tokens each expert takes."""
+    h, f = config.width, config.ffn_width
+    per_token = {"swiglu": 4 * f, "gelu": 2 * f if gelu == "fused" else 5 * f}[config.mlp]
+    if config.experts == 1:
+        return formats.matmul * tokens * per_token
+    # Each token goes to k experts: its gathered input, what the expert's MLP saves, and the
+    # expert's output (saved to be weighted by the router). torch._grouped_mm is not lowered by
+    # autocast on the CPU: the experts run in the weights' dtype.
+    routed = tokens * config.experts_per_token
+    element = formats.weights if formats.autocast else formats.matmul
+    experts = element * routed * (2 * h + per_token)
+    # The router: fp32 softmax over experts, a sum per token; per routed token the top-k weight
+    # (twice: kept and gathered) and four int64 index tensors (top-k, sort, its quotient, order).
+    router = _FP32 * tokens * config.experts + _FP32 * tokens + routed * (2 * _FP32 + 4 * _INT64)
+    return experts + router
+
+
+def weight_copy_bytes(config: TransformerConfig, formats: ActivationFormats) -> int:
+    """Autocast's cached μ-byte copies of one block's matrices (not the experts': see :func:`_mlp`)."""
+    if not formats.autocast:
+        return 0
+    mlp = config.router_parameter_count if config.experts > 1 else config.expert_matmul_parameter_count
+    return formats.matmul * (config.attention_matmul_parameter_count + mlp)
+
+
+def transformer_activations(
+    config: TransformerConfig,
+    batch_size: int,
+    formats: ActivationFormats,
+    *,
+    attention: str = "eager",
+    recompute: str = "none",
+    dropout: bool = False,
+    gelu: str = "fused",
+) -> ActivationBytes:
+    """What a forward pass of ``config`` on ``batch_size`` sequences saves, by part (see the module docstring).
+
+    ``dropout`` (eager attention, GPT-2-style blocks): the attention-dropout output and three bool
+    masks per block (CUDA's fused dropout), the embedding dropout's mask; the paper's
+    34·sbh + 5·a·s²·b at μ = 2, f = 4h.
+    """
+    if not isinstance(config, TransformerConfig):
+        raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    batch = check_positive_size(batch_size, "batch_size")
+    check_choice(attention, ATTENTIONS, "attention")
+    check_choice(recompute, RECOMPUTES, "recompute")
+    check_choice(gelu, GELUS, "gelu")
+    if not isinstance(dropout, bool):
+        raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
+    s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream
+    tokens = s * batch
+    qkv_consumers = 3 if _llama_style(config) else 1
+    mlp_consumers = 1 if config.experts > 1 or config.mlp == "gelu" else 2
+    layer = (
+        _norm(config, tokens, formats, qkv_consumers)
+        + _attention(config, batch, formats, attention)
+        + _norm(config, tokens, formats, mlp_consumers)
+        + _mlp(config, tokens, formats, gelu)
+        + weight_copy_bytes(config, formats)
+    )
+    scores = config.heads * s * s * batch
+    if dropout:
+        layer += mu * scores + _MASK * (scores + 2 * tokens * h)
+    outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
+    if formats.autocast:
+        outside += mu * config.unembedding_parameter_count  # the unembedding's weight copy
+    if _llama_style(config) and not config.learned_positions:
+        outside += 2 * sigma * s * config.head_width  # rotary cos and sin tables
+    if dropout:
+        outside += _MASK * tokens * h
+    # A checkpointed block keeps its input; eager attention's additive mask (batch, 1, s, s) in the
+    # weights' dtype is an input of every block, kept once.
+    checkpoint = sigma * tokens * h
+    mask = formats.weights * batch * s * s if attention == "eager" else 0
+    return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask)
+
+
+# ---- the rest of a step: what is alive besides model states at each phase ----------------
+
+_MLP_WORKING = 1.4
+"""Gradients of the MLP's intermediate tensors alive at once in one block's backward, in tensors of
+the MLP's width (μ·T·f each; with experts T·k·f): the largest working set of a block's backward.
+Measured (studies/training_memory_families.py) at 1.1-1.5 across GPT-2, Llama and Mixtral blocks."""
+_ADAMW_TEMPORARIES = 2
+"""Parameter-sized temporaries of a single-tensor (for-loop) Adam/AdamW update, the CPU default:
+``exp_avg_sq.sqrt()`` and its quotient by the bias correction, alive together for the largest tensor."""
+
+
+def largest_parameter(config: TransformerConfig) -> int:
+    """Elements of the largest parameter tensor: the (un)embedding, or one layer's largest matrix
+    (Mixtral's experts are one (E, 2f, h) gate-and-up tensor)."""
+    h, f = config.width, config.ffn_width
+    matrices = [config.vocabulary * h, h * config.attention_width, h * f]
+    if config.experts > 1:
+        matrices.append(config.experts * (config.mlp_matrices - 1) * f * h)
+    return max(matrices)
+
+
+def late_gradient_parameters(config: TransformerConfig) -> int:
+    """Parameters whose gradients appear only at the very end of backward: the token embedding
+    (unless tied, when the unembedding made its gradient first) and the position table."""
+    token = 0 if config.tied_embeddings else config.vocabulary * config.width
+    return token + (config.max_positions * config.width if config.learned_positions else 0)
+
+
+def block_backward_bytes(
+    config: TransformerConfig, batch_size: int, formats: ActivationFormats, activations: ActivationBytes
+) -> int:
+    """Bytes besides model states and gradients at the bottom block's backward under recomputation:
+    its checkpointed input, its recomputed activations, the incoming gradient and the MLP's working set.
+
+    >>> from accounting import TransformerConfig
+    >>> config = TransformerConfig(layers=2, width=4, heads=2, sequence_length=3, vocabulary=10)
+    >>> full = transformer_activations(config, 1, ActivationFormats(4, 4, 4), recompute="full")
+    >>> block_backward_bytes(config, 1, ActivationFormats(4, 4, 4), full) - full.layer  # 48 + 48 + round(1.4*4*3*16)
+    365
+    """
+    tokens = batch_size * config.sequence_length
+    routed = tokens * (config.experts_per_token if config.experts > 1 else 1)
+    working = round(_MLP_WORKING * formats.matmul * routed * config.ffn_width)
+    incoming = formats.stream * tokens * config.width
+    # Under autocast the measured bottom block holds less than its forward saved, by about its weight
+    # copies: left out here (measured, not explained; docs/model-mfu-and-training-memory.md).
+    recomputed = activations.layer - weight_copy_bytes(config, formats)
+    return activations.checkpoint + recomputed + incoming + working
+
+
+def update_bytes(config: TransformerConfig, state_bytes: int, optimizer: str) -> int:
+    """Temporaries of the optimizer step on top of the gradients (Adam and AdamW, for-loop)."""
+    if optimizer not in ("adam", "adamw"):
+        return 0
+    return _ADAMW_TEMPORARIES * state_bytes * largest_parameter(config)
+
+
+def largest_unit(config: TransformerConfig) -> int:
+    """Parameters of the largest unit FSDP gathers when it wraps each block: a block, or the root
+    (embeddings, final norm, an untied unembedding)."""
+    root = config.parameter_count - config.layers * config.layer_parameter_count
+    return max(config.layer_parameter_count, root)
