@@ -3,100 +3,87 @@
 >>> import accounting
 >>> accounting.linear_flops(tokens=1024, in_features=256, out_features=64)
 33554432
+
+The public names are loaded when first used (PEP 562): ``import accounting`` imports none of the
+modules below, so neither it nor the pytest plugin (whose import runs this file first) pays for torch
+in a process that never touches them. ``from accounting import X``, ``accounting.X``, ``dir()`` and
+``__all__`` work as for names imported eagerly.
 """
 
-from accounting.errors import AccountingError, AccountingTypeError
+import importlib
 
-__all__ = [
-    "AccountingError",
-    "AccountingTypeError",
+_PUBLIC = {
+    # Each public name and the module it comes from, in the order of ``__all__``. Adding a name is one line.
+    "AccountingError": "accounting.errors",
+    "AccountingTypeError": "accounting.errors",
     # memory
-    "DtypeInfo",
-    "dtype_info",
-    "format_name",
-    "same_storage",
-    "storage_bytes",
-    "tensor_bytes",
+    "DtypeInfo": "accounting.memory",
+    "dtype_info": "accounting.memory",
+    "format_name": "accounting.memory",
+    "same_storage": "accounting.memory",
+    "storage_bytes": "accounting.memory",
+    "tensor_bytes": "accounting.memory",
     # strides
-    "contiguous_strides",
-    "element_offset",
-    "is_contiguous",
-    "view_strides",
+    "contiguous_strides": "accounting.strides",
+    "element_offset": "accounting.strides",
+    "is_contiguous": "accounting.strides",
+    "view_strides": "accounting.strides",
     # flops
-    "FlopCount",
-    "count_flops",
-    "einsum_flops",
-    "linear_flops",
-    "matmul_flops",
-    "mfu",
+    "FlopCount": "accounting.flop_count",
+    "count_flops": "accounting.flop_count",
+    "einsum_flops": "accounting.flops",
+    "linear_flops": "accounting.flops",
+    "matmul_flops": "accounting.flops",
+    "mfu": "accounting.flops",
     # training memory and model FLOPs
-    "LiveTensorBytes",
-    "OPTIMIZERS",
-    "PRECISION_POLICIES",
-    "PrecisionPolicy",
-    "TrainingMemory",
-    "TrainingTime",
-    "TransformerConfig",
-    "TransformerFlops",
-    "measure_optimizer_state_bytes",
-    "optimizer_state_bytes",
-    "optimizer_state_slots",
-    "parameter_count",
-    "precision_policy",
-    "training_flops",
-    "training_memory",
-    "training_time",
-    "transformer_activation_bytes",
-    "transformer_flops",
-    "transformer_training_memory",
+    "LiveTensorBytes": "accounting.live_memory",
+    "OPTIMIZERS": "accounting.training_memory",
+    "PRECISION_POLICIES": "accounting.training_memory",
+    "PrecisionPolicy": "accounting.training_memory",
+    "TrainingMemory": "accounting.training_memory",
+    "TrainingTime": "accounting.transformer_flops",
+    "TransformerConfig": "accounting.transformer",
+    "TransformerFlops": "accounting.transformer_flops",
+    "measure_optimizer_state_bytes": "accounting.training_memory",
+    "optimizer_state_bytes": "accounting.training_memory",
+    "optimizer_state_slots": "accounting.training_memory",
+    "parameter_count": "accounting.training_memory",
+    "precision_policy": "accounting.training_memory",
+    "training_flops": "accounting.transformer_flops",
+    "training_memory": "accounting.training_memory",
+    "training_time": "accounting.transformer_flops",
+    "transformer_activation_bytes": "accounting.training_memory",
+    "transformer_flops": "accounting.transformer_flops",
+    "transformer_training_memory": "accounting.training_memory",
     # hardware, timing and the benchmark matrix
-    "BenchConfig",
-    "DeviceInfo",
-    "MatmulCase",
-    "PeakUnknownWarning",
-    "Timing",
-    "cpu_peak_flops",
-    "detect_device",
-    "device_peak_flops",
-    "load_benchmarks",
-    "matmul_case",
-    "peak_bandwidth",
-    "peak_flops",
-    "synchronize",
-    "time_fn",
-    "time_matmul",
-]
+    "BenchConfig": "accounting.bench.matrix",
+    "DeviceInfo": "accounting.hardware.devices",
+    "MatmulCase": "accounting.timing",
+    "PeakUnknownWarning": "accounting.hardware.peaks",
+    "Timing": "accounting.timing",
+    "cpu_peak_flops": "accounting.hardware.cpu_peak",
+    "detect_device": "accounting.hardware.devices",
+    "device_peak_flops": "accounting.hardware.peaks",
+    "load_benchmarks": "accounting.bench.matrix",
+    "matmul_case": "accounting.timing",
+    "peak_bandwidth": "accounting.hardware.peaks",
+    "peak_flops": "accounting.hardware.peaks",
+    "synchronize": "accounting.hardware.clocks",
+    "time_fn": "accounting.timing",
+    "time_matmul": "accounting.timing",
+}
 
-from accounting.bench.matrix import BenchConfig, load_benchmarks
-from accounting.flop_count import FlopCount, count_flops
-from accounting.flops import einsum_flops, linear_flops, matmul_flops, mfu
-from accounting.hardware.clocks import synchronize
-from accounting.hardware.cpu_peak import cpu_peak_flops
-from accounting.hardware.devices import DeviceInfo, detect_device
-from accounting.hardware.peaks import PeakUnknownWarning, device_peak_flops, peak_bandwidth, peak_flops
-from accounting.live_memory import LiveTensorBytes
-from accounting.memory import DtypeInfo, dtype_info, format_name, same_storage, storage_bytes, tensor_bytes
-from accounting.strides import contiguous_strides, element_offset, is_contiguous, view_strides
-from accounting.timing import MatmulCase, Timing, matmul_case, time_fn, time_matmul
-from accounting.training_memory import (
-    OPTIMIZERS,
-    PRECISION_POLICIES,
-    PrecisionPolicy,
-    TrainingMemory,
-    measure_optimizer_state_bytes,
-    optimizer_state_bytes,
-    optimizer_state_slots,
-    parameter_count,
-    precision_policy,
-    training_memory,
-    transformer_activation_bytes,
-    transformer_training_memory,
-)
-from accounting.transformer import TransformerConfig
-from accounting.transformer_flops import (
-    TrainingTime,
-    TransformerFlops,
-    training_flops,
-    training_time,
-    transformer_flops,
-)
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str):
+    """A public name, imported from its module on first use and kept here (PEP 562)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # later lookups find it without calling __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

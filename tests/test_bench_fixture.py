@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from accounting import timing
-from accounting.bench import fixture
+from accounting.bench import fixture, plugin
 from accounting.bench.fixture import FlopsBenchmark
 from accounting.hardware.devices import DeviceInfo
 from accounting.timing import Timing
@@ -62,7 +62,7 @@ def test_flops_benchmark_detects_each_device_once_per_session(monkeypatch):
     detected = []
     monkeypatch.setattr(fixture, "detect_device", lambda device: detected.append(str(device)) or str(device))
     config = SimpleNamespace(getoption=lambda name, default=None: None, stash=pytest.Stash())
-    make_fixture = fixture.flops_benchmark.__wrapped__  # the fixture's body, as pytest runs it for each test
+    make_fixture = plugin.flops_benchmark.__wrapped__  # the fixture's body, as pytest runs it for each test
     for _test in range(3):  # three tests, three fixtures, one session (one config)
         assert make_fixture(FakeBenchmark([]), config).device_info("cuda:1") == "cuda:1"
     assert detected == ["cuda:1"]

@@ -1,8 +1,10 @@
-"""The ``flops_benchmark`` fixture: pytest-benchmark's timing with FLOPs, TFLOP/s and MFU beside it.
+"""What the ``flops_benchmark`` fixture runs: pytest-benchmark's timing with FLOPs, TFLOP/s and MFU beside it.
 
 Each call records FLOPs, achieved TFLOP/s, the peak and its source, MFU, the device, one
 call's peak memory (:func:`peak_memory`) and the telemetry window in ``benchmark.extra_info``,
-so they land in the saved JSON, and adds a line to the end-of-run summary (:func:`add_summary_line`).
+so they land in the saved JSON, and adds a line to the end-of-run summary
+(:func:`accounting.bench.summary.add_summary_line`). The fixtures themselves are declared in
+:mod:`accounting.bench.plugin`, which imports this module (and torch) only when a test uses one.
 """
 
 import contextlib
@@ -15,7 +17,7 @@ import torch
 
 from accounting._checks import check_non_negative, check_size
 from accounting._units import TERA
-from accounting.bench.matrix import load_benchmarks
+from accounting.bench.summary import SUMMARY, add_summary_line  # noqa: F401 (SUMMARY: still importable from here)
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, counted_total, flops_mismatch
 from accounting.flop_count import count_flops as count_fn_flops
@@ -30,15 +32,8 @@ from accounting.telemetry.sampler import Sampler
 from accounting.telemetry.validity import window_extra_info
 from accounting.timing import WARMUP_CALLS, flush_bytes, rounds_for, should_flush_l2, time_fn
 
-SUMMARY = pytest.StashKey[list]()
-"""The end-of-run summary's lines (see :func:`add_summary_line`)."""
 _DEVICE_INFOS = pytest.StashKey[dict]()
 """Detected devices, by ``str(torch.device)``, for the whole session (detection reads /proc, NVML...)."""
-
-
-def add_summary_line(config, line: str) -> None:
-    """Add a line to the end-of-run "achieved TFLOP/s and MFU" section."""
-    config.stash.setdefault(SUMMARY, []).append(line)
 
 
 @dataclass(frozen=True)
@@ -332,16 +327,7 @@ def _telemetry_window(device):
     return Sampler(device)
 
 
-@pytest.fixture(scope="session")
-def benchmark_config(pytestconfig):
-    """The validated benchmark matrix (``--benchmarks-json`` or the default ``benchmarks.json``)."""
-    return load_benchmarks(pytestconfig.getoption("benchmarks_json", None))
-
-
-@pytest.fixture
-def flops_benchmark(benchmark, pytestconfig):
-    """``flops_benchmark(fn, dtype=..., device=..., flops=None)`` → :class:`FlopsResult`, with FLOPs/MFU in ``extra_info``.
-
-    Without ``flops=`` the FLOPs of one call are counted by ``FlopCounterMode`` (see :class:`FlopsBenchmark`).
-    """
-    return FlopsBenchmark(benchmark, pytestconfig, infos=pytestconfig.stash.setdefault(_DEVICE_INFOS, {}))
+def session_flops_benchmark(benchmark, config) -> FlopsBenchmark:
+    """The ``flops_benchmark`` fixture's value for one test: a :class:`FlopsBenchmark` sharing the session's
+    detected devices (detection reads /proc, NVML..., once per device per session)."""
+    return FlopsBenchmark(benchmark, config, infos=config.stash.setdefault(_DEVICE_INFOS, {}))

@@ -15,7 +15,8 @@ What it adds (modules of :mod:`accounting.bench`):
 - markers ``gpu`` (skipped, with the reason, where there is no CUDA device), ``cpu``, ``slow``,
   ``distributed`` (multi-process tests);
 - options ``--peak-tflops`` (override the peak; also ``$ACCOUNTING_PEAK_TFLOPS``),
-  ``--benchmarks-json``, ``--matmul-shapes`` and ``--gpus`` (which GPUs, each its own test);
+  ``--benchmarks-json``, ``--matmul-shapes`` and ``--gpus`` (which GPUs, each its own test)
+  (:mod:`~accounting.bench.options`);
 - fixtures ``flops_benchmark`` and ``benchmark_config`` (:mod:`~accounting.bench.fixture`), skips with
   reasons (:mod:`~accounting.bench.skips`), shapes that fit (:mod:`~accounting.bench.shapes`);
 - ``machine_info`` extended with the accelerator, its compute capability, SMs, memory,
@@ -24,21 +25,58 @@ What it adds (modules of :mod:`accounting.bench`):
   baseline from another accelerator stops with an error instead of a warning
   (:mod:`~accounting.bench.identity`).
 
+It costs nothing until it is used. Every pytest run of a project that installs the package loads this
+module, so it imports no torch: options, markers and the end-of-run summary are registered from
+torch-free modules, and the modules that import torch (the fixture, the skips, the machine identity,
+the benchmark matrix) are declared here as deferred modules (:class:`DeferredModule`), imported on first
+use: when a test requests ``flops_benchmark`` or ``benchmark_config``, when a collected test carries the
+``gpu`` marker (whether CUDA exists decides its skip), or when pytest-benchmark saves or compares a run
+(the machine-info hooks). docs/development.md gives the start-up time with and without the plugin.
+
 >>> sorted(MARKERS)
 ['cpu', 'distributed', 'gpu', 'slow']
 """
 
+import importlib
+
 import pytest
 
-# pytest finds a plugin's fixtures and hooks among its module's names: the fixtures and the
-# machine-info hooks are imported here to be found.
-from accounting.bench.fixture import SUMMARY, benchmark_config, flops_benchmark  # noqa: F401
-from accounting.bench.identity import (  # noqa: F401
-    pytest_benchmark_compare_machine_info,
-    pytest_benchmark_update_machine_info,
-)
-from accounting.bench.skips import SHAPE_MODES, gpu_skip_reason
-from accounting.hardware.peaks import PEAK_TFLOPS_ENV
+from accounting.bench.options import add_options
+from accounting.bench.summary import SUMMARY
+
+
+class DeferredModule:
+    """A module of the package, imported the first time one of its public names is read.
+
+    Declared once, at the top of the module that uses it, in place of an import statement: nothing is
+    imported, nor put in ``sys.modules``, until the first use, and then the module is imported as usual
+    (once, then shared). Names beginning with ``_`` are refused without importing, so pytest's and
+    inspect's probes of a plugin's names (``_mock_name``, ``__wrapped__``) do not import it either.
+
+    >>> identity = DeferredModule("accounting.bench.identity")
+    >>> identity
+    <deferred module accounting.bench.identity>
+    >>> identity.MACHINE_INFO_KEY
+    'accounting'
+    """
+
+    def __init__(self, name: str):
+        self.module_name = name
+
+    def __getattr__(self, attribute: str):  # called only for names the proxy itself lacks
+        if attribute.startswith("_"):
+            raise AttributeError(f"{self!r} gives public names only, not {attribute!r}")
+        return getattr(importlib.import_module(self.module_name), attribute)
+
+    def __repr__(self) -> str:
+        return f"<deferred module {self.module_name}>"
+
+
+# The modules that import torch (see the module docstring), imported by their first use.
+fixture = DeferredModule("accounting.bench.fixture")
+identity = DeferredModule("accounting.bench.identity")
+matrix = DeferredModule("accounting.bench.matrix")
+skips = DeferredModule("accounting.bench.skips")
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped with a reason where there is none",
@@ -50,26 +88,7 @@ _NO_BASELINE = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("accounting", "accounting: FLOPs, peaks and MFU in benchmarks")
-    group.addoption(
-        "--peak-tflops", type=float, default=None, metavar="TFLOPS",
-        help=f"Dense peak TFLOP/s of the device under test, instead of the table or the CPU estimate "
-             f"(also ${PEAK_TFLOPS_ENV}). Default: %(default)r",
-    )
-    group.addoption(
-        "--benchmarks-json", default=None, metavar="PATH",
-        help="The benchmark matrix to run. Default: %(default)r ($ACCOUNTING_BENCHMARKS or ./benchmarks.json)",
-    )
-    group.addoption(
-        "--gpus", default=None, metavar="LIST",
-        help="CUDA devices the GPU benchmarks run on, comma-separated indices (0,3); each becomes its own test "
-             "(cuda:N in the test id), so baselines compare per GPU. Default: %(default)r (every visible GPU)",
-    )
-    group.addoption(
-        "--matmul-shapes", choices=SHAPE_MODES, default="auto",
-        help="Which configured matmul shapes to run: quick (the quick_shapes), full (all), or auto "
-             "(full when -m selects cpu or gpu, quick otherwise). Default: %(default)r",
-    )
+    add_options(parser)
 
 
 def pytest_configure(config):
@@ -124,7 +143,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is None:
             continue
-        if reason is None:
-            reason = gpu_skip_reason() or ""
+        if reason is None:  # the first gpu-marked test: only now is torch asked whether CUDA exists
+            reason = skips.gpu_skip_reason() or ""
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """pytest-benchmark saves or compares a run: its ``machine_info`` gains the accounting identity."""
+    identity.pytest_benchmark_update_machine_info(config, machine_info)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    """``--benchmark-compare`` against a baseline from other hardware stops with an error."""
+    identity.pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark)
+
+
+@pytest.fixture(scope="session")
+def benchmark_config(pytestconfig):
+    """The validated benchmark matrix (``--benchmarks-json`` or the default ``benchmarks.json``)."""
+    return matrix.load_benchmarks(pytestconfig.getoption("benchmarks_json", None))
+
+
+@pytest.fixture
+def flops_benchmark(benchmark, pytestconfig):
+    """``flops_benchmark(fn, dtype=..., device=..., flops=None)`` → :class:`~accounting.bench.fixture.FlopsResult`,
+    with FLOPs/MFU in ``extra_info``.
+
+    Without ``flops=`` the FLOPs of one call are counted by ``FlopCounterMode``
+    (see :class:`~accounting.bench.fixture.FlopsBenchmark`). Devices are detected once per session.
+    """
+    return fixture.session_flops_benchmark(benchmark, pytestconfig)

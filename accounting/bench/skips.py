@@ -18,8 +18,6 @@ from accounting.hardware.devices import DeviceInfo, cuda_available, cuda_device_
 from accounting.hardware.native import native_matmul
 from accounting.hardware.peaks import PeakUnknownWarning, device_peak_flops
 
-SHAPE_MODES = ("auto", "quick", "full")
-
 
 def shape_mode(config) -> str:
     """``"quick"`` or ``"full"``: ``auto`` is full when the ``-m`` expression selects cpu or gpu benchmarks."""
