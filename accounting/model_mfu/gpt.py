@@ -68,6 +68,30 @@ class Block(nn.Module):
         return x + self.down(F.gelu(self.up(self.mlp_norm(x))))
 
 
+def _check_gpt2_shaped(config: TransformerConfig) -> None:
+    """This model is GPT-2's architecture: a config of another family is an error naming what differs, never a
+    GPT-2 built in its place.
+
+    >>> _check_gpt2_shaped(TransformerConfig(layers=1, width=64, heads=8, sequence_length=8, vocabulary=32,
+    ...                                      kv_heads=2, mlp="swiglu"))
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: GPT builds GPT-2's architecture only; this config has kv_heads=2 (not heads=8), mlp='swiglu' (not 'gelu'): measure a Hugging Face model of it instead
+    """
+    differences = [f"{name}={value!r} (not {expected})" for name, value, expected, same in (
+        ("kv_heads", config.kv_heads, f"heads={config.heads}", config.kv_heads == config.heads),
+        ("head_width", config.head_width, f"width / heads = {config.width // config.heads}",
+         config.head_width * config.heads == config.width),
+        ("mlp", config.mlp, "'gelu'", config.mlp == "gelu"),
+        ("norm", config.norm, "'layernorm'", config.norm == "layernorm"),
+        ("qkv_bias", config.qkv_bias, f"bias={config.bias}", config.qkv_bias == config.bias),
+        ("experts", config.experts, "1", config.experts == 1),
+    ) if not same]
+    if differences:
+        raise AccountingError(f"GPT builds GPT-2's architecture only; this config has {', '.join(differences)}: "
+                              "measure a Hugging Face model of it instead")
+
+
 class GPT(nn.Module):
     """The whole model: tokens (batch, seq) → logits (batch, seq, vocabulary)."""
 
@@ -77,11 +101,12 @@ class GPT(nn.Module):
             raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         if not isinstance(recompute, bool):
             raise AccountingTypeError(f"recompute must be True or False, got {recompute!r}")
+        _check_gpt2_shaped(config)
         self.config = config
         self.recompute = recompute
         self.token_embedding = nn.Embedding(config.vocabulary, config.width)
         self.position_embedding = (
-            nn.Parameter(torch.randn(config.sequence_length, config.width) * 0.02) if config.learned_positions else None
+            nn.Parameter(torch.randn(config.max_positions, config.width) * 0.02) if config.learned_positions else None
         )
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.width, bias=config.bias)

@@ -53,7 +53,8 @@ _OVERRIDES = {"layers": "layers", "width": "width", "heads": "heads", "seq": "se
 
 
 def model_size(name, *, layers=None, width=None, heads=None, seq=None, vocabulary=None, batch=None) -> ModelSize:
-    """The named size, with any of its numbers replaced (the MLP stays 4 × width).
+    """The named size, with any of its numbers replaced (the MLP stays 4 × width; key/value heads, head width and
+    position table follow the new sizes, as GPT-2's do).
 
     >>> model_size("huge")
     Traceback (most recent call last):
@@ -68,6 +69,8 @@ def model_size(name, *, layers=None, width=None, heads=None, seq=None, vocabular
     config = size.config
     if changes:
         changes.setdefault("ffn_width", 4 * changes.get("width", config.width))
+        for derived in ("kv_heads", "head_width", "max_positions"):  # GPT-2's: they follow the new sizes
+            changes.setdefault(derived, None)
         config = dataclasses.replace(config, **changes)
     batch_size = size.batch_size if batch is None else check_positive_size(batch, "batch")
     return ModelSize(size.name, config, batch_size)
