@@ -14,7 +14,8 @@ import statistics
 
 from accounting.console import load_pyplot
 from accounting.gate.decide import GateResult
-from accounting.gate.render import MARKS, short_names
+from accounting.gate.power import percent
+from accounting.gate.render import MARKS, detectable_text, short_names
 
 COLUMNS = 2
 PANEL_SIZE_IN = (6.0, 3.2)
@@ -83,8 +84,10 @@ def write_history_plot(result: GateResult, baseline_runs, current_runs, path: st
         decision = verdict.decision.value if verdict.decision is not None else None
         comparison = verdict.comparison
         ratio = f", {comparison.ratio:.3f}×" if comparison is not None else ""
+        seen = f"; detectable {detectable_text(verdict)}" if comparison is not None else ""
         axes.set_title(f"[{MARKS[verdict.decision].strip() or '='}] {names[verdict.name]}: "
-                       f"{decision or 'not compared'}{ratio}", fontsize="small", color=DECISION_COLOURS[decision])
+                       f"{decision or 'not compared'}{ratio}{seen}", fontsize="small",
+                       color=DECISION_COLOURS[decision])
         axes.set_xticks(ticks, labels, fontsize="x-small", rotation=90)
         axes.set_ylabel("ms per round")
         axes.grid(True, axis="y", alpha=0.3)
@@ -140,6 +143,8 @@ def write_change_point_plot(result, path: str) -> None:
         axes.set_xticks(ticks, [bench.runs[index].label.split("_", 1)[0] for index in ticks], fontsize="x-small",
                         rotation=90)
         state = f"{len(bench.steps)} change point(s)" if detection is not None else "too few runs"
+        if detection is not None and bench.detectable is not None:
+            state += f"; a step from {percent(bench.detectable)} is found (95 %)"
         axes.set_title(f"{names[bench.name]}: {state}", fontsize="small")
         axes.set_ylabel("ms per round")
         axes.grid(True, axis="y", alpha=0.3)
