@@ -28,7 +28,6 @@ import torch
 
 from accounting import TransformerConfig, transformer_training_memory
 from accounting.live_memory import measure_step_memory
-from accounting.console import table
 
 FAMILIES = {
     # Small configs shaped like the real ones: the head width, MLP ratio, GQA ratio and tying of
@@ -155,9 +154,10 @@ def main(argv=None) -> int:
                     f"{measured.peak / 2**20:.3f}", f"{predicted.peak / 2**20:.3f}",
                     f"{measured.peak / predicted.peak:.3f}",
                 ])
-                print(rows[-1], file=sys.stderr)
-    print(table(["family", "precision", "recompute", "saved MiB", "predicted", "ratio", "peak MiB", "predicted",
-                 "ratio"], rows))
+    header = ["family", "precision", "recompute", "saved MiB", "predicted", "measured/predicted", "peak MiB",
+              "predicted", "measured/predicted"]
+    for cells in (header, ["---"] * len(header), *rows):
+        print("| " + " | ".join(cells) + " |")
     return 0
 
 
