@@ -12,6 +12,7 @@ import pytest
 from accounting.__main__ import build_parser
 from accounting.acceptance.plan import (
     BUDGETS_S,
+    COLLECT_BUDGET_S,
     GATE_RUNS,
     PROBE_BUDGET_S,
     TOTAL_BUDGET_S,
@@ -51,15 +52,25 @@ def test_the_budgets_add_up_to_under_eight_minutes():
 
 def test_every_step_has_its_budget_and_none_is_skipped_on_a_healthy_gpu_machine(tmp_path):
     steps = _steps(_machine(), tmp_path)
-    assert list(steps) == list(BUDGETS_S)
-    assert {name: step.budget_s for name, step in steps.items()} == BUDGETS_S
-    assert [name for name, step in steps.items() if step.skip] == []
+    assert list(steps) == ["pytest-collect", *BUDGETS_S]
+    assert {name: step.budget_s for name, step in steps.items() if step.gpu} == BUDGETS_S
+    assert [name for name, step in steps.items() if step.skip] == ["pytest-collect"]
+    assert steps["pytest-collect"].skip == "a GPU is here: the pytest-gpu step collects these files itself"
 
 
 def test_without_a_gpu_every_step_is_skipped_with_the_probe_s_reason(tmp_path):
     reason = "no CUDA device: torch.cuda.is_available() is False (torch 2.13.0+cpu)"
     steps = _steps(Machine(gpu=False, no_gpu_reason=reason), tmp_path)
-    assert {step.skip for step in steps.values()} == {reason}
+    assert {step.skip for step in steps.values() if step.gpu} == {reason}
+    collect = steps["pytest-collect"]
+    assert collect.skip is None and not collect.gpu  # without a GPU the GPU test files are still collected
+    assert collect.command[collect.command.index("-m") + 1:collect.command.index("-m") + 4] == ("pytest", "--collect-only", "-q")
+    assert [arg for arg in collect.command if arg.startswith("tests/")] == gpu_test_files(ROOT)
+
+
+def test_a_broken_package_skips_the_collection_too(tmp_path):
+    steps = _steps(None, tmp_path, probe_problem="exit status 1")
+    assert steps["pytest-collect"].skip == "the probe failed (exit status 1), so nothing is known of this machine"
 
 
 @pytest.mark.parametrize("machine, problem, reason", [
@@ -195,4 +206,4 @@ def test_the_development_guide_s_table_gives_each_step_its_budget():
     for name, budget in BUDGETS_S.items():
         key = "gate-save, gate-check" if name.startswith("gate-") else name
         assert f"{budget:g}" in rows[key].split(", "), (name, rows.get(key))
-    assert rows["probe"] == f"{PROBE_BUDGET_S:g}"
+    assert rows["probe"] == f"{PROBE_BUDGET_S:g}" and rows["pytest-collect"] == f"{COLLECT_BUDGET_S:g}"

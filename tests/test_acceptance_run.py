@@ -44,18 +44,19 @@ class FakeSteps:
     def __call__(self, step, *, log_dir, time_left_s, cwd, env):
         listed = len(json.loads((self.out / "summary.json").read_text())["steps"]) if self.calls else 0
         self.calls.append((step.name, time_left_s, listed, env["PYTHONPATH"].split(os.pathsep)[0]))
+        if step.skip:
+            return Outcome(step.name, step.what, SKIPPED, 0.0, step.budget_s, step.skip, gpu=step.gpu)
         if self.clock is not None:
             self.clock.now += self.seconds
         (Path(log_dir) / step.log_name).write_text("log\n")
         if step.name == "probe":
             Path(step.command[-1]).write_text(json.dumps(self.probe))
             return Outcome("probe", step.what, PASSED, self.seconds, step.budget_s, gpu=False)
-        if step.skip:
-            return Outcome(step.name, step.what, SKIPPED, 0.0, step.budget_s, step.skip)
         for name, text in self.write.get(step.name, {}).items():
             (self.out / name).write_text(text)
         status = self.statuses.get(step.name, PASSED)
-        return Outcome(step.name, step.what, status, self.seconds, step.budget_s, "broke" if status == FAILED else "")
+        return Outcome(step.name, step.what, status, self.seconds, step.budget_s, "broke" if status == FAILED else "",
+                       gpu=step.gpu)
 
 
 class Clock:
@@ -76,8 +77,8 @@ def _run(tmp_path, **kwargs):
 
 def test_every_step_runs_in_order_and_the_summary_is_rewritten_after_each(tmp_path):
     record, steps, out = _run(tmp_path)
-    assert [name for name, *_ in steps.calls] == ["probe", *BUDGETS_S]
-    assert [listed for _name, _left, listed, _path in steps.calls] == list(range(len(BUDGETS_S) + 1))
+    assert [name for name, *_ in steps.calls] == ["probe", "pytest-collect", *BUDGETS_S]
+    assert [listed for _name, _left, listed, _path in steps.calls] == list(range(len(BUDGETS_S) + 2))
     assert {path for *_rest, path in steps.calls} == {str(ROOT)}  # the checkout first on PYTHONPATH
     assert record["result"] == "held"
     assert json.loads((out / "summary.json").read_text())["result"] == "held"
@@ -85,12 +86,14 @@ def test_every_step_runs_in_order_and_the_summary_is_rewritten_after_each(tmp_pa
 
 def test_each_step_is_handed_what_is_left_of_the_run_s_budget(tmp_path):
     _record, steps, _out = _run(tmp_path)
-    assert [left for _name, left, *_ in steps.calls] == [470 - 10 * index for index in range(len(steps.calls))]
+    # the collection is skipped on a GPU machine: no time passes for it
+    lefts = [470.0, 460.0] + [460.0 - 10 * index for index in range(len(BUDGETS_S))]
+    assert [left for _name, left, *_ in steps.calls] == lefts
 
 
 def test_a_failed_step_does_not_stop_the_run_and_fails_its_exit_status(tmp_path):
     record, steps, _out = _run(tmp_path, statuses={"report-quick": FAILED})
-    assert len(steps.calls) == len(BUDGETS_S) + 1
+    assert len(steps.calls) == len(BUDGETS_S) + 2
     assert record["result"] == "did not hold"
     assert cli.exit_status(record["result"]) == 1
     assert [step["reason"] for step in record["steps"] if step["status"] == FAILED] == ["broke"]
@@ -197,6 +200,10 @@ def _record(**changes):
                                 {"name": "report", "status": PASSED, "reason": "", "gpu": True},
                                 {"name": "fleet", "status": SKIPPED, "reason": " ", "gpu": True}]), [],
                  ["report was passed, not skipped: no reason", "fleet was skipped without a reason"], id="ran-or-no-reason"),
+    pytest.param(_record(steps=[{"name": "probe", "status": PASSED, "gpu": False},
+                                {"name": "pytest-collect", "status": FAILED, "reason": "exit status 2", "gpu": False},
+                                {"name": "fleet", "status": SKIPPED, "reason": "x", "gpu": True}]), [],
+                 ["pytest-collect did not pass: exit status 2"], id="gpu-files-do-not-collect"),
     pytest.param(_record(), [f"f{index}" for index in range(9)],
                  ["OUTDIR holds 9 files, more than 8: f0, f1, f2, f3, f4, f5, f6, f7, f8"], id="too-many-files"),
 ])
@@ -238,5 +245,6 @@ def test_an_interrupted_run_still_leaves_its_summary_so_far_and_its_logs_packed(
     with pytest.raises(KeyboardInterrupt):
         cli.Run(out, root=ROOT, runner=steps, clock=steps.clock, stderr=io.StringIO()).execute()
     record = json.loads((out / "summary.json").read_text())
-    assert [step["name"] for step in record["steps"]] == ["probe", "clock-check", "report-quick", "fault-injection"]
+    assert [step["name"] for step in record["steps"]] == ["probe", "pytest-collect", "clock-check", "report-quick",
+                                                          "fault-injection"]
     assert sorted(path.name for path in out.iterdir()) == ["logs.tar.gz", "summary.json", "summary.md"]

@@ -104,6 +104,10 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
         log = logs / "pytest-gpu.log"
         headline = pytest_headline(log.read_text(errors="replace")) if log.exists() else ""
         return headline, pytest_figures(document, device_name, step=name) if document else []
+    if name == "pytest-collect":
+        log = logs / "pytest-collect.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        return next((line.strip() for line in reversed(lines) if " collected" in line), ""), []
     if name == "fleet":
         document = _read_json(out / FLEET_JSON)
         return (fleet_headline(document), []) if document else ("", [])
@@ -217,14 +221,17 @@ class Run:
 def verify_no_gpu_run(record: dict, files: list[str], *, max_seconds: float = NO_GPU_MAX_S) -> list[str]:
     """What is wrong with a run on a machine without a GPU: each problem in one line (empty when it is right).
 
-    The probe must have passed (the package imports without the optional packages), every GPU step must be
-    skipped with a reason, the run must take under ``max_seconds``, and OUTDIR must hold at most 8 files.
+    The probe must have passed (the package imports without the optional packages), and so must every other step that
+    needs no GPU (the GPU test files collect); every GPU step must be skipped with a reason, the run must take under ``max_seconds``, and OUTDIR must hold at most 8 files.
     """
     problems = []
     steps = record.get("steps") or []
     probe = [step for step in steps if step["name"] == "probe"]
     if not probe or probe[0]["status"] != PASSED:
         problems.append(f"the probe did not pass: {probe[0]['reason'] if probe else 'it did not run'}")
+    for step in steps:
+        if not step.get("gpu", True) and step["name"] != "probe" and step["status"] != PASSED:
+            problems.append(f"{step['name']} did not pass: {step.get('reason') or step['status']}")
     gpu_steps = [step for step in steps if step.get("gpu", True)]
     if not gpu_steps:
         problems.append("the summary lists no GPU step")

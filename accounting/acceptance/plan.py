@@ -45,6 +45,9 @@ BUDGETS_S = {
 torch and initialising CUDA before it measures (the gate's save starts two). Estimates from the work each does, not
 yet measured on a GPU: ``pytest -m gpu`` times 10 matmuls (fp32 16384³ alone is about 0.18 s a call on an H100) and
 4 GPT-2-small training steps."""
+COLLECT_BUDGET_S = 30.0
+"""``pytest --collect-only`` of the GPU test files where there is no GPU (skipped on a GPU machine, so outside the
+GPU budgets)."""
 REPORT_BUDGET_S = 40.0
 """The standard report's own ``--budget`` (its sweep), inside the step's."""
 FLEET_BUDGET_S = 30.0
@@ -169,6 +172,7 @@ def _needs(machine: Machine, *packages: str) -> str | None:
 def build_steps(machine: Machine | None, paths: Paths, python: str, *, probe_problem: str | None = None) -> list[Step]:
     """The GPU steps, in the order they run, each with its command and (where it cannot run) its skip reason."""
     skip = gpu_skip_reason(machine, probe_problem)
+    collect = collect_step(machine, paths, python, probe_problem=probe_problem)
     machine = machine or Machine(gpu=False)
     out, work = Path(paths.out), Path(paths.work)
     accounting = [python, "-m", "accounting"]
@@ -222,7 +226,25 @@ def build_steps(machine: Machine | None, paths: Paths, python: str, *, probe_pro
     ]
     if skip:
         steps = [dataclasses.replace(step, skip=skip) for step in steps]
-    return steps
+    return [collect, *steps]
+
+
+def collect_step(machine: Machine | None, paths: Paths, python: str, *, probe_problem: str | None = None) -> Step:
+    """``pytest --collect-only -m gpu`` on the GPU test files, where there is no GPU to run them.
+
+    On a machine without a GPU (CI) it still shows that every GPU test file imports with what a lent GPU
+    machine has: a file that imports ``beartype`` or ``transformers`` would stop ``pytest -m gpu`` there with a
+    collection error, and nothing else run without a GPU would notice. With a GPU, ``pytest-gpu`` collects them.
+    """
+    broken = gpu_skip_reason(machine, probe_problem) if machine is None or machine.import_errors else None
+    machine = machine or Machine(gpu=False)
+    files = gpu_test_files(paths.root)
+    skip = (broken or ("a GPU is here: the pytest-gpu step collects these files itself" if machine.gpu else None)
+            or _needs(machine, "pytest", "pytest_benchmark", "hypothesis")
+            or (None if files else "no test file marks a gpu test"))
+    return Step("pytest-collect", f"pytest --collect-only -m gpu on the {len(files)} GPU test files (no GPU here)",
+                (python, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", *plugin_arguments(machine),
+                 "-p", "no:cacheprovider", *files), COLLECT_BUDGET_S, skip=skip, gpu=False)
 
 
 REQUIRES = {"gate-check": "gate-save"}
