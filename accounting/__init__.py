@@ -11,6 +11,8 @@ in a process that never touches them. ``from accounting import X``, ``accounting
 """
 
 import importlib
+import sys
+import types
 
 _PUBLIC = {
     # Each public name and the module it comes from, in the order of ``__all__``. Adding a name is one line.
@@ -87,3 +89,24 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+_NAMED_AS_THEIR_MODULE = frozenset(name for name, module in _PUBLIC.items() if module == f"{__name__}.{name}")
+"""Public functions named as the module they live in (``transformer_flops``, ``training_memory``)."""
+
+
+class _Package(types.ModuleType):
+    """This package, serving a public function where its module of the same name hides it.
+
+    Importing ``accounting.training_memory`` (anyone may, at any time) binds the module to the package's
+    ``training_memory``, over the function a lazy lookup cached there: the function is what the name means.
+    """
+
+    def __getattribute__(self, name: str):
+        value = super().__getattribute__(name)
+        if name in _NAMED_AS_THEIR_MODULE and isinstance(value, types.ModuleType):
+            return getattr(value, name)
+        return value
+
+
+sys.modules[__name__].__class__ = _Package

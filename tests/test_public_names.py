@@ -36,3 +36,13 @@ def test_a_name_that_is_not_public_is_an_attribute_error():
     with pytest.raises(AttributeError, match=r"^module 'accounting' has no attribute 'tensor_byte'$"):
         accounting.tensor_byte  # noqa: B018
     assert not hasattr(accounting, "__wrapped__")
+
+
+@pytest.mark.parametrize("name", accounting.__all__)
+def test_a_public_name_is_still_its_object_after_its_module_was_imported(name):
+    """Importing a module binds it to the package's attribute of its name: a function named as its module
+    (``training_memory``, ``transformer_flops``) must still be the function when looked up afterwards."""
+    module = importlib.import_module(accounting._PUBLIC[name])
+    namespace = {}
+    exec(f"from accounting import {name}", namespace)
+    assert namespace[name] is getattr(module, name) is getattr(accounting, name)
