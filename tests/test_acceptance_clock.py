@@ -5,8 +5,11 @@ recorded, and a host clock that runs ahead of the device by the launch time; eve
 test sees that the host clock is read only right after a synchronize and the events only after the end one.
 """
 
+import time
+
 import pytest
 
+from accounting.acceptance import clock_check
 from accounting.acceptance.clock_check import ClockComparison, LoopTiming, compare_clocks, main, time_loop
 from accounting.errors import AccountingError
 from accounting.hardware.devices import cuda_available
@@ -113,3 +116,31 @@ def test_without_a_gpu_the_command_refuses_with_exit_status_2(tmp_path, capsys):
     assert main([str(tmp_path / "clock.json")]) == 2
     assert "needs a CUDA or ROCm device" in capsys.readouterr().err
     assert not (tmp_path / "clock.json").exists()
+
+
+class HostOps:
+    """The ops of time_loop on the CPU: nothing to wait for, the host clock for the events too."""
+
+    def synchronize(self):
+        pass
+
+    def now(self):
+        return time.perf_counter()
+
+    def record(self):
+        return time.perf_counter()
+
+    def elapsed(self, start, end):
+        return end - start
+
+
+def test_check_device_s_plumbing_runs_on_the_cpu_with_host_ops(monkeypatch):
+    """The GPU path's code (operands, TF32 off, time_matmul, the loop) run end to end on the CPU; no timing is judged."""
+    monkeypatch.setattr(clock_check, "CudaOps", lambda device: HostOps())
+    comparison = clock_check.check_device("cpu", "float32", 64)
+    assert comparison.flops == 2 * 64**3 and comparison.shape == (64, 64, 64)
+    assert len(comparison.loops) == len(comparison.package_s) == clock_check.PAIRS
+    assert all(loop.calls >= clock_check.MIN_CALLS and loop.event_s > 0 for loop in comparison.loops)
+    assert comparison.package_over_events > 0 and comparison.event_tflops > 0
+    assert set(comparison.as_dict("NVIDIA H200")) >= {"package_over_events", "host_over_events", "event_tflops",
+                                                      "event_tflops_verdict", "problems"}
