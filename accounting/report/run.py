@@ -1,21 +1,20 @@
 """The report from start to end: plan it (device, dtypes, peaks, floors), measure, assemble.
 
 :func:`prepare` does everything that can fail on bad input, quickly and before any
-measuring; :func:`build_report` then measures within the budget and returns the
-document of :mod:`accounting.report.results`.
+measuring, and returns the :class:`~accounting.report.report_plan.Plan`; :func:`build_report`
+then measures within the budget (bandwidth, the sweep or the quick level's one product, the
+headlines, the sustained phase) and returns the document of :mod:`accounting.report.results`,
+put together by :mod:`accounting.report.assembly`.
 """
 
-import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
 
 from accounting._units import GB
 from accounting.bench.matrix import BENCHMARKS_ENV, load_benchmarks
 from accounting.console import tflops
 from accounting.errors import AccountingError
 from accounting.hardware.cpu_clock import CPU_GHZ_ENV
-from accounting.hardware.cpu_peak import cpu_matmul_path
 from accounting.hardware.devices import (
     DeviceInfo,
     cuda_device_names,
@@ -23,24 +22,38 @@ from accounting.hardware.devices import (
     free_memory_bytes,
     release_cached_memory,
 )
-from accounting.hardware.native import NativeMatmul, native_matmul
+from accounting.hardware.native import native_matmul
 from accounting.hardware.peaks import (
     PEAK_TFLOPS_ENV,
     chip_row,
     device_peak_flops,
     find_chip,
     peak_bandwidth,
-    peak_override_tflops,
 )
 from accounting.memory import format_name
 from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
+from accounting.report.assembly import (  # noqa: F401 (preview, telemetry_section: importable from here as before)
+    check_evidence,
+    dtype_sections,
+    machine_of,
+    preview,
+    telemetry_section,
+    throttle_reasons_seen,
+)
 from accounting.report.burn import burn, burn_seconds, burn_size
 from accounting.report.checks import ResultChecker
 from accounting.report.health_counters import HealthWindows, device_counters, read_under_load
 from accounting.report.health_section import checks_document, health_document, judge_devices
 from accounting.report.levels import LONG, QUICK, QUICK_SIZE, QUICK_TARGET_S, STANDARD, level_named, report_budget_s
-from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
+from accounting.report.report_plan import (  # noqa: F401 (describe_device, mfu_against: importable from here as before)
+    Plan,
+    describe_device,
+    mfu_against,
+    not_native_note,
+    peak_source,
+)
+from accounting.report.results import assemble, bandwidth_section
 from accounting.report.sweep import Sweep
 from accounting.timing import MEMORY_FRACTION, matmul_case
 
@@ -68,39 +81,6 @@ PROBE_SIZE = 64
 """Edge of the tiny product that checks a dtype runs on the device at all (float8 needs multiples of 16)."""
 
 
-@dataclass
-class Plan:
-    """What the report will measure and compare against, settled before measuring."""
-
-    info: DeviceInfo
-    dtypes: list[str]
-    peaks: dict
-    peak_sources: dict
-    floors: dict
-    spec_bandwidth: float | None
-    budget_s: float
-    requested_device: str | None
-    notes: list[str] = field(default_factory=list)
-    load_average: float | None = None
-    native: dict = field(default_factory=dict)
-    """Per dtype, :func:`accounting.hardware.native.native_matmul`'s answer (judged only when native)."""
-
-    @property
-    def settings(self) -> dict:
-        return {"device": self.requested_device or str(self.info.device), "dtypes": list(self.dtypes),
-                "budget_s": self.budget_s}
-
-
-def describe_device(info: DeviceInfo) -> dict:
-    """The device as plain JSON values (sets become sorted lists, tuples lists)."""
-    described = dataclasses.asdict(info)
-    if info.cpu_flags is not None:
-        described["cpu_flags"] = sorted(info.cpu_flags)
-    if info.compute_capability is not None:
-        described["compute_capability"] = list(info.compute_capability)
-    return described
-
-
 def _probe(dtype: str, info: DeviceInfo) -> str | None:
     """``None`` when a tiny ``dtype`` product runs on the device, else why not."""
     try:
@@ -108,63 +88,6 @@ def _probe(dtype: str, info: DeviceInfo) -> str | None:
     except (AccountingError, RuntimeError, NotImplementedError) as error:
         return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return None
-
-
-def peak_source(info: DeviceInfo, dtype: str, chip) -> str:
-    """Where a dtype's peak comes from, in words: the override, the table row, or the CPU estimate.
-
-    >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
-    >>> peak_source(cpu, "float32", None)
-    '4 cores × 3 GHz × 32 FLOP/cycle (AVX2+FMA)'
-    >>> peak_source(dataclasses.replace(cpu, clock_ghz=None, clock_source="no cpufreq"), "float32", None)
-    'no CPU clock (no cpufreq)'
-    >>> peak_source(cpu, "bfloat16", None)
-    '4 cores × 3 GHz × 32 FLOP/cycle (AVX2+FMA: the float32 path, bfloat16 is emulated on it)'
-    """
-    if peak_override_tflops() is not None:
-        return f"${PEAK_TFLOPS_ENV}"
-    if info.kind == "cuda":
-        if chip is None:
-            return "not in the peak table"
-        return f"table row {chip.row}" + (" (estimated)" if chip.estimated else "")
-    path = cpu_matmul_path(dtype, info.cpu_flags or (), vendor=info.vendor)
-    if path is None:
-        return f"a CPU has no {dtype} units"
-    if info.clock_ghz is None:
-        return f"no CPU clock ({info.clock_source or 'none found'})"
-    name = path.name if path.native else f"{path.name}: the float32 path, {dtype} is emulated on it"
-    return f"{info.cores} cores × {info.clock_ghz:g} GHz × {path.flops_per_cycle} FLOP/cycle ({name})"
-
-
-def mfu_against(info: DeviceInfo, answer: NativeMatmul) -> str | None:
-    """What a dtype's MFU is a fraction of, in words, when the dtype is not native (``None`` when it is).
-
-    >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}), cores=4, clock_ghz=3.0)
-    >>> mfu_against(cpu, native_matmul(cpu, "bf16"))
-    "the float32 path's peak"
-    """
-    if answer.native:
-        return None
-    if peak_override_tflops() is not None:
-        return f"${PEAK_TFLOPS_ENV}"
-    if info.kind == "cpu":
-        return "the float32 path's peak"
-    return f"the table's {answer.dtype} peak"
-
-
-def not_native_note(answer: NativeMatmul, info: DeviceInfo) -> str:
-    """The note for a configured dtype the report leaves out by default: why, and how to time it anyway.
-
-    >>> cpu = DeviceInfo("cpu", "a CPU", None, 2**30, cpu_flags=frozenset({"avx2", "fma"}))
-    >>> print(not_native_note(native_matmul(cpu, "bf16"), cpu))  # doctest: +NORMALIZE_WHITESPACE
-    bfloat16 not timed by default: this CPU has no native bfloat16 matmul path (that needs AMX-BF16 or
-    AVX512-BF16); torch would emulate it through float32 on AVX2+FMA; time it anyway with --dtypes bfloat16
-    (measured and shown, not judged)
-    """
-    if not answer.runs:
-        return f"{answer.dtype} skipped: it cannot run on {info.device}: {answer.reason}"
-    return (f"{answer.dtype} not timed by default: {answer.reason}; time it anyway with --dtypes {answer.dtype} "
-            "(measured and shown, not judged)")
 
 
 def _floor(config, kind: str, dtype: str, chip: str):
@@ -256,29 +179,6 @@ def _load_average() -> float | None:
         return None
 
 
-QUICK_FLOOR_REASON = "the quick level times one mid-size shape; MFU floors are judged at --level standard"
-
-
-def _sections(plan: Plan, sweeps: dict, bandwidth, found=None, checker: ResultChecker | None = None,
-              level: str = STANDARD) -> dict:
-    measured = bandwidth.bytes_per_second if bandwidth is not None else None
-    found = found or {}
-    skipped = checker.skipped if checker is not None else []
-    return {
-        dtype: dtype_section(dtype, sweeps.get(dtype, []), peak=plan.peaks[dtype],
-                             floor=None if level == QUICK else plan.floors[dtype],
-                             reason=QUICK_FLOOR_REASON if level == QUICK else None,
-                             bandwidth=measured, spec_bandwidth=plan.spec_bandwidth,
-                             peak_source=plan.peak_sources[dtype], native=plan.native.get(dtype),
-                             mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None,
-                             headlines=found.get("headlines", {}).get(dtype),
-                             run_max_power_w=found.get("run_max_power_w"),
-                             check_seconds=None if checker is None else checker.seconds.get(dtype, 0.0),
-                             checks_skipped=[item for item in skipped if item.startswith(f"{dtype} ")])
-        for dtype in plan.dtypes
-    }
-
-
 def headline_candidates(sweeps: dict) -> dict:
     """Per dtype, the sweep's distinct shapes as headline candidates, fastest first."""
     candidates = {}
@@ -290,22 +190,6 @@ def headline_candidates(sweeps: dict) -> dict:
                 ranked.append(headline_phase.Candidate(done.shape, done.flops, done.seconds))
         candidates[dtype] = ranked
     return candidates
-
-
-def telemetry_section(found: dict) -> dict:
-    """The run's telemetry facts for the JSON: highest clock and power, and the thermal soak."""
-    return {"run_max_clock_mhz": found.get("run_max_clock_mhz"), "run_max_power_w": found.get("run_max_power_w"),
-            "soak": found["soak"].to_dict() if found.get("soak") is not None else None}
-
-
-def _machine(plan: Plan) -> dict:
-    return machine_section(describe_device(plan.info), load_average=plan.load_average)
-
-
-def preview(plan: Plan) -> dict:
-    """The report document before measuring (for the header: device, peaks, floors)."""
-    return assemble(settings=plan.settings, machine=_machine(plan), bandwidth=bandwidth_section(None, plan.spec_bandwidth),
-                    dtypes=_sections(plan, {}, None), elapsed_s=0.0, notes=plan.notes)
 
 
 def max_sizes(plan: Plan) -> dict:
@@ -374,20 +258,6 @@ def _under_load(windows: HealthWindows, plan: Plan, sweeps: dict, case_factory) 
     read_under_load(windows, case.fn, plan.info.device)
 
 
-def _throttle_reasons(sweeps: dict, found: dict, burns: dict) -> list[str]:
-    """Every throttle reason the telemetry saw during the timed work (sweep, headlines, sustained phase)."""
-    summaries = [getattr(done, "telemetry", None) for measurements in sweeps.values() for done in measurements]
-    for figures in found.get("headlines", {}).values():
-        summaries += [getattr(figure, "telemetry", None) for figure in figures.values()]
-    summaries += [result.telemetry for result in burns.values()]
-    reasons = []
-    for summary in summaries:
-        for reason in (summary or {}).get("throttle_reasons") or ():
-            if reason not in reasons:
-                reasons.append(reason)
-    return reasons
-
-
 def _burns(plan: Plan, sweeps: dict, *, budget_s: float, telemetry: str | None, checker: ResultChecker,
            windows: HealthWindows, progress, clock, started, case_factory) -> dict:
     """``--level long``'s sustained phase, each dtype for its share of ``budget_s`` (:mod:`accounting.report.burn`)."""
@@ -409,22 +279,6 @@ def _burns(plan: Plan, sweeps: dict, *, budget_s: float, telemetry: str | None, 
                               clock=clock, on_load=on_load, case_factory=case_factory)
         on_load = None
     return results
-
-
-def _check_evidence(sweeps: dict, burns: dict, checker: ResultChecker | None, plan: Plan) -> tuple[list, list[str]]:
-    """The result checks for the health judgement, and what went unchecked (a product out of memory, a dtype
-    with no product checked)."""
-    checks = [done.check for measurements in sweeps.values() for done in measurements
-              if getattr(done, "check", None) is not None]
-    for result in burns.values():
-        checks += result.checks
-    unchecked = []
-    if checker is not None:
-        unchecked += [f"result check: {item}" for item in checker.skipped]
-        for dtype in plan.dtypes:
-            if not any(getattr(done, "check", None) is not None for done in sweeps.get(dtype, [])):
-                unchecked.append(f"result check: no {dtype} product was checked")
-    return checks, unchecked
 
 
 def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, bandwidth_bytes=None,
@@ -503,16 +357,16 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
                            or str(info.device), checker=burn_checker, windows=windows, progress=progress,
                            clock=clock, started=started, case_factory=case_factory)
     release_cached_memory(info.device)
-    sections = _sections(plan, sweeps, bandwidth, found, checker, level)
-    report = assemble(settings={**plan.settings, "level": level}, machine=_machine(plan),
+    sections = dtype_sections(plan, sweeps, bandwidth, found, checker, level)
+    report = assemble(settings={**plan.settings, "level": level}, machine=machine_of(plan),
                       bandwidth=bandwidth_section(bandwidth, plan.spec_bandwidth),
                       dtypes=sections, elapsed_s=clock() - started, notes=plan.notes)
     report["telemetry"] = telemetry_section(found)
     if level == LONG:
         report["burn"] = {dtype: result.to_dict() for dtype, result in burns.items()}
-    checks, unchecked = _check_evidence(sweeps, burns, checker, plan)
+    checks, unchecked = check_evidence(sweeps, burns, checker, plan)
     verdicts = judge_devices(windows.windows, checks=checks, dtypes=sections,
-                             throttle_reasons=_throttle_reasons(sweeps, found, burns), unchecked=unchecked,
+                             throttle_reasons=throttle_reasons_seen(sweeps, found, burns), unchecked=unchecked,
                              judge_speed=level != QUICK)
     by_dtype = {dtype: section["checks"] for dtype, section in sections.items()}
     fault = None if checker is None or checker.fault is None else str(checker.fault)
