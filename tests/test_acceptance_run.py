@@ -248,3 +248,31 @@ def test_an_interrupted_run_still_leaves_its_summary_so_far_and_its_logs_packed(
     assert [step["name"] for step in record["steps"]] == ["probe", "pytest-collect", "clock-check", "report-quick",
                                                           "fault-injection"]
     assert sorted(path.name for path in out.iterdir()) == ["logs.tar.gz", "summary.json", "summary.md"]
+
+
+def test_only_runs_the_chosen_steps_and_a_step_budget_replaces_the_default(tmp_path):
+    out = tmp_path / "out"
+    steps = FakeSteps(out, clock=Clock())
+    record = cli.Run(out, root=ROOT, runner=steps, clock=steps.clock, stderr=io.StringIO(), only=("report", "fleet"),
+                     step_budgets={"report": 200.0}).execute()
+    ran = {step["name"]: step for step in record["steps"] if step["status"] == PASSED}
+    assert list(ran) == ["probe", "report", "fleet"]
+    assert ran["report"]["budget_s"] == 200.0 and ran["fleet"]["budget_s"] == BUDGETS_S["fleet"]
+    skipped = {step["name"]: step["reason"] for step in record["steps"] if step["status"] == SKIPPED}
+    assert skipped["clock-check"] == "not selected (--only report,fleet)"
+    assert skipped["pytest-collect"] == "a GPU is here: the pytest-gpu step collects these files itself"
+    assert record["result"] == "held"
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--only", "reprot"], "--only: unknown step 'reprot'; the steps: pytest-collect, ", id="unknown-step"),
+    pytest.param(["--step-budget", "fleet=-3"], "--step-budget is NAME=SECONDS with SECONDS a positive number",
+                 id="negative-budget"),
+    pytest.param(["--budget", "0"], "--budget must be a positive number of seconds, got 0.0", id="zero-budget"),
+])
+def test_bad_arguments_end_with_one_line_and_exit_status_2(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main([str(tmp_path / "out"), *argv])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

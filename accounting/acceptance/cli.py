@@ -35,6 +35,7 @@ from accounting.acceptance.figures import (
 )
 from accounting.acceptance.outputs import ARCHIVE, LOGS_DIR, MAX_FILES, SUMMARY_JSON, SUMMARY_MD, check_outdir, over_limit, pack
 from accounting.acceptance.plan import (
+    BUDGETS_S,
     FLEET_JSON,
     PROBE_BUDGET_S,
     PYTEST_JSON,
@@ -131,7 +132,7 @@ class Run:
     """One acceptance run into ``out``; ``launch``, ``clock`` and ``stderr`` can be replaced in tests."""
 
     def __init__(self, out, *, python=sys.executable, root=ROOT, budget_s=TOTAL_BUDGET_S, clock=time.monotonic,
-                 runner=run_step, stderr=sys.stderr):
+                 runner=run_step, stderr=sys.stderr, only=None, step_budgets=None):
         self.out = check_outdir(Path(out))
         self.logs = self.out / LOGS_DIR
         self.python, self.root, self.budget_s = python, Path(root), budget_s
@@ -142,6 +143,8 @@ class Run:
         self.outcomes: list[Outcome] = []
         self.figures: list = []
         self.machine: dict | None = None
+        self.only = tuple(only) if only else None
+        self.step_budgets = dict(step_budgets or {})
 
     def time_left(self) -> float:
         return self.budget_s - (self.clock() - self.started)
@@ -198,6 +201,7 @@ class Run:
         machine, problem = self.probe()
         device_name = machine.device_name if machine else None
         for step in build_steps(machine, Paths(self.root, self.out, self.logs), self.python, probe_problem=problem):
+            step = chosen(step, only=self.only, step_budgets=self.step_budgets)
             needed = REQUIRES.get(step.name)
             before = next((o for o in self.outcomes if o.name == needed), None)
             if needed and not step.skip and (before is None or before.status != PASSED):
@@ -216,6 +220,64 @@ class Run:
         record = self.write_summary(files=[name for name in names if name not in moved])
         pack(self.out)
         return record
+
+
+STEP_NAMES = ("pytest-collect", *BUDGETS_S)
+"""Every step after the probe, by name (what ``--only`` and ``--step-budget`` take)."""
+
+
+def chosen(step: Step, *, only=None, step_budgets=None) -> Step:
+    """``step`` as the command line chose it: skipped when ``only`` leaves it out, with its budget replaced.
+
+    >>> step = Step("fleet", "f", ("x",), budget_s=60)
+    >>> chosen(step, only=("report",)).skip
+    'not selected (--only report)'
+    >>> chosen(step, step_budgets={"fleet": 90.0}).budget_s
+    90.0
+    """
+    if step.name in (step_budgets or {}):
+        step = dataclasses.replace(step, budget_s=step_budgets[step.name])
+    if only and step.name not in only and not step.skip:
+        step = dataclasses.replace(step, skip=f"not selected (--only {','.join(only)})")
+    return step
+
+
+def step_names(text: str) -> tuple[str, ...]:
+    """``--only``: comma-separated step names, each one of :data:`STEP_NAMES`.
+
+    >>> step_names("report, fleet")
+    ('report', 'fleet')
+    >>> step_names("reprot")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --only: unknown step 'reprot'; the steps: pytest-collect, clock-check, report-quick, fault-injection, report, pytest-gpu, model-mfu, fleet, gate-save, gate-check
+    """
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names or ("",):
+        if name not in STEP_NAMES:
+            raise argparse.ArgumentTypeError(f"--only: unknown step {name!r}; the steps: {', '.join(STEP_NAMES)}")
+    return names
+
+
+def step_budget(text: str) -> tuple[str, float]:
+    """``--step-budget NAME=SECONDS``: one step's budget in place of its default.
+
+    >>> step_budget("pytest-gpu=200")
+    ('pytest-gpu', 200.0)
+    >>> step_budget("pytest-gpu=0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --step-budget is NAME=SECONDS with SECONDS a positive number, got 'pytest-gpu=0'
+    """
+    name, _, seconds = text.partition("=")
+    step_names(name)
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"--step-budget is NAME=SECONDS with SECONDS a positive number, got {text!r}")
+    return name.strip(), value
 
 
 def verify_no_gpu_run(record: dict, files: list[str], *, max_seconds: float = NO_GPU_MAX_S) -> list[str]:
@@ -257,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("outdir", metavar="OUTDIR", help="a new or empty directory for at most 8 files")
     parser.add_argument("--budget", metavar="SECONDS", type=float, default=TOTAL_BUDGET_S,
                         help="the whole run's budget (each step also has its own). Default: %(default)g")
+    parser.add_argument("--only", metavar="STEPS", type=step_names, default=None,
+                        help="run only these steps (comma-separated; the probe always runs), e.g. to rerun one that "
+                             f"failed in the device time left. Steps: {', '.join(STEP_NAMES)}")
+    parser.add_argument("--step-budget", metavar="NAME=SECONDS", type=step_budget, action="append", default=[],
+                        help="give one step another budget (repeatable); the whole run's --budget still bounds it")
     parser.add_argument("--verify-no-gpu", action="store_true",
                         help="check a finished run in OUTDIR made without a GPU (CI): every GPU step skipped with a "
                              "reason, under --max-seconds, at most 8 files")
@@ -284,7 +351,7 @@ def main(argv=None) -> int:
     if not args.budget > 0:
         parser.error(f"--budget must be a positive number of seconds, got {args.budget!r}")
     try:
-        run = Run(out, budget_s=args.budget)
+        run = Run(out, budget_s=args.budget, only=args.only, step_budgets=dict(args.step_budget))
     except AccountingError as error:
         parser.error(str(error))
     os.chdir(run.root)  # benchmarks.json (the model floors) is read from the checkout
