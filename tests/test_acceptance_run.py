@@ -276,3 +276,21 @@ def test_bad_arguments_end_with_one_line_and_exit_status_2(tmp_path, capsys, arg
     assert stopped.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_step_whose_outputs_cannot_be_read_fails_and_the_run_goes_on(tmp_path):
+    broken = {"checks": [{"dtype": "bfloat16"}]}  # no ratios: a clock check cut short while writing
+
+    class Writing(FakeSteps):
+        def __call__(self, step, **kwargs):
+            outcome = super().__call__(step, **kwargs)
+            if step.name == "clock-check":
+                (self.out / "logs" / "clock-check.json").write_text(json.dumps(broken))
+            return outcome
+
+    out = tmp_path / "out"
+    steps = Writing(out, clock=Clock())
+    record = cli.Run(out, root=ROOT, runner=steps, clock=steps.clock, stderr=io.StringIO()).execute()
+    clock = next(step for step in record["steps"] if step["name"] == "clock-check")
+    assert (clock["status"], clock["reason"]) == (FAILED, "its outputs could not be read: KeyError: 'package_over_events'")
+    assert record["steps"][-1]["name"] == "gate-check" and record["result"] == "did not hold"

@@ -79,7 +79,6 @@ def _read_json(path: Path):
         return None
 
 
-
 def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tuple[str, list]:
     """A step's headline and figures from what it wrote (nothing where it wrote nothing)."""
     if name == "clock-check":
@@ -209,7 +208,12 @@ class Run:
                                                       f"(it {before.status if before else 'did not run'})")
             outcome = self._run(step)
             if outcome.status != SKIPPED:
-                headline, figures = read_step(step.name, self.out, self.logs, device_name)
+                try:
+                    headline, figures = read_step(step.name, self.out, self.logs, device_name)
+                except (KeyError, TypeError, ValueError, AttributeError, OSError) as error:  # a malformed output
+                    headline, figures = "", []
+                    outcome = dataclasses.replace(outcome, status=FAILED, reason="; ".join(filter(None, (
+                        outcome.reason, f"its outputs could not be read: {type(error).__name__}: {error}"))))
                 outcome = outcome.with_headline(headline)
                 self.figures.extend(figures)
             self.outcomes.append(outcome)
