@@ -13,15 +13,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from accounting.activation_memory import ATTENTIONS, RECOMPUTES
 from accounting.errors import AccountingError
 from accounting.hardware.peaks import find_chip, peak_flops
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
 from accounting.plan.compute import LARGEST_MICRO_BATCH
-from accounting.sharding import SHARDINGS, sharded_model_states
+from accounting.sharding import SHARDINGS
 from accounting.training_memory import transformer_training_memory
 from accounting.transformer import TransformerConfig
+from tests.support.hf_models import model_from_config_json
 
 GPT2_SMALL = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
               "vocab_size": 50257, "n_inner": None, "activation_function": "gelu_new", "bos_token_id": 50256,
@@ -37,18 +38,17 @@ LLAMA_3_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 1
 TINY_LLAMA = {**LLAMA_3_8B, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 32}
 TINY_GPT2 = {**GPT2_SMALL, "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 32, "vocab_size": 128,
-             "bos_token_id": 0, "eos_token_id": 0}
+             "bos_token_id": None, "eos_token_id": None}
 
 H100 = plan_device("H100 SXM", "bfloat16")
 
 
 def expected_peak(config, micro_batch, settings: PlanSettings) -> int:
-    """Per-device peak from the library's memory functions, as a user would compose them."""
-    memory = transformer_training_memory(config, micro_batch, optimizer=settings.optimizer,
-                                         precision=settings.precision)
-    states = sharded_model_states(memory.parameters, memory.gradients, memory.master_weights + memory.optimizer_state,
-                                  settings.sharding, settings.devices, parameter_count=memory.parameter_count)
-    return states.parameters + states.optimizer + max(memory.activations + memory.transient, states.gradients)
+    """Per-device peak from the library's memory function, called as a user would call it."""
+    return transformer_training_memory(
+        config, micro_batch, optimizer=settings.optimizer, precision=settings.precision, attention=settings.attention,
+        recompute=settings.recompute, sharding=settings.sharding, devices=settings.devices,
+    ).peak
 
 
 def fits(config, micro_batch, settings, device=H100) -> bool:
@@ -63,6 +63,8 @@ plan_settings = st.builds(
     sharding=st.sampled_from(SHARDINGS),
     precision=st.sampled_from(["fp32", "bf16-mixed", "fp16-mixed", "bf16"]),
     optimizer=st.sampled_from(["adamw", "sgd", "adagrad"]),
+    attention=st.sampled_from(ATTENTIONS),
+    recompute=st.sampled_from(RECOMPUTES),
     headroom=st.sampled_from([0.0, 0.1, 0.25]),
 )
 
@@ -117,17 +119,24 @@ def test_a_model_whose_states_alone_do_not_fit_says_so_and_how_many_devices_woul
     assert not fits(config, 1, zero3[0], a10) and fits(config, 1, zero3[1], a10)
 
 
-def test_activations_that_do_not_fit_beside_the_states_are_named():
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_activations_that_do_not_fit_beside_the_states_are_named_with_what_would_fit(attention):
     config = TransformerConfig.from_hf(LLAMA_3_8B, sequence_length=16384)
-    plan = make_plan(config, H100, PlanSettings(devices=8, sharding="zero3"), global_batch=8)
-    assert not plan.fits and not fits(config, 1, plan.settings)
+    settings_ = PlanSettings(devices=8, sharding="zero3", attention=attention)
+    plan = make_plan(config, H100, settings_, global_batch=8)
+    assert not plan.fits and not fits(config, 1, settings_)
     assert plan.reasons[0].startswith("one sequence per device needs ")
-    assert "activations and transient buffers" in plan.reasons[0]
+    assert "its largest phase, the saved activations and the loss's gradients" in plan.reasons[0]
+    recompute = PlanSettings(devices=8, sharding="zero3", attention=attention, recompute="full")
+    assert ("with --recompute full, one sequence per device fits" in plan.reasons) == fits(config, 1, recompute)
+    sdpa = PlanSettings(devices=8, sharding="zero3", attention="sdpa")
+    assert ("with --attention sdpa, one sequence per device fits" in plan.reasons) == (
+        attention == "eager" and fits(config, 1, sdpa))
 
 
 def test_a_micro_batch_too_large_is_named_with_the_largest_that_fits():
     config = TransformerConfig.from_hf(GPT2_SMALL)
-    plan = make_plan(config, H100, PlanSettings(), global_batch=64, micro_batch=64)
+    plan = make_plan(config, H100, PlanSettings(attention="eager"), global_batch=64, micro_batch=64)
     assert not plan.fits
     assert plan.reasons == (f"micro-batch 64 needs {plan.memory.peak / 2**30:.2f} GiB per device, more than the "
                             f"{plan.usable_bytes / 2**30:.2f} GiB usable; the largest that fits is "
@@ -138,23 +147,12 @@ def test_a_micro_batch_too_large_is_named_with_the_largest_that_fits():
 # ---- FLOPs, parameters and time, against torch and transformers ----------------------------------
 
 
-def hf_model(hf: dict):
-    """The transformers model of a config.json, on the meta device, with eager attention (full score matrices)."""
-    keys = {key: value for key, value in hf.items() if key != "model_type"}
-    if hf["model_type"] == "gpt2":
-        config, model_class = GPT2Config(**keys, attn_implementation="eager"), GPT2LMHeadModel
-    else:
-        config, model_class = LlamaConfig(**keys, attn_implementation="eager"), LlamaForCausalLM
-    with torch.device("meta"):
-        return model_class(config)
-
-
 @pytest.mark.parametrize("hf", [pytest.param(TINY_GPT2, id="gpt2"), pytest.param(TINY_LLAMA, id="llama")])
 @pytest.mark.parametrize(("devices", "global_batch"), [(1, 3), (4, 8)])
 def test_flops_per_step_are_flop_counter_modes_on_the_hugging_face_model(hf, devices, global_batch):
     config = TransformerConfig.from_hf(hf)
     plan = make_plan(config, H100, PlanSettings(devices=devices), global_batch=global_batch)
-    model = hf_model(hf)
+    model = model_from_config_json(hf)  # eager attention: full score matrices, as the plan counts
     ids = torch.zeros(global_batch, config.sequence_length, dtype=torch.long, device="meta")
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, labels=ids).loss.backward()
@@ -190,6 +188,9 @@ def test_the_text_shows_every_part_and_the_verdict():
         value = plan.usable_bytes if part == "usable" else getattr(plan.memory, part)
         assert f"  {part}" in text and f"{value / 2**30:.2f}" in text
     assert f"Fits: yes, {(plan.usable_bytes - plan.memory.peak) / 2**30:.2f} GiB to spare" in text
+    whole = f"each device's {plan.per_device_batch} sequences fit in one micro-batch"
+    assert (whole in text) == (plan.largest_micro_batch == plan.per_device_batch)
+    assert (f"the largest micro-batch that fits is {plan.largest_micro_batch}." in text) != (whole in text)
     assert f"At MFU 0.4 (--mfu): {plan.seconds_per_step:.3g} s per step" in text
     assert f"{plan.days:,.1f} days" in text
 

@@ -10,8 +10,8 @@ stated MFU (see :mod:`accounting.plan.compute`).
 >>> from accounting.plan import PlanSettings, make_plan, plan_device
 >>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
 >>> plan = make_plan(gpt2, plan_device("A10", "bfloat16"), PlanSettings(), global_batch=64)
->>> plan.fits, plan.micro_batch, plan.accumulation_steps, round(plan.seconds_per_step, 2)
-(True, 16, 4, 1.12)
+>>> plan.fits, plan.global_batch == plan.micro_batch * plan.accumulation_steps, round(plan.seconds_per_step, 2)
+(True, True, 1.12)
 """
 
 from accounting.plan.compute import DeviceMemory, Plan, PlanSettings, device_memory, make_plan

@@ -11,6 +11,7 @@ import json
 import sys
 
 from accounting._checks import positive_number_from_text
+from accounting.activation_memory import ATTENTIONS, RECOMPUTES
 from accounting.console import EXIT_BAD_INPUT, EXIT_OK, check_writable
 from accounting.errors import AccountingError
 from accounting.model_mfu.sizes import MODEL_SIZES, model_size
@@ -82,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     model.add_argument("--model", metavar="SIZE", choices=tuple(MODEL_SIZES),
                        help=f"a named size: {', '.join(MODEL_SIZES)}")
     parser.add_argument("--sequence-length", metavar="N", type=_count("--sequence-length"), default=None,
-                        help="tokens per sequence. Default: the config's max_position_embeddings (the size's own)")
+                        help="tokens per sequence. Default: the config's max_position_embeddings, or the named size's")
     parser.add_argument("--global-batch", metavar="N", type=_count("--global-batch"), default=None,
                         help="sequences per optimizer step, a multiple of --devices. Default: every device at the "
                              "largest micro-batch that fits, no accumulation")
@@ -100,6 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--sharding", choices=SHARDINGS, default="ddp", type=str.lower,
                         help="how model states are divided among the devices (zero1: optimizer state, zero2: and "
                              "gradients, zero3: and parameters; FSDP's names too). Default: %(default)s")
+    parser.add_argument("--attention", choices=ATTENTIONS, default="sdpa",
+                        help="eager (the s x s scores are saved) or sdpa (a fused kernel: none). Default: %(default)s")
+    parser.add_argument("--recompute", choices=RECOMPUTES, default="none",
+                        help="full: every block keeps only its input and recomputes the rest in backward. "
+                             "Default: %(default)s")
     parser.add_argument("--mfu", metavar="FRACTION", type=_fraction("--mfu", zero=False), default=DEFAULT_MFU,
                         help="model FLOPs utilisation the run is assumed to reach. Default: %(default)s")
     parser.add_argument("--headroom", metavar="FRACTION", type=_fraction("--headroom", zero=True),
@@ -137,7 +143,8 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
             check_writable(args.json_path, "--json")
         config, source = _model(args)
         settings = PlanSettings(devices=args.devices, sharding=args.sharding, precision=args.precision,
-                                optimizer=args.optimizer, headroom=args.headroom, mfu=args.mfu)
+                                optimizer=args.optimizer, attention=args.attention, recompute=args.recompute,
+                                headroom=args.headroom, mfu=args.mfu)
         # The matmuls run in the activations' dtype (bf16 under autocast, whose weights are fp32).
         device = plan_device(args.device, precision_policy(args.precision).activations, memory_gb=args.memory_gb,
                              peak_tflops=args.peak_tflops)

@@ -1,11 +1,11 @@
 """The numbers of a plan: memory per device by part, whether it fits, the micro-batch, FLOPs and time.
 
-Memory per device is the package's model of a training step
-(:func:`accounting.transformer_training_memory`) with the model states divided as the
-sharding divides them (:func:`accounting.sharding.sharded_model_states`). A plan *fits* when
-the peak is at most the device's usable memory: its capacity less ``headroom`` (a fraction
-kept for what no formula here counts — the CUDA context, communication buffers, allocator
-fragmentation, the layer ZeRO-3 gathers).
+Memory per device is the package's model of a training step,
+:func:`accounting.transformer_training_memory` with its ``sharding`` and ``devices`` (model
+states divided as :func:`accounting.sharding.sharded_model_states` divides them, and the unit
+ZeRO-3 gathers), its ``attention`` and ``recompute``. A plan *fits* when the peak is at most
+the device's usable memory: its capacity less ``headroom`` (a fraction kept for what no
+formula here counts — the CUDA context, communication buffers, allocator fragmentation).
 
 Time is napkin arithmetic at a stated MFU: a step's model FLOPs (matmuls only, 2 per
 multiply-add, full causal score matrices, as :func:`accounting.transformer_flops` counts
@@ -14,12 +14,13 @@ work is not model FLOPs: it lowers the MFU a run reaches, so it is the MFU's bus
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from accounting._checks import check_positive, check_positive_size, check_real
+from accounting._checks import check_choice, check_positive, check_positive_size, check_real
+from accounting.activation_memory import ATTENTIONS, RECOMPUTES
 from accounting.errors import AccountingError
 from accounting.plan.devices import PlanDevice
-from accounting.sharding import ZERO3, sharded_model_states, sharding_stage
+from accounting.sharding import ZERO3, sharding_stage
 from accounting.training_memory import transformer_training_memory
 from accounting.transformer import TransformerConfig
 from accounting.transformer_flops import training_time, transformer_flops
@@ -39,12 +40,16 @@ class PlanSettings:
     sharding: str = "ddp"
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
+    attention: str = "sdpa"
+    recompute: str = "none"
     headroom: float = 0.1
     mfu: float = 0.4
 
     def __post_init__(self):
         check_positive_size(self.devices, "devices")
         object.__setattr__(self, "sharding", sharding_stage(self.sharding))
+        check_choice(self.attention, ATTENTIONS, "attention")
+        check_choice(self.recompute, RECOMPUTES, "recompute")
         headroom = check_real(self.headroom, "headroom")
         if not 0 <= headroom < 1:
             raise AccountingError(f"headroom is the fraction of device memory kept free, in [0, 1), got {headroom!r}")
@@ -55,14 +60,18 @@ class PlanSettings:
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """Bytes one device holds at the peak of a step, by part; ``optimizer`` includes master weights."""
+    """Bytes one device holds in a step, by part (:class:`accounting.TrainingMemory`'s, master weights
+    counted with the optimizer state), and its peak."""
 
     micro_batch: int
     parameters: int
     gradients: int
     optimizer: int
+    gathered: int
     activations: int
     transient: int
+    update: int
+    backward: int
     peak: int
 
     @property
@@ -73,23 +82,24 @@ class DeviceMemory:
 def device_memory(config: TransformerConfig, micro_batch: int, settings: PlanSettings) -> DeviceMemory:
     """Bytes per device of a step of ``micro_batch`` sequences per device.
 
-    The peak is :class:`accounting.TrainingMemory`'s, on this device's share: weights, master
-    weights and optimizer state throughout, and the larger of the saved activations (with the
-    loss's transient gradients) and the gradients.
+    The peak is :class:`accounting.TrainingMemory`'s: weights, master weights, optimizer state
+    and the unit ZeRO-3 gathers throughout, and the largest phase — the saved activations with
+    the loss's transient gradients, the gradients with the update's temporaries, or (with
+    recomputation) the bottom block's backward.
 
     >>> config = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
     >>> one, four = (device_memory(config, 2, PlanSettings(devices=n, sharding="zero3")) for n in (1, 4))
     >>> one.activations == four.activations, four.model_states < one.model_states
     (True, True)
     """
-    memory = transformer_training_memory(config, micro_batch, optimizer=settings.optimizer,
-                                         precision=settings.precision)
-    states = sharded_model_states(memory.parameters, memory.gradients, memory.master_weights + memory.optimizer_state,
-                                  settings.sharding, settings.devices, parameter_count=memory.parameter_count)
-    saved = memory.activations + memory.transient
-    peak = states.parameters + states.optimizer + max(saved, states.gradients)
-    return DeviceMemory(micro_batch, states.parameters, states.gradients, states.optimizer, memory.activations,
-                        memory.transient, peak)
+    memory = transformer_training_memory(
+        config, micro_batch, optimizer=settings.optimizer, precision=settings.precision,
+        attention=settings.attention, recompute=settings.recompute, sharding=settings.sharding,
+        devices=settings.devices,
+    )
+    return DeviceMemory(micro_batch, memory.parameters, memory.gradients, memory.master_weights + memory.optimizer_state,
+                        memory.gathered, memory.activations, memory.transient, memory.update, memory.backward,
+                        memory.peak)
 
 
 def usable_bytes(device: PlanDevice, settings: PlanSettings) -> int:
@@ -120,7 +130,7 @@ def largest_micro_batch(config: TransformerConfig, settings: PlanSettings, usabl
 def fewest_devices(config: TransformerConfig, settings: PlanSettings, device: PlanDevice) -> int | None:
     """The fewest devices on which one sequence per device fits under ZeRO-3, or ``None`` (none up to the limit)."""
     def fits(devices):
-        zero3 = PlanSettings(devices, ZERO3, settings.precision, settings.optimizer, settings.headroom, settings.mfu)
+        zero3 = replace(settings, devices=devices, sharding=ZERO3)
         return device_memory(config, 1, zero3).peak <= usable_bytes(device, settings)
 
     if not fits(MOST_DEVICES):
@@ -134,7 +144,12 @@ def fewest_devices(config: TransformerConfig, settings: PlanSettings, device: Pl
 
 @dataclass(frozen=True)
 class Plan:
-    """A training run sized before it is rented: memory per device, the batch it runs at, and its time."""
+    """A training run sized before it is rented: memory per device, the batch it runs at, and its time.
+
+    ``largest_micro_batch``: the most sequences per device whose step fits (0: not even one), at
+    most the per-device batch when the global batch was given. ``memory``: at ``micro_batch``.
+    ``reasons``: why it does not fit and what would (empty when it fits).
+    """
 
     config: TransformerConfig
     device: PlanDevice
@@ -190,6 +205,15 @@ def _gib(count: int) -> str:
     return f"{count / 2**30:.2f} GiB"
 
 
+def _largest_phase(memory: DeviceMemory) -> tuple[int, str]:
+    """The bytes of the step's largest phase beyond the persistent parts, and what it holds."""
+    return max(
+        (memory.activations + memory.transient, "the saved activations and the loss's gradients"),
+        (memory.gradients + memory.update, "the gradients and the update's temporaries"),
+        (memory.backward, "the recomputed backward of the bottom block"),
+    )
+
+
 def _why_not(config, settings, device, memory: DeviceMemory, usable: int) -> tuple[str, ...]:
     """Why micro-batch 1 does not fit, and what would (empty when it fits)."""
     if memory.peak <= usable:
@@ -199,14 +223,19 @@ def _why_not(config, settings, device, memory: DeviceMemory, usable: int) -> tup
     if memory.model_states > usable:
         reasons = [f"model states alone need {_gib(memory.model_states)} per device {spread}, more than {where}"]
     else:
-        left = usable - memory.parameters - memory.optimizer
-        reasons = [f"one sequence per device needs {_gib(memory.peak)} {spread}: its activations and transient "
-                   f"buffers ({_gib(memory.activations + memory.transient)}) do not fit in the {_gib(left)} "
-                   f"the model states leave of {where}"]
+        phase, holds = _largest_phase(memory)
+        left = usable - (memory.peak - phase)
+        reasons = [f"one sequence per device needs {_gib(memory.peak)} {spread}: its largest phase, {holds} "
+                   f"({_gib(phase)}), does not fit in the {_gib(max(left, 0))} left of {where} beside the weights, "
+                   "optimizer state and gathered unit"]
+    for option, changed in (("--recompute full", replace(settings, recompute="full")),
+                            ("--attention sdpa", replace(settings, attention="sdpa"))):
+        if changed != settings and device_memory(config, 1, changed).peak <= usable:
+            reasons.append(f"with {option}, one sequence per device fits")
     fewest = fewest_devices(config, settings, device)
     if fewest is None:
         reasons.append(f"no number of devices up to {MOST_DEVICES} fits one sequence per device under zero3: "
-                       "its activations alone are too large (shorten the sequence)")
+                       "a sequence's activations alone are too large")
     elif settings.sharding != ZERO3 or fewest > settings.devices:
         reasons.append(f"under zero3, one sequence per device fits from {fewest} devices")
     return tuple(reasons)
@@ -224,8 +253,8 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
     >>> from accounting.plan.devices import plan_device
     >>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
     >>> plan = make_plan(gpt2, plan_device("H100 SXM", "bfloat16"), PlanSettings(devices=8), global_batch=512)
-    >>> plan.fits, plan.micro_batch, plan.accumulation_steps, round(plan.tokens_per_second)
-    (True, 32, 2, 3705451)
+    >>> plan.fits, plan.per_device_batch, plan.micro_batch * plan.accumulation_steps, round(plan.tokens_per_second)
+    (True, 64, 64, 3705451)
     """
     if not isinstance(config, TransformerConfig):
         raise AccountingError(f"config must be a TransformerConfig, got {type(config).__name__}")
@@ -245,10 +274,11 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
         tokens = check_positive(tokens, "tokens")
     limit = LARGEST_MICRO_BATCH if global_batch is None else global_batch // devices
     largest = largest_micro_batch(config, settings, usable, limit)
-    if micro_batch is None:
-        per_device = global_batch // devices if global_batch is not None else max(largest, 1)
-        fitting = [size for size in range(1, max(largest, 1) + 1) if per_device % size == 0]
-        micro_batch = fitting[-1]
+    if micro_batch is None and global_batch is None:
+        micro_batch = max(largest, 1)
+    elif micro_batch is None:  # the largest that fits and divides the per-device batch (largest <= per device)
+        per_device = global_batch // devices
+        micro_batch = max([size for size in range(1, largest + 1) if per_device % size == 0], default=1)
     if global_batch is None:
         global_batch = devices * micro_batch
     memory = device_memory(config, micro_batch, settings)

@@ -13,9 +13,16 @@ MEMORY_PARTS = (
     ("parameters", "the weights the forward pass reads"),
     ("gradients", ""),
     ("optimizer", "master weights and optimizer state"),
+    ("gathered", "ZeRO-3: the full weights and gradients of the unit in flight"),
     ("activations", "saved for the backward pass"),
     ("transient", "the loss's gradients, alive beside them"),
+    ("update", "the optimizer step's temporaries, beside the gradients"),
+    ("backward", "with recomputation: the bottom block's backward"),
 )
+
+
+OPTIONAL_PARTS = frozenset({"gathered", "transient", "update", "backward"})
+"""Parts the text leaves out when they are zero (no ZeRO-3, no recomputation...); the JSON always has them."""
 
 
 def describe_model(plan: Plan) -> str:
@@ -32,28 +39,39 @@ def _gib(count: int) -> str:
 
 
 def render_plan(plan: Plan, source: str) -> str:
-    """The plan as ``accounting plan`` prints it; ``source`` names where the model came from."""
+    """The plan as ``accounting plan`` prints it; ``source`` names where the model came from.
+
+    The phases of a step, of which the peak holds the largest: the saved activations with the
+    loss's transient gradients (as backward starts), the gradients with the update's temporaries
+    (the optimizer step), and with recomputation the bottom block's backward.
+    """
     s, d, m = plan.settings, plan.device, plan.memory
     plural = "s" if s.devices > 1 else ""
     lines = [
         f"Model ({source}): {describe_model(plan)}",
         f"Run: {s.devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, {d.peak_flops_per_second / 1e12:g} TFLOP/s "
-        f"dense {d.dtype}), {s.sharding}, {s.precision}, {s.optimizer}",
+        f"dense {d.dtype}), {s.sharding}, {s.precision}, {s.optimizer}, attention {s.attention}, "
+        f"recompute {s.recompute}",
         f"Batch: {plan.global_batch} sequences per step = {s.devices} device{plural} x micro-batch {plan.micro_batch}"
         f" x {plan.accumulation_steps} accumulation step{'s' if plan.accumulation_steps > 1 else ''}; "
         f"{plan.tokens_per_step:,} tokens",
         "",
         f"Memory per device at micro-batch {plan.micro_batch}:",
     ]
-    rows = [[part, _gib(getattr(m, part)), note] for part, note in MEMORY_PARTS]
-    rows.append(["peak", _gib(m.peak), "weights, optimizer, and the larger of activations + transient or gradients"])
+    rows = [[part, _gib(getattr(m, part)), note] for part, note in MEMORY_PARTS
+            if getattr(m, part) or part not in OPTIONAL_PARTS]
+    rows.append(["peak", _gib(m.peak), "parameters + optimizer + gathered + the largest phase of the step"])
     rows.append(["usable", _gib(plan.usable_bytes),
                  f"{1 - s.headroom:.0%} of {d.memory_bytes / 1e9:g} GB ({d.memory_source}); --headroom {s.headroom:g}"])
     lines.append(table(["part", "GiB", ""], rows, indent="  "))
     lines.append("")
     if plan.fits:
         spare = _gib(plan.usable_bytes - m.peak)
-        lines.append(f"Fits: yes, {spare} GiB to spare; the largest micro-batch that fits is {plan.largest_micro_batch}.")
+        if plan.largest_micro_batch >= plan.per_device_batch:
+            largest = f"each device's {plan.per_device_batch} sequences fit in one micro-batch"
+        else:
+            largest = f"the largest micro-batch that fits is {plan.largest_micro_batch}"
+        lines.append(f"Fits: yes, {spare} GiB to spare; {largest}.")
     else:
         lines.append("Fits: no.")
         lines += [f"  - {reason}" for reason in plan.reasons]
@@ -66,8 +84,8 @@ def render_plan(plan: Plan, source: str) -> str:
         f"{plan.tokens_per_second:,.0f} tokens/s ({plan.tokens_per_second / s.devices:,.0f} per device)",
     ]
     if plan.days is not None:
-        lines.append(f"  {plan.tokens:.3g} tokens (--tokens): {plan.days:,.1f} days "
-                     f"({readable_duration(plan.days * 86400)})")
+        years = f" ({readable_duration(plan.days * 86400)})" if plan.days >= 365 else ""
+        lines.append(f"  {plan.tokens:.3g} tokens (--tokens): {plan.days:,.1f} days{years}")
     return "\n".join(lines)
 
 
@@ -86,7 +104,8 @@ def plan_document(plan: Plan, source: str) -> dict:
             "usable_bytes": plan.usable_bytes, "headroom": s.headroom, "dtype": d.dtype,
             "peak_flops_per_second": d.peak_flops_per_second, "peak_source": d.peak_source,
         },
-        "training": {"sharding": s.sharding, "precision": s.precision, "optimizer": s.optimizer},
+        "training": {"sharding": s.sharding, "precision": s.precision, "optimizer": s.optimizer,
+                     "attention": s.attention, "recompute": s.recompute},
         "batch": {
             "global": plan.global_batch, "per_device": plan.per_device_batch, "micro": plan.micro_batch,
             "accumulation_steps": plan.accumulation_steps, "largest_micro_batch": plan.largest_micro_batch,
