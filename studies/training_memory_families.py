@@ -90,16 +90,24 @@ def hf_model(family: str, config: TransformerConfig, attention: str = "eager"):
 
 def measure(family: str, config: TransformerConfig, precision: str, recompute: str, batch_size: int = BATCH_SIZE,
             attention: str = "eager", seed: int = 0):
-    """The :class:`accounting.StepMemory` of the second of two AdamW steps of the family's model."""
+    """The :class:`accounting.live_memory.StepMemory` of the family's model of ``config`` (:func:`measure_model`)."""
     torch.manual_seed(seed)
-    model = hf_model(family, config, attention)
+    return measure_model(hf_model(family, config, attention), config, precision, recompute, batch_size, seed)
+
+
+def measure_model(model, config: TransformerConfig, precision: str, recompute: str, batch_size: int = BATCH_SIZE,
+                  seed: int = 0):
+    """The :class:`accounting.live_memory.StepMemory` of the second of two AdamW steps of ``model``
+    (a ``transformers`` causal LM in fp32, changed in place: cast to bf16, checkpointed) on random
+    tokens of ``config``'s vocabulary and sequence length, under ``precision`` (the module docstring)."""
     if precision == "bf16-master":
         model = model.to(torch.bfloat16)
     if recompute == "full":
         model.activation_checkpointing_enable()
     master = [p.detach().float().requires_grad_() for p in model.parameters()] if precision == "bf16-master" else None
     optimizer = torch.optim.AdamW(master or model.parameters(), lr=1e-4)
-    tokens = torch.randint(0, config.vocabulary, (batch_size, config.sequence_length))
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, config.vocabulary, (batch_size, config.sequence_length), generator=generator)
     autocast = precision == "bf16-autocast"
 
     def forward():
