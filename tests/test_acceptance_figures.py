@@ -168,7 +168,7 @@ def test_the_summary_has_a_row_per_step_and_marks_a_figure_out_of_range():
     assert "**Result: did not hold** — 1 passed, 1 failed, 1 skipped" in text
     assert "| report | failed | 1.0 | 10 | w | why |" in text
     assert "| fleet | skipped | 1.0 | 10 | w | why |" in text
-    assert "| report | bfloat16 burst | 512.00 TFLOP/s | 633.70–1,038.90 | **below** | a\\|b | H100 SXM: anchors |" in text
+    assert "| report | bfloat16 burst | 512.0 TFLOP/s | 633.7–1,038.9 | **below** | a\\|b | H100 SXM: anchors |" in text
     assert "- left out (not installed): ruptures: the gate's change points" in text
     assert text.rstrip().endswith("Files: summary.md.")
 

@@ -242,7 +242,7 @@ def collect_step(machine: Machine | None, paths: Paths, python: str, *, probe_pr
     skip = (broken or ("a GPU is here: the pytest-gpu step collects these files itself" if machine.gpu else None)
             or _needs(machine, "pytest", "pytest_benchmark", "hypothesis")
             or (None if files else "no test file marks a gpu test"))
-    return Step("pytest-collect", f"pytest --collect-only -m gpu on the {len(files)} GPU test files (no GPU here)",
+    return Step("pytest-collect", f"pytest --collect-only -m gpu on the {len(files)} GPU test files (where there is no GPU to run them)",
                 (python, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", *plugin_arguments(machine),
                  "-p", "no:cacheprovider", *files), COLLECT_BUDGET_S, skip=skip, gpu=False)
 

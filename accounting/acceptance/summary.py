@@ -101,7 +101,7 @@ def render(record: dict) -> str:
                   "| step | figure | value | expected | verdict | note | expected from |", "|---|---|---|---|---|---|---|"]
         for figure in figures:
             expected = figure.get("expected")
-            digits = 3 if figure.get("unit") in ("", "×") else (0 if figure.get("unit") in ("MHz", "W") else 2)
+            digits = {"": 3, "×": 3, "MHz": 0, "W": 0, "TFLOP/s": 1}.get(figure.get("unit"), 2)
             if expected:
                 low = _number(expected["low"], digits) if expected["low"] is not None else ""
                 high = _number(expected["high"], digits) if expected["high"] is not None else ""
