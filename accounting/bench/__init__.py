@@ -1,6 +1,8 @@
 """The benchmark suite's machinery: the pytest plugin, its fixture, and the benchmark matrix it reads.
 
 - :mod:`~accounting.bench.matrix` — ``benchmarks.json``: shapes, floors, rounds per device kind;
+- :mod:`~accounting.bench.fleet_settings` — its ``fleet`` section: straggler fractions, bus bandwidth presets;
+- :mod:`~accounting.bench.document_checks` — the entry checks both use, each error naming the entry;
 - :mod:`~accounting.bench.skips` — which benchmarks run here, and the reason for each that does not;
 - :mod:`~accounting.bench.shapes` — a configured shape shrunk to the device's free memory;
 - :mod:`~accounting.bench.identity` — machine identity in saved runs, and the compare guard;

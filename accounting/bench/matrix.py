@@ -24,6 +24,10 @@ section that lists a float8 dtype needs every shape's K and N divisible by 16
 (JSON has no comments) and are kept, not checked. The file is validated as it is
 loaded: every error names the entry, e.g. ``cuda.floors.bfloat16``.
 
+An optional ``fleet`` section holds what the fleet command compares across ranks
+(:mod:`accounting.bench.fleet_settings`); the entry checks shared by the sections are in
+:mod:`accounting.bench.document_checks`.
+
 ``regression.threshold_percent`` is the smallest slowdown the regression gate
 (:mod:`accounting.gate`) calls a regression; ``per_kind`` overrides it per device kind,
 ``per_benchmark`` per benchmark (its pytest-benchmark ``name`` or ``fullname``, the node id).
@@ -43,6 +47,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accounting.bench.document_checks import check_keys, fail, mapping
+from accounting.bench.fleet_settings import (  # noqa: F401 (the fleet's names, importable from here as before)
+    DEFAULT_BUSY_CPU_SHARE,
+    DEFAULT_FIGURE_FRACTIONS,
+    DEFAULT_STRAGGLER_FRACTION,
+    FLEET_COLLECTIVES,
+    FLEET_FIGURES,
+    FLEET_SCOPES,
+    FleetSettings,
+    parse_fleet,
+)
 from accounting.errors import AccountingError
 from accounting.hardware.native import kind_reason
 from accounting.hardware.peaks import CHIP_ROWS, find_chip
@@ -60,22 +75,9 @@ METRICS = ("min", "max", "mean", "median", "stddev", "iqr")
 DEFAULT_ROUNDS = 10
 MAX_MIN_TIME_S = 60.0
 """The most ``min_time_s`` may ask of one benchmark: a minute of rounds (a larger value is a typo)."""
-DEFAULT_STRAGGLER_FRACTION = 0.9
-"""``fleet.straggler_fraction`` when the file sets none (see benchmarks.json for the reasoning)."""
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds", "min_time_s"}
 _REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
 _MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
-_FLEET_KEYS = {"straggler_fraction", "min_busbw_gbps", "figure_fractions", "busy_cpu_share"}
-FLEET_FIGURES = ("memory_bandwidth", "slowest_share", "p2p_link")
-"""The per-rank and per-link figures the fleet compares besides matmul TFLOP/s (:mod:`accounting.fleet.figures`)."""
-DEFAULT_FIGURE_FRACTIONS = {"memory_bandwidth": 0.85, "slowest_share": 0.25, "p2p_link": 0.7}
-"""``fleet.figure_fractions`` when the file sets none (see benchmarks.json for the reasoning)."""
-DEFAULT_BUSY_CPU_SHARE = 0.1
-"""``fleet.busy_cpu_share`` when the file sets none (see benchmarks.json for the reasoning)."""
-FLEET_SCOPES = ("world", "intra-node", "inter-node")
-"""The fleet's scopes (:mod:`accounting.fleet.scopes`), which ``fleet.min_busbw_gbps`` presets name."""
-FLEET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-"""The fleet's timed collectives (:mod:`accounting.fleet.collectives`), and ``"*"`` for any of them."""
 
 
 @dataclass(frozen=True)
@@ -103,19 +105,6 @@ class ModelMatrix:
     precisions: tuple[str, ...]
     floors: dict = field(default_factory=dict)
     rounds: int = DEFAULT_ROUNDS
-
-
-@dataclass(frozen=True)
-class FleetSettings:
-    """The ``fleet`` section: a rank is a straggler below ``straggler_fraction`` × the median of its peers;
-    ``min_busbw_gbps`` holds named presets of minimum bus bandwidths, ``{name: {scope: {collective: GB/s}}}``;
-    ``figure_fractions`` the same rule's fraction for each of :data:`FLEET_FIGURES`; a rank is busy when other
-    processes took more than ``busy_cpu_share`` of its cores while it measured."""
-
-    straggler_fraction: float = DEFAULT_STRAGGLER_FRACTION
-    min_busbw_gbps: dict = field(default_factory=dict)
-    figure_fractions: dict = field(default_factory=lambda: dict(DEFAULT_FIGURE_FRACTIONS))
-    busy_cpu_share: float = DEFAULT_BUSY_CPU_SHARE
 
 
 @dataclass(frozen=True)
@@ -210,33 +199,17 @@ def _chip_row(device_name: str) -> str | None:
     return chip.row if chip else None
 
 
-# ---- validation ------------------------------------------------------------------------------
-
-
-def _fail(source: str, where: str, message: str):
-    raise AccountingError(f"{source}: {where} {message}")
-
-
-def _mapping(value, source, where) -> dict:
-    if not isinstance(value, dict):
-        _fail(source, where, f"must be an object, got {value!r}")
-    return value
-
-
-def _check_keys(value: dict, allowed, source, where):
-    unknown = sorted(key for key in value if key not in allowed and not key.startswith("_"))
-    if unknown:
-        _fail(source, where, f"has unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(allowed))}")
+# ---- validation (the helpers: accounting.bench.document_checks) ------------------------------------
 
 
 def _dtype(value, kind, source, where) -> str:
     try:
         name = format_name(value)
     except AccountingError:
-        _fail(source, where, f"has unknown dtype {value!r}")
+        fail(source, where, f"has unknown dtype {value!r}")
     reason = kind_reason(kind, name)  # the kind-wide part of native_dtypes' rule: a section is for any such device
     if reason:  # only a CPU refuses a format (tf32, float8): those belong in the cuda section
-        _fail(source, where, f"has dtype {value!r}, which a CPU cannot run: {reason}; list it under cuda")
+        fail(source, where, f"has dtype {value!r}, which a CPU cannot run: {reason}; list it under cuda")
     return name
 
 
@@ -244,14 +217,14 @@ def _shapes(value, source, where, *, required) -> tuple:
     if value is None and not required:
         return ()
     if not isinstance(value, list) or (required and not value):
-        _fail(source, where, f"must be a non-empty list of [m, k, n] shapes, got {value!r}")
+        fail(source, where, f"must be a non-empty list of [m, k, n] shapes, got {value!r}")
     shapes = []
     for position, shape in enumerate(value):
         if not isinstance(shape, list) or len(shape) != 3:
-            _fail(source, f"{where}[{position}]", f"must be [m, k, n], got {shape!r}")
+            fail(source, f"{where}[{position}]", f"must be [m, k, n], got {shape!r}")
         for size in shape:
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                _fail(source, f"{where}[{position}]", f"= {shape!r}: sizes must be positive integers, got {size!r}")
+                fail(source, f"{where}[{position}]", f"= {shape!r}: sizes must be positive integers, got {size!r}")
         shapes.append(tuple(shape))
     return tuple(shapes)
 
@@ -263,7 +236,7 @@ def _check_fp8_alignment(shapes, dtypes, source, where):
         return
     for position, (m, k, n) in enumerate(shapes):
         if k % FP8_ALIGNMENT or n % FP8_ALIGNMENT:
-            _fail(source, f"{where}[{position}]",
+            fail(source, f"{where}[{position}]",
                   f"= {[m, k, n]!r}: {fp8[0]} (torch._scaled_mm) needs k and n divisible by {FP8_ALIGNMENT}")
 
 
@@ -272,34 +245,34 @@ def _chip(key: str, source, where) -> str:
     if key not in CHIP_ROWS:
         chip = find_chip(key)
         hint = f" (did you mean {chip.row!r}?)" if chip is not None else ""
-        _fail(source, where, f"is not a row of the peak table{hint}; rows: {', '.join(CHIP_ROWS)}")
+        fail(source, where, f"is not a row of the peak table{hint}; rows: {', '.join(CHIP_ROWS)}")
     return key
 
 
 def _floor(value, source, where) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
-        _fail(source, where, f"= {value!r}: an MFU floor must be a number in (0, 1]")
+        fail(source, where, f"= {value!r}: an MFU floor must be a number in (0, 1]")
     return float(value)
 
 
 def _floors(value, dtypes, kind, source, where) -> dict:
     floors = {}
-    for key, floor in _mapping(value, source, where).items():
+    for key, floor in mapping(value, source, where).items():
         if key.startswith("_"):
             continue
         name = _dtype(key, kind, source, f"{where}.{key}")
         if name not in dtypes:
-            _fail(source, f"{where}.{key}", f"is a floor for {name}, which {kind}.dtypes does not list")
+            fail(source, f"{where}.{key}", f"is a floor for {name}, which {kind}.dtypes does not list")
         floors[name] = _floor(floor, source, f"{where}.{key}")
     return floors
 
 
 def _kind(kind: str, value, source: str) -> DeviceMatrix:
-    value = _mapping(value, source, kind)
-    _check_keys(value, _KIND_KEYS, source, kind)
+    value = mapping(value, source, kind)
+    check_keys(value, _KIND_KEYS, source, kind)
     dtypes = value.get("dtypes")
     if not isinstance(dtypes, list) or not dtypes:
-        _fail(source, f"{kind}.dtypes", f"must be a non-empty list of dtype names, got {dtypes!r}")
+        fail(source, f"{kind}.dtypes", f"must be a non-empty list of dtype names, got {dtypes!r}")
     names = tuple(_dtype(dtype, kind, source, f"{kind}.dtypes[{i}]") for i, dtype in enumerate(dtypes))
     shapes = _shapes(value.get("shapes"), source, f"{kind}.shapes", required=True)
     quick_given = _shapes(value.get("quick_shapes"), source, f"{kind}.quick_shapes", required=False)
@@ -309,134 +282,60 @@ def _kind(kind: str, value, source: str) -> DeviceMatrix:
     floors = _floors(value.get("floors", {}), names, kind, source, f"{kind}.floors")
     missing = [name for name in names if name not in floors]
     if missing:
-        _fail(source, f"{kind}.floors", f"has no floor for {', '.join(missing)}")
+        fail(source, f"{kind}.floors", f"has no floor for {', '.join(missing)}")
     chip_floors = {}
-    for chip, table in _mapping(value.get("chip_floors", {}), source, f"{kind}.chip_floors").items():
+    for chip, table in mapping(value.get("chip_floors", {}), source, f"{kind}.chip_floors").items():
         if not chip.startswith("_"):
             where = f"{kind}.chip_floors.{chip}"
             chip_floors[_chip(chip, source, where)] = _floors(table, names, kind, source, where)
     rounds = value.get("rounds", DEFAULT_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
-        _fail(source, f"{kind}.rounds", f"= {rounds!r}: must be a positive integer")
+        fail(source, f"{kind}.rounds", f"= {rounds!r}: must be a positive integer")
     min_time = value.get("min_time_s", 0.0)
     if isinstance(min_time, bool) or not isinstance(min_time, numbers.Real) or not 0 <= min_time <= MAX_MIN_TIME_S:
-        _fail(source, f"{kind}.min_time_s", f"= {min_time!r}: must be a number of seconds in [0, {MAX_MIN_TIME_S:g}]")
+        fail(source, f"{kind}.min_time_s", f"= {min_time!r}: must be a number of seconds in [0, {MAX_MIN_TIME_S:g}]")
     return DeviceMatrix(kind, names, shapes, quick, floors, chip_floors, rounds, float(min_time))
 
 
 def _model_kind(kind: str, value, source: str) -> ModelMatrix:
     where = f"model.{kind}"
-    value = _mapping(value, source, where)
-    _check_keys(value, _MODEL_KEYS, source, where)
+    value = mapping(value, source, where)
+    check_keys(value, _MODEL_KEYS, source, where)
     sizes = {}
     for key in ("size", "quick_size"):
         name = value.get(key)
         if name not in MODEL_SIZES:
-            _fail(source, f"{where}.{key}", f"= {name!r}: must be one of {', '.join(MODEL_SIZES)}")
+            fail(source, f"{where}.{key}", f"= {name!r}: must be one of {', '.join(MODEL_SIZES)}")
         sizes[key] = name
     precisions = value.get("precisions")
     if not isinstance(precisions, list) or not precisions:
-        _fail(source, f"{where}.precisions", f"must be a non-empty list of precision policies, got {precisions!r}")
+        fail(source, f"{where}.precisions", f"must be a non-empty list of precision policies, got {precisions!r}")
     for position, name in enumerate(precisions):
         if name not in STEP_POLICIES:
-            _fail(source, f"{where}.precisions[{position}]",
+            fail(source, f"{where}.precisions[{position}]",
                   f"= {name!r}: a training step runs {', '.join(STEP_POLICIES)}")
     floors = {}
-    for key, floor in _mapping(value.get("floors", {}), source, f"{where}.floors").items():
+    for key, floor in mapping(value.get("floors", {}), source, f"{where}.floors").items():
         if key.startswith("_"):
             continue
         if key not in precisions:
-            _fail(source, f"{where}.floors.{key}", f"is a floor for {key!r}, which {where}.precisions does not list")
+            fail(source, f"{where}.floors.{key}", f"is a floor for {key!r}, which {where}.precisions does not list")
         floors[key] = _floor(floor, source, f"{where}.floors.{key}")
     missing = [name for name in precisions if name not in floors]
     if missing:
-        _fail(source, f"{where}.floors", f"has no floor for {', '.join(missing)}")
+        fail(source, f"{where}.floors", f"has no floor for {', '.join(missing)}")
     rounds = value.get("rounds", DEFAULT_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
-        _fail(source, f"{where}.rounds", f"= {rounds!r}: must be a positive integer")
+        fail(source, f"{where}.rounds", f"= {rounds!r}: must be a positive integer")
     return ModelMatrix(kind, sizes["size"], sizes["quick_size"], tuple(precisions), floors, rounds)
 
 
 def _models(value, source: str) -> dict:
     if value is None:
         return {}
-    value = _mapping(value, source, "model")
-    _check_keys(value, set(KINDS), source, "model")
+    value = mapping(value, source, "model")
+    check_keys(value, set(KINDS), source, "model")
     return {kind: _model_kind(kind, value[kind], source) for kind in KINDS if kind in value}
-
-
-def _fleet(value, source: str) -> FleetSettings:
-    """The optional ``fleet`` section; ``straggler_fraction`` must lie in (0, 1).
-
-    >>> _fleet({"straggler_fraction": 1.2}, "b.json")
-    Traceback (most recent call last):
-    ...
-    accounting.errors.AccountingError: b.json: fleet.straggler_fraction = 1.2: must be a number in (0, 1)
-    """
-    value = _mapping(value, source, "fleet")
-    _check_keys(value, _FLEET_KEYS, source, "fleet")
-    fraction = value.get("straggler_fraction", DEFAULT_STRAGGLER_FRACTION)
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
-        _fail(source, "fleet.straggler_fraction", f"= {fraction!r}: must be a number in (0, 1)")
-    busy = value.get("busy_cpu_share", DEFAULT_BUSY_CPU_SHARE)
-    if isinstance(busy, bool) or not isinstance(busy, numbers.Real) or not 0 < busy < 1:
-        _fail(source, "fleet.busy_cpu_share", f"= {busy!r}: must be a number in (0, 1)")
-    return FleetSettings(float(fraction), _busbw_presets(value.get("min_busbw_gbps", {}), source),
-                         _figure_fractions(value.get("figure_fractions", {}), source), float(busy))
-
-
-def _figure_fractions(value, source: str) -> dict:
-    """``fleet.figure_fractions``: ``{figure: fraction in (0, 1)}`` for :data:`FLEET_FIGURES`; the defaults fill gaps.
-
-    >>> _figure_fractions({"memory_bandwidth": 0.8}, "b.json")["memory_bandwidth"]
-    0.8
-    >>> _figure_fractions({"matmul": 0.8}, "b.json")
-    Traceback (most recent call last):
-    ...
-    accounting.errors.AccountingError: b.json: fleet.figure_fractions has unknown key(s) 'matmul'; known: memory_bandwidth, p2p_link, slowest_share
-    """
-    value = _mapping(value, source, "fleet.figure_fractions")
-    _check_keys(value, set(FLEET_FIGURES), source, "fleet.figure_fractions")
-    fractions = dict(DEFAULT_FIGURE_FRACTIONS)
-    for figure in FLEET_FIGURES:
-        fraction = value.get(figure, fractions[figure])
-        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
-            _fail(source, f"fleet.figure_fractions.{figure}", f"= {fraction!r}: must be a number in (0, 1)")
-        fractions[figure] = float(fraction)
-    return fractions
-
-
-def _busbw_presets(value, source: str) -> dict:
-    """``fleet.min_busbw_gbps``: presets of ``{scope: {collective or "*": positive GB/s}}``; ``_`` keys are notes.
-
-    >>> _busbw_presets({"x": {"inter-node": {"all_reduce": 0}}}, "b.json")
-    Traceback (most recent call last):
-    ...
-    accounting.errors.AccountingError: b.json: fleet.min_busbw_gbps.x.inter-node.all_reduce = 0: must be a positive number of GB/s
-    """
-    presets = {}
-    for name, table in _mapping(value, source, "fleet.min_busbw_gbps").items():
-        if name.startswith("_"):
-            continue
-        where = f"fleet.min_busbw_gbps.{name}"
-        preset = {}
-        for scope, values in _mapping(table, source, where).items():
-            if scope.startswith("_"):
-                continue
-            if scope not in FLEET_SCOPES:
-                _fail(source, f"{where}.{scope}", f"is not a scope; scopes: {', '.join(FLEET_SCOPES)}")
-            preset[scope] = {}
-            for collective, gbps in _mapping(values, source, f"{where}.{scope}").items():
-                if collective.startswith("_"):
-                    continue
-                if collective != "*" and collective not in FLEET_COLLECTIVES:
-                    _fail(source, f"{where}.{scope}.{collective}",
-                          f"is not a collective; collectives: {', '.join(FLEET_COLLECTIVES)}, *")
-                if isinstance(gbps, bool) or not isinstance(gbps, numbers.Real) or not gbps > 0:
-                    _fail(source, f"{where}.{scope}.{collective}", f"= {gbps!r}: must be a positive number of GB/s")
-                preset[scope][collective] = float(gbps)
-        presets[name] = preset
-    return presets
 
 
 def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
@@ -448,38 +347,38 @@ def parse_benchmarks(data, source: str = BENCHMARKS_FILE) -> BenchConfig:
     ...
     accounting.errors.AccountingError: benchmarks.json: cpu.shapes[0] = [0, 8, 8]: sizes must be positive integers, got 0
     """
-    data = _mapping(data, source, "the top level")
-    _check_keys(data, {"regression", "model", "fleet", *KINDS}, source, "the top level")
-    regression = _mapping(data.get("regression"), source, "regression")
-    _check_keys(regression, _REGRESSION_KEYS, source, "regression")
+    data = mapping(data, source, "the top level")
+    check_keys(data, {"regression", "model", "fleet", *KINDS}, source, "the top level")
+    regression = mapping(data.get("regression"), source, "regression")
+    check_keys(regression, _REGRESSION_KEYS, source, "regression")
     metric = regression.get("metric")
     if metric not in METRICS:
-        _fail(source, "regression.metric", f"= {metric!r}: must be one of {', '.join(METRICS)}")
+        fail(source, "regression.metric", f"= {metric!r}: must be one of {', '.join(METRICS)}")
     threshold = _percent(regression.get("threshold_percent"), source, "regression.threshold_percent")
     if threshold != int(threshold):  # per_kind and per_benchmark, read by the gate alone, may be fractional
-        _fail(source, "regression.threshold_percent", f"= {regression['threshold_percent']!r}: must be a whole "
+        fail(source, "regression.threshold_percent", f"= {regression['threshold_percent']!r}: must be a whole "
               "number of percent (pytest-benchmark's --benchmark-compare-fail takes no fractions)")
     per_kind = {}
-    for kind, value in _mapping(regression.get("per_kind", {}), source, "regression.per_kind").items():
+    for kind, value in mapping(regression.get("per_kind", {}), source, "regression.per_kind").items():
         if not kind.startswith("_"):
             if kind not in KINDS:
-                _fail(source, f"regression.per_kind.{kind}", f"is not a device kind; kinds: {', '.join(KINDS)}")
+                fail(source, f"regression.per_kind.{kind}", f"is not a device kind; kinds: {', '.join(KINDS)}")
             per_kind[kind] = _percent(value, source, f"regression.per_kind.{kind}")
     per_benchmark = {}
-    for name, value in _mapping(regression.get("per_benchmark", {}), source, "regression.per_benchmark").items():
+    for name, value in mapping(regression.get("per_benchmark", {}), source, "regression.per_benchmark").items():
         if not name.startswith("_"):
             per_benchmark[name] = _percent(value, source, f"regression.per_benchmark.{name}")
     devices = {kind: _kind(kind, data[kind], source) for kind in KINDS if kind in data}
     if not devices:
-        _fail(source, "the top level", f"needs at least one of {', '.join(KINDS)}")
-    fleet = _fleet(data["fleet"], source) if "fleet" in data else FleetSettings()
+        fail(source, "the top level", f"needs at least one of {', '.join(KINDS)}")
+    fleet = parse_fleet(data["fleet"], source) if "fleet" in data else FleetSettings()
     return BenchConfig(devices, metric, threshold, source, fleet, regression_per_kind=per_kind,
                        regression_per_benchmark=per_benchmark, models=_models(data.get("model"), source))
 
 
 def _percent(value, source, where) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 100:
-        _fail(source, where, f"= {value!r}: must be a percentage in (0, 100)")
+        fail(source, where, f"= {value!r}: must be a percentage in (0, 100)")
     return float(value)
 
 
