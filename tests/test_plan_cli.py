@@ -6,8 +6,10 @@ The figures are checked against the library calls the command stands for.
 
 import json
 import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +116,32 @@ def test_the_command_runs(config_file):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Fits: yes" in result.stdout and "days" in result.stdout
+
+
+# ---- the documented plans are what the command prints ---------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "plan.md"
+
+
+def documented_runs() -> list:
+    """``(arguments, printed text, exit status)`` of each ``$ python -m accounting plan`` block of docs/plan.md."""
+    runs = []
+    for block in re.findall(r"```text\n(\$ python -m accounting plan .*?)```", DOC.read_text(encoding="utf8"),
+                            flags=re.DOTALL):
+        command, _, output = block.partition("\n")
+        output, _, status = output.partition("$ echo $?\n")
+        runs.append(pytest.param(shlex.split(command)[4:], output, int(status or 0), id=f"run-{len(runs) + 1}"))
+    return runs
+
+
+@pytest.mark.parametrize(("argv", "printed", "status"), documented_runs())
+def test_the_documented_plans_are_what_the_command_prints(argv, printed, status, tmp_path, monkeypatch, capsys):
+    """Regenerate docs/plan.md's outputs when the formulas change: the doc shows real output."""
+    config = re.search(r"```json\n(.*?)```", DOC.read_text(encoding="utf8"), flags=re.DOTALL).group(1)
+    (tmp_path / "llama-3-8b.json").write_text(config)
+    monkeypatch.chdir(tmp_path)
+    assert run_main(argv, capsys)[:2] == (status, printed)
+
+
+def test_the_doc_shows_a_plan_that_does_not_fit_and_one_that_does():
+    assert sorted(run.values[2] for run in documented_runs()) == [0, 1]
