@@ -169,7 +169,9 @@ def _optimizer(optimizer, parameters) -> torch.optim.Optimizer | None:
         name = optimizer.strip().lower()
         if name not in _OPTIMIZER_CLASSES:
             listed = ", ".join(repr(known) for known in OPTIMIZERS)
-            raise AccountingError(f"optimizer must be one of {listed} or a function of the parameters, got {optimizer!r}")
+            raise AccountingError(
+                f"optimizer must be one of {listed} or a function of the parameters, got {optimizer!r}"
+            )
         return _OPTIMIZER_CLASSES[name](parameters)
     if not callable(optimizer):
         raise AccountingTypeError(f"optimizer must be a name, a function of the parameters or None, got {optimizer!r}")

@@ -56,7 +56,8 @@ def test_a_named_size_plans_too(capsys):
     assert status == 0
     assert document["model"]["sequence_length"] == 512 and document["compute"]["mfu"] == 0.5
     # the package's GPT is built for its sequence length: a position table of 512 rows
-    assert document["model"]["parameters"] == TransformerConfig.from_hf({**GPT2_SMALL, "n_positions": 512}).parameter_count
+    positions_512 = TransformerConfig.from_hf({**GPT2_SMALL, "n_positions": 512})
+    assert document["model"]["parameters"] == positions_512.parameter_count
 
 
 def test_a_run_that_does_not_fit_exits_1_and_says_why(config_file, capsys):
@@ -77,7 +78,8 @@ def test_json_to_a_file(config_file, tmp_path, capsys):
     pytest.param([], r"one of the arguments --config --model is required", id="no-model"),
     pytest.param(["--config", "/nonexistent/config.json"], r"--config '/nonexistent/config.json'", id="no-file"),
     pytest.param(["--model", "huge"], r"argument --model: invalid choice: 'huge'", id="unknown-size"),
-    pytest.param(["--model", "tiny", "--device", "H100"], r"device 'H100' is not in the peak table", id="ambiguous-device"),
+    pytest.param(["--model", "tiny", "--device", "H100"], r"device 'H100' is not in the peak table",
+                 id="ambiguous-device"),
     pytest.param(["--model", "tiny", "--devices", "0"], r"--devices must be a positive whole number, got '0'",
                  id="no-devices"),
     pytest.param(["--model", "tiny", "--mfu", "1.2"], r"--mfu must be a fraction in \(0, 1\], got '1.2'", id="mfu"),

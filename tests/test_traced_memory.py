@@ -194,9 +194,9 @@ def test_frozen_parameters_get_no_gradient_or_state():
 
 # ---- an 8B model on a laptop ------------------------------------------------------------------
 
-LLAMA_3_8B = dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                  num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
-                  tie_word_embeddings=False, rms_norm_eps=1e-5)
+LLAMA_3_8B = dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
+                  rope_theta=500000.0, tie_word_embeddings=False, rms_norm_eps=1e-5)
 """Llama-3-8B's config.json (meta-llama/Meta-Llama-3-8B), the fields that size it."""
 
 
@@ -231,9 +231,10 @@ class ReadsItsInput(nn.Module):
                  r"^the step reads the values of a tensor, which the meta device does not have \(", id="item-on-meta"),
     pytest.param("llama", torch.ones(2), {}, AccountingTypeError,
                  r"^model must be an nn.Module or a function that builds one, got str$", id="model-name"),
-    pytest.param(lambda: 3, torch.ones(2), {}, AccountingTypeError, r"^the model factory returned int, not an nn.Module$",
-                 id="factory-returns-int"),
-    pytest.param(nn.ReLU(), torch.ones(2), {}, AccountingError, r"^the model \(ReLU\) has no parameters", id="no-parameters"),
+    pytest.param(lambda: 3, torch.ones(2), {}, AccountingTypeError,
+                 r"^the model factory returned int, not an nn.Module$", id="factory-returns-int"),
+    pytest.param(nn.ReLU(), torch.ones(2), {}, AccountingError, r"^the model \(ReLU\) has no parameters",
+                 id="no-parameters"),
     pytest.param(mlp, torch.ones(2, 48), {}, AccountingError,
                  r"^the model returned Tensor, not a loss: pass loss_fn=", id="no-loss"),
     pytest.param(mlp, torch.ones(2, 48), {"loss_fn": lambda out, _: out}, AccountingError,

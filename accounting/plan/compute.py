@@ -97,9 +97,9 @@ def device_memory(config: TransformerConfig, micro_batch: int, settings: PlanSet
         attention=settings.attention, recompute=settings.recompute, sharding=settings.sharding,
         devices=settings.devices,
     )
-    return DeviceMemory(micro_batch, memory.parameters, memory.gradients, memory.master_weights + memory.optimizer_state,
-                        memory.gathered, memory.activations, memory.transient, memory.update, memory.backward,
-                        memory.peak)
+    optimizer = memory.master_weights + memory.optimizer_state
+    return DeviceMemory(micro_batch, memory.parameters, memory.gradients, optimizer, memory.gathered,
+                        memory.activations, memory.transient, memory.update, memory.backward, memory.peak)
 
 
 def usable_bytes(device: PlanDevice, settings: PlanSettings) -> int:
