@@ -316,8 +316,9 @@ def block_backward_bytes(
     routed = tokens * (config.experts_per_token if config.experts > 1 else 1)
     working = round(_MLP_WORKING * formats.matmul * routed * config.ffn_width)
     incoming = formats.stream * tokens * config.width
-    # Under autocast the measured bottom block holds less than its forward saved, by about its weight
-    # copies: left out here (measured, not explained; docs/model-mfu-and-training-memory.md).
+    # Under autocast the measured peak falls later in the block's backward (each weight's bf16 gradient
+    # is cast to fp32 there), after saved tensors about the size of its weight copies were freed: the
+    # copies are left out. Fitted to the measurements, not derived (docs/model-mfu-and-training-memory.md).
     recomputed = activations.layer - weight_copy_bytes(config, formats)
     return activations.checkpoint + recomputed + incoming + working
 
