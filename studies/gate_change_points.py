@@ -50,7 +50,15 @@ from pathlib import Path
 import numpy as np
 
 from accounting.console import OneLineParser, table
-from accounting.gate.changepoints import MIN_SEGMENT, TooFewRuns, detect, split_statistics
+from accounting.gate.changepoints import (
+    ALPHA,
+    MAX_AUTOCORRELATION,
+    MIN_AUTOCORRELATION,
+    MIN_SEGMENT,
+    TooFewRuns,
+    detect,
+    split_statistics,
+)
 from accounting.gate.history import analyse, read_history
 from accounting.gate.storage import run_files
 
@@ -285,6 +293,11 @@ def main(argv=None) -> int:
                         help="every method side by side on 30-run histories of calm, calm5 and plain5 noise")
     parser.add_argument("--runs", type=int, action="append", default=None,
                         help=f"history lengths; default: {', '.join(map(str, LENGTHS))}")
+    parser.add_argument("--alpha", type=float, default=ALPHA,
+                        help="the gate's permutation level (changepoints.ALPHA). Default: %(default)r")
+    parser.add_argument("--floor", type=float, default=MIN_AUTOCORRELATION,
+                        help="the gate's least assumed lag-1 autocorrelation (changepoints.MIN_AUTOCORRELATION). "
+                             "Default: %(default)r")
     parser.add_argument("--no-timing", dest="timing", action="store_false", help="skip the 1,000 × 50 timing")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the figures as JSON")
     args = parser.parse_args(argv)
@@ -295,12 +308,17 @@ def main(argv=None) -> int:
     lengths = tuple(args.runs or ((30,) if args.compare else LENGTHS))
     if any(length < 2 for length in lengths):
         parser.error(f"--runs must be at least 2, got {min(lengths)}")
+    if not 0 < args.alpha < 1:
+        parser.error(f"--alpha must be a level in (0, 1), got {args.alpha}")
+    if not 0 <= args.floor <= MAX_AUTOCORRELATION:
+        parser.error(f"--floor must be an autocorrelation in [0, {MAX_AUTOCORRELATION:g}], got {args.floor}")
     rows = []
     for method in methods:
         for noise in noises:
-            rows += measure(noise=noise, histories=args.histories, lengths=lengths, method=method)
+            options = {"alpha": args.alpha, "floor": args.floor} if method == "gate" else {}
+            rows += measure(noise=noise, histories=args.histories, lengths=lengths, method=method, **options)
     print(table(HEADER, summary_rows(rows)))
-    figures = {"rows": rows}
+    figures = {"rows": rows, "alpha": args.alpha, "floor": args.floor}
     if args.timing and not args.compare:
         timing = time_history()
         figures["timing"] = timing

@@ -188,3 +188,11 @@ def test_a_step_of_the_detectable_size_is_found_about_95_times_in_100_and_a_smal
 def test_the_detectable_step_shrinks_with_more_runs_and_less_noise():
     assert detectable_step(0.05, 100) < detectable_step(0.05, 30) and detectable_step(0.02, 30) < detectable_step(0.05, 30)
     assert detectable_step(0.05, min_runs() - 1) is None
+
+
+def test_a_higher_correlation_floor_makes_a_step_less_sure_and_a_bad_floor_is_named():
+    logs = np.log(_series(24, 12, 1.06, sd=0.03, seed=4))
+    loose, strict = split_p_value(logs, 12, floor=0.0), split_p_value(logs, 12, floor=0.5)
+    assert loose < strict
+    with pytest.raises(AccountingError, match=r"^floor must be an autocorrelation in \[0, 0\.5\], got 0\.9$"):
+        detect(_series(24, 12, 1.06), floor=0.9)

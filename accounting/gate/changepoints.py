@@ -110,15 +110,12 @@ largest). An estimate from 30 runs is rough and biased low: with it alone 4 of 4
 histories of the calm-host model had a false change point even at p ≤ 0.01. Measured with
 ``python -m studies.gate_change_points`` (40 histories a cell; docs/benchmarks-and-gate.md):
 
-=====================  =================  ===========================  ==================
-level, floor           flat calm (30)     1.10× in 5 % noise (30 runs)  1.25× calm, 10 runs
-=====================  =================  ===========================  ==================
-p ≤ 0.01, floor 0.15   1                  21 (late step: 17)            17
-p ≤ 0.05, floor 0.15   9                  32 (26)                       33
-p ≤ 0.05, floor 0.28   3                  30 (20)                       33
-p ≤ 0.03, floor 0.28   1                  23 (15)                       32
-p ≤ 0.05, floor 0.40   1                  17 (13)                       33
-=====================  =================  ===========================  ==================
+- p ≤ 0.01, floor 0.15: flat calm 30-run histories with a false change point 1; a 1.10× step in 30 runs of
+  5 % noise found within a run 21 (late step: 17); a 1.25× step in 10 calm runs 17 (1999 permutations);
+- p ≤ 0.05, floor 0.15: 9; 32 (26); 33;
+- p ≤ 0.05, floor 0.28: 3; 30 (20); 33;
+- p ≤ 0.03, floor 0.28: 1; 23 (15); 32 (the settings chosen);
+- p ≤ 0.05, floor 0.40: 1; 17 (13); 33.
 """
 MAX_AUTOCORRELATION = 0.5
 """The largest lag-1 autocorrelation of the runs the tests correct for (an estimate from tens of runs is rough)."""
@@ -230,16 +227,16 @@ def split_statistics(segment: np.ndarray, min_segment: int) -> np.ndarray:
     return np.abs(difference) * np.sqrt(left * (size - left) / size)
 
 
-def _autocorrelation(segment: np.ndarray, splits) -> float:
+def _autocorrelation(segment: np.ndarray, splits, floor: float = MIN_AUTOCORRELATION) -> float:
     """Lag-1 autocorrelation of ``segment`` about the means of its pieces (cut at ``splits``), within
-    [0, :data:`MAX_AUTOCORRELATION`]: the part of the runs' correlation that the step itself does not explain."""
+    [``floor``, :data:`MAX_AUTOCORRELATION`]: the part of the runs' correlation that the step itself does not explain."""
     bounds = [0, *splits, segment.size]
     residuals = np.concatenate([segment[start:stop] - segment[start:stop].mean()
                                 for start, stop in itertools.pairwise(bounds)])
     squares = float((residuals ** 2).sum())
     if squares == 0:
-        return MIN_AUTOCORRELATION
-    return min(MAX_AUTOCORRELATION, max(MIN_AUTOCORRELATION, float((residuals[1:] * residuals[:-1]).sum()) / squares))
+        return floor
+    return min(MAX_AUTOCORRELATION, max(floor, float((residuals[1:] * residuals[:-1]).sum()) / squares))
 
 
 def _deflated(statistic: float, size: int, rho: float) -> float:
@@ -258,15 +255,14 @@ def _deflated(statistic: float, size: int, rho: float) -> float:
 
 
 def split_p_value(segment, split: int, *, min_segment: int = MIN_SEGMENT, permutations: int = PERMUTATIONS,
-                  seed: int = SEED, autocorrelation: float | None = None) -> float:
+                  seed: int = SEED, autocorrelation: float | None = None, floor: float = MIN_AUTOCORRELATION) -> float:
     """Permutation p-value of a step before position ``split`` of ``segment`` (log values).
 
     The observed statistic is the split's standardised mean difference; each permutation
     contributes its *largest* one over every allowed split, so choosing the split from the data
     is paid for (E-divisive's test). ``(1 + as large) / (1 + permutations)``. The observed statistic
     is first read as on independent runs (:func:`_deflated`), at ``autocorrelation`` or, by default, the
-    runs' own estimate, at least :data:`MIN_AUTOCORRELATION`; ``autocorrelation=0`` tests the plain
-    statistic.
+    runs' own estimate, at least ``floor``; ``autocorrelation=0`` tests the plain statistic.
 
     >>> segment = [0.0, 0.01, -0.01, 0.0, 0.2, 0.21, 0.19, 0.2]
     >>> round(split_p_value(segment, 4, autocorrelation=0), 3)  # exactly 2 of 70 orders, 0.029; 999 drawn
@@ -278,7 +274,7 @@ def split_p_value(segment, split: int, *, min_segment: int = MIN_SEGMENT, permut
     scale = float(np.std(segment)) or 1.0
     centred = (segment - segment.mean()) / scale  # the statistic is invariant to it; keeps sums exact
     observed = float(split_statistics(centred, min_segment)[split - min_segment])
-    rho = _autocorrelation(segment, (split,)) if autocorrelation is None else autocorrelation
+    rho = _autocorrelation(segment, (split,), floor) if autocorrelation is None else autocorrelation
     observed = _deflated(observed, segment.size, rho)
     generator = np.random.default_rng(seed)
     shuffled = generator.permuted(np.tile(centred, (permutations, 1)), axis=1)
@@ -302,7 +298,8 @@ def _bump_statistics(segment: np.ndarray, min_segment: int) -> tuple[np.ndarray,
 
 
 def bump_p_value(segment, first: int, end: int, *, min_segment: int = MIN_SEGMENT, permutations: int = PERMUTATIONS,
-                 seed: int = SEED, autocorrelation: float | None = None, chunk: int = 200) -> float:
+                 seed: int = SEED, autocorrelation: float | None = None, floor: float = MIN_AUTOCORRELATION,
+                 chunk: int = 200) -> float:
     """Permutation p-value of a level change over ``segment[first:end]`` and back (two change points at once).
 
     The statistic is that of circular binary segmentation (Olshen et al., "Circular binary segmentation for the
@@ -323,7 +320,7 @@ def bump_p_value(segment, first: int, end: int, *, min_segment: int = MIN_SEGMEN
     if position.size == 0:
         raise AccountingError(f"[{first}, {end}) is not a bump of at least {min_segment} runs with {min_segment} on "
                               f"each side in a segment of {segment.size}")
-    rho = _autocorrelation(segment, (first, end)) if autocorrelation is None else autocorrelation
+    rho = _autocorrelation(segment, (first, end), floor) if autocorrelation is None else autocorrelation
     observed = _deflated(float(statistics[position[0]]), segment.size, rho)
     generator = np.random.default_rng(seed)
     tolerance = 1e-9 * max(1.0, observed)
@@ -335,16 +332,17 @@ def bump_p_value(segment, first: int, end: int, *, min_segment: int = MIN_SEGMEN
 
 
 def _segment(logs: np.ndarray, start: int, stop: int, *, alpha: float, min_segment: int, permutations: int,
-             seed: int) -> list[int]:
+             seed: int, floor: float) -> list[int]:
     """Binary segmentation of ``logs[start:stop]``: the best split if it passes its permutation test, else the best
     bump (up to :data:`BUMP_LIMIT` runs) if that passes; then each piece the same way."""
     if stop - start < 2 * min_segment:
         return []
     segment = logs[start:stop]
     centred = (segment - segment.mean()) / (float(np.std(segment)) or 1.0)
-    options = dict(alpha=alpha, min_segment=min_segment, permutations=permutations, seed=seed)
+    options = dict(alpha=alpha, min_segment=min_segment, permutations=permutations, seed=seed, floor=floor)
     split = min_segment + int(np.argmax(split_statistics(centred, min_segment)))
-    if split_p_value(segment, split, min_segment=min_segment, permutations=permutations, seed=seed) <= alpha:
+    tests = dict(min_segment=min_segment, permutations=permutations, seed=seed, floor=floor)
+    if split_p_value(segment, split, **tests) <= alpha:
         return [*_segment(logs, start, start + split, **options), start + split,
                 *_segment(logs, start + split, stop, **options)]
     if not 3 * min_segment <= segment.size <= BUMP_LIMIT:
@@ -352,7 +350,7 @@ def _segment(logs: np.ndarray, start: int, stop: int, *, alpha: float, min_segme
     statistics, firsts, ends = _bump_statistics(centred, min_segment)
     best = int(np.argmax(statistics))
     first, end = int(firsts[best]), int(ends[best])
-    if bump_p_value(segment, first, end, min_segment=min_segment, permutations=permutations, seed=seed) > alpha:
+    if bump_p_value(segment, first, end, **tests) > alpha:
         return []
     return [*_segment(logs, start, start + first, **options), start + first,
             *_segment(logs, start + first, start + end, **options), start + end,
@@ -360,13 +358,17 @@ def _segment(logs: np.ndarray, start: int, stop: int, *, alpha: float, min_segme
 
 
 def detect(values, *, threshold: float = 0.10, alpha: float = ALPHA, min_segment: int = MIN_SEGMENT,
-           permutations: int = PERMUTATIONS, seed: int = SEED, confidence: float = CONFIDENCE) -> Detection:
+           permutations: int = PERMUTATIONS, seed: int = SEED, confidence: float = CONFIDENCE,
+           floor: float = MIN_AUTOCORRELATION) -> Detection:
     """The change points of one series of run values (seconds, oldest first); see the module docstring.
 
     ``threshold``: the regression threshold (a fraction), the least a slow outlier run must exceed
-    its neighbours by. An error, naming the count, when there are fewer than ``2 × min_segment``
-    runs after slow outliers are set aside.
+    its neighbours by. ``floor``: the least lag-1 autocorrelation of the runs assumed
+    (:data:`MIN_AUTOCORRELATION`). An error, naming the count, when there are fewer than
+    ``2 × min_segment`` runs after slow outliers are set aside.
     """
+    if not 0 <= floor <= MAX_AUTOCORRELATION:
+        raise AccountingError(f"floor must be an autocorrelation in [0, {MAX_AUTOCORRELATION:g}], got {floor!r}")
     array = _check_values(values)
     logs_all = np.log(array)
     outliers = isolated_slow_runs(logs_all, threshold=threshold)
@@ -378,12 +380,13 @@ def detect(values, *, threshold: float = 0.10, alpha: float = ALPHA, min_segment
                               f"change), got {kept.size}{set_aside}")
     logs = logs_all[kept]
     noise = _noise(logs)
-    splits = _segment(logs, 0, logs.size, alpha=alpha, min_segment=min_segment, permutations=permutations, seed=seed)
-    tested = _tested(logs, splits, min_segment, permutations, seed)
+    splits = _segment(logs, 0, logs.size, alpha=alpha, min_segment=min_segment, permutations=permutations, seed=seed,
+                      floor=floor)
+    tested = _tested(logs, splits, min_segment, permutations, seed, floor)
     while tested and max(p for _, p in tested) > alpha:
         weakest = max(range(len(tested)), key=lambda position: tested[position][1])
         splits.pop(weakest)
-        tested = _tested(logs, splits, min_segment, permutations, seed)
+        tested = _tested(logs, splits, min_segment, permutations, seed, floor)
     bounds = [0, *splits, logs.size]
     points = []
     for position, (split, p_value) in enumerate(tested):
@@ -440,9 +443,9 @@ def detectable_step(noise: float, runs: int, *, alpha: float = ALPHA, power: flo
     return float(math.exp(2 * noise * (inflation * critical_t + float(special.ndtri(power))) / math.sqrt(runs)))
 
 
-def _tested(logs, splits, min_segment, permutations, seed) -> list:
+def _tested(logs, splits, min_segment, permutations, seed, floor) -> list:
     """``(split, p-value)`` of each split, each tested within the segment between its neighbours."""
     bounds = [0, *splits, logs.size]
     return [(split, split_p_value(logs[bounds[position]:bounds[position + 2]], split - bounds[position],
-                                  min_segment=min_segment, permutations=permutations, seed=seed))
+                                  min_segment=min_segment, permutations=permutations, seed=seed, floor=floor))
             for position, split in enumerate(splits)]

@@ -39,10 +39,15 @@ def test_the_late_step_is_planted_after_two_thirds_of_the_runs():
     assert np.allclose(np.log(np.array(history.values) / np.array(flat.values))[20:], math.log(1.10))
 
 
-def test_bad_options_are_one_line(capsys):
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--histories", "0"], "--histories must be a positive integer, got 0", id="no-histories"),
+    pytest.param(["--floor", "0.9"], "--floor must be an autocorrelation in [0, 0.5], got 0.9", id="floor"),
+    pytest.param(["--alpha", "1"], "--alpha must be a level in (0, 1), got 1.0", id="alpha"),
+])
+def test_bad_options_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        study.main(["--histories", "0"])
-    assert exit_.value.code == 2 and "--histories must be a positive integer, got 0" in capsys.readouterr().err
+        study.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_the_best_split_is_where_a_clear_step_is_and_the_oracle_column_counts_it():
