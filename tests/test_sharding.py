@@ -5,7 +5,9 @@ FSDP's flat parameter gives each rank (``FlatParamHandle._get_shard`` on meta te
 size is free); and the properties any partition must have.
 """
 
+import math
 from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 
 import pytest
 import torch
@@ -15,7 +17,6 @@ from torch.distributed.fsdp._flat_param import FlatParamHandle
 
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.sharding import (
-    SHARDING_ALIASES,
     SHARDINGS,
     shard_size,
     sharded_model_states,
@@ -98,6 +99,13 @@ def test_a_parameter_share_is_the_flat_buffer_shard_times_its_bytes(psi, devices
     assert states.optimizer == bytes_per_parameter * shard
 
 
+@given(st.integers(1, 10**9), st.integers(0, 10**10), st.integers(1, 4096))
+def test_a_share_of_a_part_with_whole_or_fractional_bytes_per_parameter_is_rounded_up(psi, part, devices):
+    """Frozen parameters make bytes per parameter fractional: a device holds ⌈Ψ/N⌉ parameters' share, rounded up."""
+    states = sharded_model_states(0, 0, part, "zero1", devices, parameter_count=psi)
+    assert states.optimizer == math.ceil(Fraction(math.ceil(Fraction(psi, devices)) * part, psi))
+
+
 # ---- properties ----------------------------------------------------------------------------
 
 model_states = st.tuples(st.integers(0, 10**13), st.integers(0, 10**13), st.integers(0, 10**14))
@@ -150,9 +158,11 @@ def test_each_stage_partitions_exactly_its_parts(sizes, devices):
             assert getattr(states, part) == (share if part in expected else getattr(replicated, part)), (stage, part)
 
 
-@pytest.mark.parametrize(("name", "stage"), [pytest.param(name, stage, id=name) for name, stage in [
-    *SHARDING_ALIASES.items(), ("ZeRO3", "zero3"), (" zero1 ", "zero1"), ("DDP", "ddp"), (None, "none"),
-    ("FULL_SHARD", "zero3"),
+# source: torch.distributed.fsdp.ShardingStrategy's docstring: FULL_SHARD shards parameters, gradients and
+# optimizer states; SHARD_GRAD_OP gradients and optimizer states; NO_SHARD none (like DDP).
+@pytest.mark.parametrize(("name", "stage"), [pytest.param(name, stage, id=str(name)) for name, stage in [
+    ("full_shard", "zero3"), ("fsdp", "zero3"), ("shard_grad_op", "zero2"), ("no_shard", "ddp"),
+    ("ZeRO3", "zero3"), (" zero1 ", "zero1"), ("DDP", "ddp"), (None, "none"), ("FULL_SHARD", "zero3"),
 ]])
 def test_fsdp_names_are_zero_stages(name, stage):
     sizes = (2 * 10**6 + 1, 2 * 10**6 + 1, 12 * 10**6 + 5)
