@@ -126,12 +126,11 @@ def measure_model(model, config: TransformerConfig, precision: str, recompute: s
                 for copy, weight in zip(master, model.parameters()):
                     weight.copy_(copy)
 
-    for _ in range(2):  # the second step has optimizer state
-        optimizer.zero_grad(set_to_none=True)
-        state = [value for entry in optimizer.state.values() for value in entry.values()
-                 if isinstance(value, torch.Tensor)]
-        memory = measure_step_memory([*model.parameters(), *(master or []), *state], forward, update)
-    return memory
+    optimizer.zero_grad(set_to_none=True)
+    update(forward())  # the first step creates the optimizer state; the second is measured
+    optimizer.zero_grad(set_to_none=True)
+    state = [value for entry in optimizer.state.values() for value in entry.values() if isinstance(value, torch.Tensor)]
+    return measure_step_memory([*model.parameters(), *(master or []), *state], forward, update)
 
 
 def compare(family: str, precision: str, recompute: str, batch_size: int = BATCH_SIZE, attention: str = "eager"):
