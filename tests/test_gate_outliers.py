@@ -46,3 +46,26 @@ def test_a_run_just_inside_the_threshold_stays():
 def test_a_bad_value_is_named(values):
     with pytest.raises(AccountingError, match="baseline run values"):
         slow_outliers(values, threshold=0.1)
+
+
+@pytest.mark.parametrize("values, message", [
+    pytest.param([0.02, 0.0, 0.02, 0.02, 0.02], r"^baseline run values has a time that is not positive: ",
+                 id="zero"),
+    pytest.param([0.02, float("inf"), 0.02, 0.02, 0.02], r"^baseline run values has a value that is not finite: ",
+                 id="inf"),
+])
+def test_a_bad_baseline_run_value_is_named_as_one(values, message):
+    with pytest.raises(AccountingError, match=message):
+        slow_outliers(values, threshold=0.1)
+
+
+def test_a_run_exactly_a_thresholds_worth_slower_stays():
+    """'slower than the history by *more than* the threshold': six runs at 1.0 (no spread) and one at exactly
+    1 + t is not set aside; the next float up is. t is dyadic, so 1 + t is exact, and chosen where
+    log(1 + t) == log1p(t) in floating point, so the run sits exactly on the limit."""
+    history = [1.0] * 6
+    threshold = next((t for t in (0.25, 0.5, 0.125, 0.375, 0.0625, 0.75, 0.1875)
+                      if float(np.log(np.array([*history, 1 + t]))[-1]) == math.log1p(t)), None)
+    assert threshold is not None, "log and log1p disagree on every dyadic threshold tried"
+    assert slow_outliers([*history, 1 + threshold], threshold=threshold) == []
+    assert slow_outliers([*history, float(np.nextafter(1 + threshold, 2.0))], threshold=threshold) == [6]
