@@ -8,10 +8,12 @@ import statistics
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from accounting.gate import cli
 from accounting.gate.measure import Measured, Runner
+from accounting.gate.power import minimum_detectable_effect
 from accounting.gate.stats import smallest_convictable
 from accounting.gate.storage import GUARD_KEY, load_run, machine_id, run_files
 from tests.support.cli_runs import run_main
@@ -302,3 +304,18 @@ def test_a_threshold_asked_for_on_the_command_line_decides_every_benchmark(tmp_p
     row = next(line for line in out.splitlines() if line.startswith("+"))
     assert re.search(r"\s[0-9.]+ %\s+regression", row)   # the detectable slowdown, below 5 %: not too noisy
 
+
+
+def test_the_json_verdict_carries_what_each_benchmark_could_have_detected(tmp_path, storage, capsys):
+    slower = [0.0160, 0.0161, 0.0160, 0.0161, 0.0160]
+    files = _current(tmp_path, {MATMUL: slower, COPY: [0.0150, 0.0151, 0.0149, 0.0150, 0.0150]}, 5)
+    status, out, _ = run_main(["gate", "compare", "--storage", str(storage), "--json", str(tmp_path / "v.json"),
+                               *files], capsys)
+    data = json.loads((tmp_path / "v.json").read_text())
+    rows = {row["name"]: row for row in data["benchmarks"]}
+    assert data["failed"] is (status == 1) and rows[COPY]["decision"] == "no change"
+    base = [min(load_run(path).benchmarks[MATMUL].rounds) for path in run_files(storage, machine_id())]
+    spread = math.sqrt((statistics.variance(np.log(base)) * 9 + statistics.variance(np.log(slower)) * 4) / 13)
+    expected = minimum_detectable_effect(spread, 10, 5, alpha=0.01 / 2)   # Holm over the 2 compared
+    assert rows[MATMUL]["detectable_ratio"] == pytest.approx(expected, rel=1e-4)
+    assert rows[MATMUL]["too_noisy"] is False and rows[MATMUL]["ratio_low"] < rows[MATMUL]["ratio"]

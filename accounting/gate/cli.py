@@ -19,6 +19,7 @@ sure regression, 2 bad input (one line on stderr), 130 interrupted.
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -59,7 +60,7 @@ from accounting.gate.cli_history import (
     run_history,
 )
 from accounting.gate.plot import write_history_plot
-from accounting.gate.render import render_markdown, render_text
+from accounting.gate.render import render_markdown, render_text, verdicts_to_json
 from accounting.gate.stats import ALPHA
 from accounting.gate.storage import (
     DEFAULT_STORAGE,
@@ -175,6 +176,9 @@ def _verdict_arguments(parser):
                              "when that is set)")
     parser.add_argument("--plot", metavar="PATH", default=None,
                         help="draw each benchmark's history (saved runs, current runs, decision) to PATH as PNG")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="also write the verdict as JSON to PATH: per benchmark its decision, ratio, interval, p, "
+                             "and the smallest slowdown its runs could have detected (detectable_ratio, too_noisy)")
     parser.add_argument("--threshold", metavar="FRACTION", type=threshold_fraction, default=None,
                         help="the smallest slowdown that counts, for every benchmark (0.05 = 5 %%): a regression must be "
                              "surely above it. Each row's 'detectable' column says whether the runs' noise allows it. "
@@ -336,6 +340,9 @@ def _write_outputs(args, result, baseline_runs, current, stdout):
     if summary:
         with open(summary, "a", encoding="utf8") as handle:
             handle.write(markdown + "\n")
+    if args.json:
+        with open(args.json, "w", encoding="utf8") as handle:
+            json.dump(verdicts_to_json(result), handle, indent=2)
     if args.plot:
         disturbed = {run.path for run in current if _reject(run)} if args.load_guard else set()
         write_history_plot(result, list(baseline_runs), current, args.plot, disturbed=disturbed)
@@ -401,7 +408,7 @@ def _check(args, config, runner, stdout, stderr, started) -> int:
 def _prepare(args):
     """The thresholds, and output paths tried before anything is measured (as the report does)."""
     config = with_threshold(load_benchmarks(args.benchmarks_json), args.threshold)
-    for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot")):
+    for path, option in ((args.markdown, "--markdown"), (args.plot, "--plot"), (args.json, "--json")):
         if path is not None:
             check_writable(path, option)
     if args.plot is not None:

@@ -247,6 +247,42 @@ def render_markdown(result: GateResult) -> str:
     return "\n".join(lines)
 
 
+def _number(value):
+    return value if value is not None and value == value and abs(value) != float("inf") else None
+
+
+def verdicts_to_json(result: GateResult) -> dict:
+    """The verdict as plain JSON values (``--json``): per benchmark its decision, figures and what it could have seen.
+
+    >>> from accounting.gate.stats import compare_runs
+    >>> base = (0.0150, 0.0149, 0.0151, 0.0150, 0.0152, 0.0148)
+    >>> comparison = compare_runs(base, [0.0150, 0.0152, 0.0151, 0.0149], threshold=0.1)
+    >>> verdict = Verdict("t.py::test_mm", "cpu", 0.1, comparison.decision, comparison.reason, base,
+    ...                   (0.0150, 0.0152, 0.0151, 0.0149), comparison=comparison)
+    >>> row = verdicts_to_json(GateResult((verdict,), (), (), ()))["benchmarks"][0]
+    >>> row["decision"], round(row["detectable_ratio"], 3), row["too_noisy"]
+    ('no change', 1.029, False)
+    """
+    benchmarks = []
+    for verdict in result.verdicts:
+        comparison = verdict.comparison
+        benchmarks.append({
+            "name": verdict.name, "kind": verdict.kind, "threshold": verdict.threshold,
+            "decision": verdict.decision.value if verdict.decision is not None else None,
+            "work_changed": verdict.work_change or None, "reason": verdict.reason,
+            "baseline_values_s": list(verdict.baseline_values), "current_values_s": list(verdict.current_values),
+            "ratio": _number(comparison.ratio) if comparison else None,
+            "ratio_low": _number(comparison.ci_low) if comparison else None,
+            "ratio_high": _number(comparison.ci_high) if comparison else None,
+            "p_slower": comparison.p_slower if comparison else None,
+            "detectable_ratio": verdict.detectable, "too_noisy": verdict.too_noisy,
+            "memory_regression": verdict.memory_regression,
+        })
+    return {"failed": result.failed, "alpha": result.alpha, "confidence": result.confidence, "metric": result.metric,
+            "adjustment": result.adjustment, "baseline_runs": list(result.baseline_runs),
+            "current_runs": list(result.current_runs), "benchmarks": benchmarks, "notes": list(result.notes)}
+
+
 # ``accounting gate history``: the change points of the saved history, as a table per step.
 
 HISTORY_LEGEND = ("+ slower after the change point, - faster. ratio: the level after / the level before (geometric "
