@@ -29,6 +29,7 @@ import torch
 from accounting import TransformerConfig, transformer_training_memory
 from accounting.live_memory import measure_step_memory
 
+BATCH_SIZE = 4
 FAMILIES = {
     # Small configs shaped like the real ones: the head width, MLP ratio, GQA ratio and tying of
     # each family; vocabularies a few times the width.
@@ -47,11 +48,23 @@ FAMILIES = {
         experts=4, experts_per_token=2,
     ),
 }
+_LARGER_LLAMA = dict(
+    layers=4, width=128, heads=8, kv_heads=2, sequence_length=128, vocabulary=512, ffn_width=352,
+    mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, learned_positions=False,
+)
+LARGER = {
+    # Another shape, to check the fitted working set is not fitted to one: 4 layers, width 128, 8 heads
+    # (4 per key/value head), 128 tokens, Mixtral with 8 experts.
+    "gpt2": TransformerConfig(layers=4, width=128, heads=8, sequence_length=128, vocabulary=512),
+    "llama": TransformerConfig(**_LARGER_LLAMA),
+    "qwen2": TransformerConfig(**_LARGER_LLAMA | {"qkv_bias": True}),
+    "mixtral": TransformerConfig(**_LARGER_LLAMA | {"ffn_width": 192, "experts": 8, "experts_per_token": 2}),
+}
+SHAPES = {"small": (FAMILIES, BATCH_SIZE), "larger": (LARGER, 2)}
 GELU = {"gpt2": "unfused"}
 """GPT-2's ``activation_function`` is ``gelu_new``: the tanh formula in elementwise ops."""
 POLICIES = ("fp32", "bf16-autocast", "bf16-master")
 RECOMPUTES = ("none", "full")
-BATCH_SIZE = 4
 
 
 def hf_model(family: str, config: TransformerConfig, attention: str = "eager"):
@@ -133,9 +146,10 @@ def measure_model(model, config: TransformerConfig, precision: str, recompute: s
     return measure_step_memory([*model.parameters(), *(master or []), *state], forward, update)
 
 
-def compare(family: str, precision: str, recompute: str, batch_size: int = BATCH_SIZE, attention: str = "eager"):
+def compare(family: str, precision: str, recompute: str, batch_size: int = BATCH_SIZE, attention: str = "eager",
+            configs: dict = FAMILIES):
     """(measured, predicted) for one case: a StepMemory and a TrainingMemory."""
-    config = FAMILIES[family]
+    config = configs[family]
     measured = measure(family, config, precision, recompute, batch_size, attention)
     predicted = transformer_training_memory(
         config, batch_size, "adamw", precision, attention=attention, recompute=recompute,
@@ -148,12 +162,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument("--attention", default="eager", choices=("eager", "sdpa"))
+    parser.add_argument("--shape", default="small", choices=list(SHAPES),
+                        help="small: 3 layers, width 96, 4 x 64 tokens; larger: 4 layers, width 128, 2 x 128 tokens")
     args = parser.parse_args(argv)
+    configs, batch_size = SHAPES[args.shape]
     rows = []
     for family in args.families:
         for precision in POLICIES:
             for recompute in RECOMPUTES:
-                measured, predicted = compare(family, precision, recompute, attention=args.attention)
+                measured, predicted = compare(family, precision, recompute, batch_size, args.attention, configs)
                 rows.append([
                     family, precision, recompute,
                     f"{measured.activations / 2**20:.3f}", f"{predicted.activations / 2**20:.3f}",
