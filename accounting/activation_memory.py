@@ -232,9 +232,11 @@ def transformer_activations(
 ) -> ActivationBytes:
     """What a forward pass of ``config`` on ``batch_size`` sequences saves, by part (see the module docstring).
 
-    ``dropout`` (eager attention, GPT-2-style blocks): the attention-dropout output and three bool
-    masks per block (CUDA's fused dropout), the embedding dropout's mask; the paper's
-    34·sbh + 5·a·s²·b at μ = 2, f = 4h.
+    ``dropout`` (GPT-2-style blocks): the bool masks of CUDA's fused dropout after attention and
+    after the MLP, the embedding dropout's mask and, with eager attention, the attention-dropout
+    output and its mask (CUDA's fused attention keeps a random state instead; on the CPU,
+    ``scaled_dot_product_attention`` with dropout falls back to the math path, which saves the
+    scores); the paper's 34·sbh + 5·a·s²·b at μ = 2, f = 4h.
     """
     if not isinstance(config, TransformerConfig):
         raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
@@ -256,8 +258,9 @@ def transformer_activations(
         + weight_copy_bytes(config, formats)
     )
     scores = config.heads * s * s * batch
-    if dropout:
-        layer += mu * scores + _MASK * (scores + 2 * tokens * h)
+    if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
+        attention_dropout = mu * scores + _MASK * scores if attention == "eager" else 0
+        layer += attention_dropout + _MASK * 2 * tokens * h
     outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
     if formats.autocast:
         outside += mu * config.unembedding_parameter_count  # the unembedding's weight copy
