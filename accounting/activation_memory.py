@@ -1,5 +1,9 @@
 """Bytes a decoder-only transformer saves for backward, tensor by tensor, as the implementations save them.
 
+Also the precision policies (:class:`PrecisionPolicy`: the format of each copy of the model,
+whether the forward runs under autocast) and the element sizes they give a forward pass
+(:class:`ActivationFormats`); :mod:`accounting.training_memory` builds the whole step on them.
+
 The accounting follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", arXiv:2205.05198, section 4), term by term, but counts what the code
 that people train actually keeps, read off the saved tensors of a real forward pass
