@@ -108,7 +108,8 @@ A shared host's runs are not independent: a slow or fast spell lasts several pro
 autocorrelations of 0.28, 0.11 and −0.11 measured in three busy hours on the 2-vCPU VM; this is the
 largest). An estimate from 30 runs is rough and biased low: with it alone 4 of 40 flat 30-run
 histories of the calm-host model had a false change point even at p ≤ 0.01. Measured with
-``python -m studies.gate_change_points`` (40 histories a cell; docs/benchmarks-and-gate.md):
+``python -m studies.gate_change_points --noise calm --noise plain5 --runs 10 --runs 30 --histories 40
+--alpha A --floor F`` (the rows below are three of its cells; docs/benchmarks-and-gate.md):
 
 - p ≤ 0.01, floor 0.15: flat calm 30-run histories with a false change point 1; a 1.10× step in 30 runs of
   5 % noise found within a run 21 (late step: 17); a 1.25× step in 10 calm runs 17 (1999 permutations);
