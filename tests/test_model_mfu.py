@@ -109,7 +109,15 @@ def test_mfu_and_hfu_arithmetic_on_a_checkpointed_step():
     assert result.tokens_per_s == pytest.approx(batch * config.sequence_length / result.median_s)
     assert result.as_dict()["hfu"] == result.hfu and result.as_dict()["recompute"] is True
     check_peak_memory(result)  # recomputation: only the upper end of the band applies
-    assert result.memory_ratio < 1  # it saves less than the no-recomputation prediction
+    assert 0.9 <= result.memory_ratio <= 1  # a prediction of the recomputing step (0.92 here), not a loose bound
+
+
+def test_a_recomputing_bf16_step_is_predicted_within_a_few_percent():
+    """The prediction with recomputation against a measured bf16-mixed step (measured/predicted 0.98 here; the
+    prediction without recomputation, an upper bound, read 0.67 at the "small" size)."""
+    step = build_training_step(model_size("tiny", layers=2, seq=32), precision="bf16-mixed", recompute=True)
+    result = measure_training_step(step, device="cpu", peak_flops=2e11, warmup=1, repeats=1)
+    assert 0.95 <= result.memory_ratio <= 1.05
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

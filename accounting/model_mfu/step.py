@@ -92,9 +92,10 @@ class TrainingStep:
         return loss.detach()
 
 
-def predicted_peak_bytes(size: ModelSize, precision: str) -> int:
-    """``transformer_training_memory`` of the step's config, batch, optimizer and policy."""
-    return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision).peak
+def predicted_peak_bytes(size: ModelSize, precision: str, recompute: bool = False) -> int:
+    """``transformer_training_memory`` of the step's config, batch, optimizer, policy and recomputation."""
+    return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision,
+                                       recompute="full" if recompute else "none").peak
 
 
 def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None) -> int:
