@@ -19,6 +19,7 @@ from accounting.errors import AccountingError
 from accounting.hardware.peaks import find_chip, peak_flops
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
 from accounting.plan.compute import LARGEST_MICRO_BATCH
+from accounting.plan.devices import PlanDevice
 from accounting.sharding import SHARDINGS
 from accounting.training_memory import transformer_training_memory
 from accounting.transformer import TransformerConfig
@@ -117,6 +118,65 @@ def test_a_model_whose_states_alone_do_not_fit_says_so_and_how_many_devices_woul
     fewest = int(plan.reasons[1].rpartition("from ")[2].split()[0])
     zero3 = [PlanSettings(devices=n, sharding="zero3") for n in (fewest - 1, fewest)]
     assert not fits(config, 1, zero3[0], a10) and fits(config, 1, zero3[1], a10)
+
+
+A100 = plan_device("NVIDIA A100-SXM4-80GB", "bfloat16")
+
+
+@pytest.mark.parametrize("beyond_fewest", [-1, 0, 5])
+def test_zero3_is_named_when_it_would_fit_on_these_devices_or_how_many(beyond_fewest):
+    config = TransformerConfig.from_hf(LLAMA_3_8B, sequence_length=1024)
+    fewest = next(n for n in range(1, 64) if fits(config, 1, PlanSettings(devices=n, sharding="zero3"), A100))
+    devices = fewest + beyond_fewest
+    plan = make_plan(config, A100, PlanSettings(devices=devices, sharding="ddp"), global_batch=devices)
+    assert not plan.fits and plan.reasons[0].startswith("model states alone need")
+    if fewest <= devices:
+        assert plan.reasons[1] == (f"with --sharding zero3, one sequence per device fits on these {devices} devices "
+                                   f"(from {fewest})")
+    else:
+        assert plan.reasons[1] == f"under zero3, one sequence per device fits from {fewest} devices"
+
+
+def test_a_remedy_already_taken_is_not_offered():
+    config = TransformerConfig.from_hf(LLAMA_3_8B, sequence_length=16384)
+    settings_ = PlanSettings(devices=8, sharding="zero3", attention="sdpa", recompute="full")
+    plan = make_plan(config, plan_device("A10", "bfloat16"), settings_, global_batch=8)
+    assert not plan.fits
+    assert not any(reason.startswith("with --recompute") or reason.startswith("with --attention")
+                   for reason in plan.reasons)
+
+
+def gpt2_xl(sequence_length=1024):
+    return TransformerConfig.from_hf({**GPT2_SMALL, "n_layer": 48, "n_embd": 1600, "n_head": 25},
+                                     sequence_length=sequence_length)
+
+
+@pytest.mark.parametrize(("memory_gb", "devices"), [(24, 1), (48, 1), (24, 2), (16, 4), (20, 2), (16, 8)])
+def test_the_reason_names_the_model_states_exactly_when_they_alone_do_not_fit(memory_gb, devices):
+    """GPT-2 XL's 1.6B parameters take 23 GiB of model states: more than a 24 GB device holds, less than twice it."""
+    config, chip = gpt2_xl(), plan_device("a device", "bfloat16", memory_gb=memory_gb, peak_tflops=100)
+    settings_ = PlanSettings(devices=devices, sharding="zero1", attention="eager")
+    plan = make_plan(config, chip, settings_, global_batch=devices)
+    memory = transformer_training_memory(config, 1, "adamw", "bf16-mixed", attention="eager", sharding="zero1",
+                                         devices=devices)
+    states = memory.parameters + memory.gradients + memory.master_weights + memory.optimizer_state
+    usable = chip.memory_bytes * 0.9
+    assert plan.fits == fits(config, 1, settings_, chip) == (not plan.reasons)
+    assert plan.fits or plan.reasons[0].startswith("model states alone") == (states > usable)
+
+
+def test_a_peak_of_exactly_the_usable_memory_fits():
+    config = TransformerConfig.from_hf(GPT2_SMALL)
+    settings_ = PlanSettings(headroom=0.0)
+    peak = expected_peak(config, 4, settings_)
+    exact = PlanDevice("exact", peak, 1e15, "bfloat16", "test", "test")
+    plan = make_plan(config, exact, settings_, global_batch=4)
+    assert plan.fits and plan.largest_micro_batch == plan.micro_batch == 4
+    smaller = PlanDevice("smaller", peak - 1, 1e15, "bfloat16", "test", "test")
+    assert make_plan(config, smaller, settings_, global_batch=4).largest_micro_batch == 3
+    one = PlanDevice("one sequence", expected_peak(config, 1, settings_), 1e15, "bfloat16", "test", "test")
+    plan = make_plan(config, one, settings_, global_batch=4)
+    assert plan.fits and plan.micro_batch == 1 and plan.accumulation_steps == 4
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)

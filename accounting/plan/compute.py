@@ -230,14 +230,17 @@ def _why_not(config, settings, device, memory: DeviceMemory, usable: int) -> tup
                    "optimizer state and gathered unit"]
     for option, changed in (("--recompute full", replace(settings, recompute="full")),
                             ("--attention sdpa", replace(settings, attention="sdpa"))):
-        if changed != settings and device_memory(config, 1, changed).peak <= usable:
+        if device_memory(config, 1, changed).peak <= usable:  # (a remedy already taken does not fit)
             reasons.append(f"with {option}, one sequence per device fits")
     fewest = fewest_devices(config, settings, device)
     if fewest is None:
         reasons.append(f"no number of devices up to {MOST_DEVICES} fits one sequence per device under zero3: "
                        "a sequence's activations alone are too large")
-    elif settings.sharding != ZERO3 or fewest > settings.devices:
+    elif fewest > settings.devices:
         reasons.append(f"under zero3, one sequence per device fits from {fewest} devices")
+    else:  # then the run is not under zero3 already: it would fit at micro-batch 1 on these devices
+        reasons.append(f"with --sharding zero3, one sequence per device fits on these {settings.devices} devices "
+                       f"(from {fewest})")
     return tuple(reasons)
 
 
