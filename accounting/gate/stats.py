@@ -51,10 +51,10 @@ Two questions, two tools:
   docs/benchmarks-and-gate.md, "How check decides").
 
 :func:`compare_runs` combines them into a :class:`Comparison` with one of four
-:class:`Decision` values; :func:`holm` adjusts the p-values of a whole matrix (Holm,
-not Benjamini–Hochberg: one false regression fails the whole CI run, so the error to
-control is the chance of *any* false alarm — the family-wise rate — and Holm controls it
-under any dependence between benchmarks, which share one process and one machine).
+:class:`Decision` values and the smallest slowdown its runs could have detected
+(:mod:`accounting.gate.power`). The matrix's adjustment (:func:`holm`,
+:func:`joint_permutation_test`) lives in :mod:`accounting.gate.multiple`, the levels in
+:mod:`accounting.gate.levels`; both are re-exported here.
 
 >>> base = [0.0150, 0.0147, 0.0153, 0.0149, 0.0151, 0.0148]
 >>> slower = [0.0187, 0.0190, 0.0186, 0.0189]
@@ -64,6 +64,7 @@ under any dependence between benchmarks, which share one process and one machine
 >>> compare_runs(base, [0.0150], threshold=0.10).decision.value
 'no change'
 """
+
 import enum
 import itertools
 import math
