@@ -99,7 +99,9 @@ def test_without_a_global_batch_each_device_runs_the_largest_micro_batch_that_fi
     plan = make_plan(config, H100, settings_)
     largest = plan.largest_micro_batch
     assert plan.fits == (largest > 0)
-    assert plan.micro_batch == max(largest, 1) and plan.accumulation_steps == 1
+    assert plan.micro_batch == max(largest, 1) and plan.accumulation_steps == 1 and not plan.batch_given
+    assert plan.fits == (f"the largest micro-batch that fits is {largest}, which each device runs (no --global-batch)"
+                         in render_plan(plan, "x"))
     assert plan.global_batch == plan.micro_batch * settings_.devices
     if largest:
         assert fits(config, largest, settings_) and (largest == LARGEST_MICRO_BATCH

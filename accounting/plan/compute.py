@@ -148,7 +148,8 @@ class Plan:
 
     ``largest_micro_batch``: the most sequences per device whose step fits (0: not even one), at
     most the per-device batch when the global batch was given. ``memory``: at ``micro_batch``.
-    ``reasons``: why it does not fit and what would (empty when it fits).
+    ``reasons``: why it does not fit and what would (empty when it fits). ``batch_given``: the
+    global batch was asked for (else it is the devices at the largest micro-batch that fits).
     """
 
     config: TransformerConfig
@@ -162,6 +163,7 @@ class Plan:
     flops_per_step: int
     tokens: int | None
     reasons: tuple[str, ...]
+    batch_given: bool = True
 
     @property
     def fits(self) -> bool:
@@ -275,6 +277,7 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
                                   f"sequences per device of global batch {global_batch}")
     if tokens is not None:
         tokens = check_positive(tokens, "tokens")
+    batch_given = global_batch is not None
     limit = LARGEST_MICRO_BATCH if global_batch is None else global_batch // devices
     largest = largest_micro_batch(config, settings, usable, limit)
     if micro_batch is None and global_batch is None:
@@ -291,4 +294,4 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
                    f"usable; the largest that fits is {largest}",)
     flops = transformer_flops(config, batch_size=global_batch).training
     return Plan(config, device, settings, usable, global_batch, micro_batch, largest, memory, flops,
-                None if tokens is None else math.ceil(tokens), reasons)
+                None if tokens is None else math.ceil(tokens), reasons, batch_given)

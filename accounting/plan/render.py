@@ -67,7 +67,10 @@ def render_plan(plan: Plan, source: str) -> str:
     lines.append("")
     if plan.fits:
         spare = _gib(plan.usable_bytes - m.peak)
-        if plan.largest_micro_batch >= plan.per_device_batch:
+        if not plan.batch_given:
+            largest = (f"the largest micro-batch that fits is {plan.largest_micro_batch}, which each device runs "
+                       "(no --global-batch)")
+        elif plan.largest_micro_batch >= plan.per_device_batch:
             largest = f"each device's {plan.per_device_batch} sequences fit in one micro-batch"
         else:
             largest = f"the largest micro-batch that fits is {plan.largest_micro_batch}"
@@ -107,7 +110,8 @@ def plan_document(plan: Plan, source: str) -> dict:
         "training": {"sharding": s.sharding, "precision": s.precision, "optimizer": s.optimizer,
                      "attention": s.attention, "recompute": s.recompute},
         "batch": {
-            "global": plan.global_batch, "per_device": plan.per_device_batch, "micro": plan.micro_batch,
+            "global": plan.global_batch, "global_given": plan.batch_given, "per_device": plan.per_device_batch,
+            "micro": plan.micro_batch,
             "accumulation_steps": plan.accumulation_steps, "largest_micro_batch": plan.largest_micro_batch,
             "tokens_per_step": plan.tokens_per_step,
         },
