@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.activation_memory import ATTENTIONS, RECOMPUTES
-from accounting.errors import AccountingError
+from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.peaks import find_chip, peak_flops
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
 from accounting.plan.compute import LARGEST_MICRO_BATCH
@@ -282,6 +282,11 @@ def test_bad_batches_are_named(options, message):
     config = TransformerConfig.from_hf(GPT2_SMALL)
     with pytest.raises(AccountingError, match=message):
         make_plan(config, H100, PlanSettings(devices=8), **options)
+
+
+def test_a_config_that_is_not_a_transformer_config_is_a_type_error():
+    with pytest.raises(AccountingTypeError, match=r"^config must be a TransformerConfig, got dict$"):
+        make_plan(GPT2_SMALL, H100, PlanSettings())
 
 
 @pytest.mark.parametrize(("settings_", "message"), [

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from accounting._checks import check_choice, check_positive, check_positive_size, check_real
 from accounting.activation_memory import ATTENTIONS, RECOMPUTES
-from accounting.errors import AccountingError
+from accounting.errors import AccountingError, AccountingTypeError
 from accounting.plan.devices import PlanDevice
 from accounting.sharding import ZERO3, sharding_stage
 from accounting.training_memory import transformer_training_memory
@@ -262,7 +262,7 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
     (True, 64, 64, 3705451)
     """
     if not isinstance(config, TransformerConfig):
-        raise AccountingError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
     usable = usable_bytes(device, settings)
     devices = settings.devices
     if global_batch is not None:
