@@ -57,6 +57,15 @@ _PUBLIC = {
     "transformer_activation_bytes": "accounting.training_memory",
     "transformer_flops": "accounting.transformer_flops",
     "transformer_training_memory": "accounting.training_memory",
+    # measured steps, sharding, planning
+    "StepMemory": "accounting.live_memory",
+    "measure_step_memory": "accounting.live_memory",
+    "SHARDINGS": "accounting.sharding",
+    "ShardedStates": "accounting.sharding",
+    "sharded_model_states": "accounting.sharding",
+    "sharding_stage": "accounting.sharding",
+    "TracedStepMemory": "accounting.traced_memory",
+    "traced_training_step_memory": "accounting.traced_memory",
     # hardware, timing and the benchmark matrix
     "BenchConfig": "accounting.bench.matrix",
     "DeviceInfo": "accounting.hardware.devices",
