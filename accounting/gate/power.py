@@ -23,7 +23,9 @@ freedom and ``s`` the pooled sample spread (``s/σ ~ sqrt(χ²_ν/ν)``):
   (σ se))]`` (:func:`conviction_power`).
 
 Where the sizes cannot reach ``α`` at all (the permutation test's smallest p,
-:func:`min_pvalue`, is above it) nothing is detectable: ``None``.
+:func:`min_pvalue`, is above it) nothing is detectable: ``None``. The limits the sizes and the
+threshold set whatever the power live here too: :func:`min_pvalue`, :func:`runs_needed` and
+:func:`smallest_convictable` (the slowdown convicted about half the time, for the cap's note).
 
 :func:`minimum_detectable_effect` inverts them: the smallest slowdown (a ratio) found with
 ``power`` (95 %). Its "shown slower" form is the number a verdict reports: it needs no
@@ -52,7 +54,6 @@ LARGEST_EFFECT = 100.0
 """The search for a minimum detectable effect stops at this ratio: beyond it, ``None`` (nothing useful)."""
 
 
-
 def min_pvalue(baseline_size: int, current_size: int) -> float:
     """The smallest one-sided p the exact permutation test can give for these sizes: ``1/binom(K+c, c)``.
 
@@ -79,8 +80,8 @@ def smallest_convictable(spread: float, baseline_size: int, current_size: int, *
     """The smallest slowdown the gate can call a regression, given the runs' noise and how many there are.
 
     A regression needs the ratio's interval to start above ``1 + threshold``
-    (:func:`compare_runs`). Where both sides' log values spread by ``spread`` (their standard
-    deviation: :func:`log_spread` of the baseline), that takes a typical slowdown of at least
+    (:func:`accounting.gate.stats.compare_runs`). Where both sides' log values spread by ``spread``
+    (their standard deviation: :func:`accounting.gate.stats.log_spread` of the baseline), that takes a typical slowdown of at least
     ``(1 + threshold) · exp(t · spread · sqrt(1/K + 1/c))``, with ``t`` the interval's
     Student t quantile on ``K + c − 2`` degrees of freedom (the spread moves from one set of
     runs to the next, so a slowdown this size is caught about half of the time; somewhat
