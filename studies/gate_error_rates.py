@@ -11,9 +11,9 @@ benchmark module into a temporary directory, whose work is the 1024³ product pl
 ``$ACCOUNTING_GATE_SLOWDOWN`` is ``f > 1``, a second product of
 ``$ACCOUNTING_GATE_SLOWDOWN_ROWS`` rows. Time is not linear in FLOPs (a thin product runs
 at a lower rate, so ``(f − 1)·1024`` rows slow the work by more than ``f``), so the script
-first calibrates the rows for each factor in its own process (:func:`calibrate_rows`), and
+first calibrates the rows for each factor in its own process (:func:`studies.gate_slowdown.calibrate_rows`), and
 every slowed run measures again, in-process and interleaved, the factor it really injected
-(the median of :data:`CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians);
+(the median of :data:`studies.gate_slowdown.CHECK_PAIRS` ratios of :func:`accounting.timing.time_fn` medians);
 the summary prints it beside the intended one. The time of those checks is left out of a gated
 run's time, which is the gate's own.
 
@@ -41,7 +41,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,101 +55,12 @@ from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.stats import Decision, log_spread, smallest_convictable
 from accounting.gate.storage import load_run
+from studies.gate_power_table import predict
+from studies.gate_slowdown import SHAPE, SLOWDOWN_ENV, calibrate_rows, threads_pinned, write_module
 
-SLOWDOWN_ENV = "ACCOUNTING_GATE_SLOWDOWN"
-CHECK_PAIRS = 5
 DEFAULT_RUNS = 20
 DEFAULT_BASELINES = 10
 DEFAULT_FACTORS = (1.25, 1.10)
-MODULE_NAME = "test_gate_error_rates.py"
-
-BENCHMARK_MODULE = textwrap.dedent('''\
-    """Written by studies.gate_error_rates: a 1024^3 float32 matmul, slowed by ${SLOWDOWN_ENV}."""
-    import os
-    import statistics
-    import time
-
-    import pytest
-    import torch
-
-    from accounting.timing import matmul_case, time_fn
-
-    SHAPE = (1024, 1024, 1024)
-
-
-    def _work():
-        factor = float(os.environ.get("{SLOWDOWN_ENV}", "1"))
-        case = matmul_case("float32", *SHAPE, "cpu")
-        extra_rows = int(os.environ.get("{SLOWDOWN_ENV}_ROWS", round((factor - 1) * SHAPE[0])))
-        if extra_rows <= 0:
-            return case, case.fn, factor
-        left = torch.randn(extra_rows, SHAPE[1])
-        out = torch.empty(extra_rows, SHAPE[2])
-        right = case.operands[1]
-
-        def slowed():
-            case.fn()
-            torch.matmul(left, right, out=out)
-
-        return case, slowed, factor
-
-
-    @pytest.mark.cpu
-    @pytest.mark.parametrize("index", {INDICES})
-    def test_matmul_1024(flops_benchmark, index):
-        case, fn, factor = _work()
-        flops_benchmark(fn, flops=case.flops, dtype="float32", device="cpu", shape=SHAPE, rounds={ROUNDS},
-                        min_time_s={MIN_TIME_S})
-        flops_benchmark.benchmark.extra_info["intended_slowdown"] = factor
-        if fn is not case.fn and index == {FIRST}:  # the factor really injected, measured in-process, interleaved
-            started = time.perf_counter()
-            ratios = [time_fn(fn, repeats=5, min_time_s=0).median / time_fn(case.fn, repeats=5, min_time_s=0).median
-                      for _ in range({CHECK_PAIRS})]
-            flops_benchmark.benchmark.extra_info["injected_slowdown"] = statistics.median(ratios)
-            flops_benchmark.benchmark.extra_info["check_seconds"] = time.perf_counter() - started
-''')
-
-
-CALIBRATION_STEPS = 4
-SHAPE = (1024, 1024, 1024)
-
-
-def _injected_ratio(rows: int, pairs: int = CHECK_PAIRS) -> float:
-    """Median over interleaved pairs of (product + ``rows``-row product) / product, in this process."""
-    import torch
-
-    from accounting.timing import matmul_case, time_fn
-
-    case = matmul_case("float32", *SHAPE, "cpu")
-    left, out = torch.randn(rows, SHAPE[1]), torch.empty(rows, SHAPE[2])
-
-    def slowed():
-        case.fn()
-        torch.matmul(left, case.operands[1], out=out)
-
-    ratios = [time_fn(slowed, repeats=5, min_time_s=0).median / time_fn(case.fn, repeats=5, min_time_s=0).median
-              for _ in range(pairs)]
-    return statistics.median(ratios)
-
-
-def calibrate_rows(factor: float, *, measure=_injected_ratio, steps: int = CALIBRATION_STEPS) -> int:
-    """Rows of the extra product that make the work ``factor`` times slower, found by secant steps.
-
-    Starts from the FLOP share, ``(factor − 1)·1024`` rows, and rescales by the measured excess
-    ``steps`` times (``measure(rows)`` gives the ratio).
-
-    >>> calibrate_rows(1.25, measure=lambda rows: 1 + 1.6 * (rows / 1024))  # a thin product at 1/1.6 the rate
-    160
-    """
-    rows = max(1, round((factor - 1) * SHAPE[0]))
-    for _ in range(steps):
-        excess = measure(rows) - 1
-        if excess <= 0:
-            break
-        rows = max(1, round(rows * (factor - 1) / excess))
-    return rows
-
-
 def parse_factors(text: str) -> tuple[float, ...]:
     """``--factors``: comma-separated slowdowns above 1."""
     try:
@@ -197,6 +107,10 @@ class Scenario:
     injected: list = field(default_factory=list)
     set_aside: int = 0
     """Current runs the load guard left out (measured on a disturbed machine)."""
+    spreads: list = field(default_factory=list)
+    """Each job's baseline spread: the median over its benchmarks of the sd of their baseline runs' logs."""
+    thresholds: list = field(default_factory=list)
+    """Each job's threshold (a fraction), as its verdicts were held to."""
 
     def add(self, result, extra: int, seconds: float, current) -> None:
         """Count one gated job: ``seconds`` of wall time, less the in-process checks its slowed runs did.
@@ -215,6 +129,31 @@ class Scenario:
         self.set_aside += sum(1 for run in current if recorded_disturbances(run.guard))
         self.injected += [bench.extra_info["injected_slowdown"] for run in current for bench in run.benchmarks.values()
                           if "injected_slowdown" in bench.extra_info]
+        spreads = [log_spread(verdict.baseline_values) for verdict in result.verdicts
+                   if len(verdict.baseline_values) >= 2]
+        if spreads:
+            self.spreads.append(statistics.median(spreads))
+            self.thresholds.append(result.verdicts[0].threshold)
+
+
+def predicted_lines(scenarios, *, max_pairs: int = DEFAULT_MAX_PAIRS, jobs: int = 200) -> list[str]:
+    """Beside each A/B scenario, what the power model predicts at the spread its own jobs measured.
+
+    :func:`studies.gate_power_table.predict` at the median of the jobs' baseline spreads (A's runs), the
+    injected factor and the threshold the jobs were held to; one line per scenario with a spread.
+    """
+    lines = []
+    for scenario in scenarios:
+        if not scenario.spreads:
+            continue
+        spread, threshold = statistics.median(scenario.spreads), statistics.median(scenario.thresholds)
+        cell = predict(scenario.factor, spread, threshold=threshold, jobs=jobs, max_pairs=max_pairs)
+        label = "unchanged" if scenario.factor == 1 else f"{scenario.factor:g}×"
+        lines.append(f"{label} at {threshold * 100:g} %: A's spread (median sd of logs) {spread:.3g}; predicted "
+                     f"{cell['failed'] * 100:.0f} % of jobs failed after {cell['mean_pairs']:.1f} pairs "
+                     f"(python -m studies.gate_power_table --noises {spread:.3g} --effects {scenario.factor:g} "
+                     f"--thresholds {threshold:g})")
+    return lines
 
 
 def summary_rows(scenarios, runs: int) -> list[list[str]]:
@@ -256,25 +195,6 @@ def _load_text() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} logical CPUs"
 
 
-def _threads_pinned(threads: int | None):
-    """A context in which this process's torch uses ``threads`` intra-op threads (``None``: unchanged)."""
-    import contextlib
-
-    import torch
-
-    @contextlib.contextmanager
-    def pinned():
-        before = torch.get_num_threads()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-
-    return pinned()
-
-
 def spread_text(values, metric: str) -> str:
     """The between-process spread of run values (seconds): range and standard deviation of their logs.
 
@@ -287,41 +207,11 @@ def spread_text(values, metric: str) -> str:
             f"({len(values)} runs)")
 
 
-def benchmark_ids(count: int) -> list[str]:
-    """The parameter of each benchmark of a matrix of ``count``: ``b00``, ``b01``, …
-
-    >>> benchmark_ids(3)
-    ['b00', 'b01', 'b02']
-    """
-    return [f"b{index:02}" for index in range(count)]
-
-
-def module_source(*, rounds: int, min_time_s: float, check_pairs: int = CHECK_PAIRS, benchmarks: int = 1) -> str:
-    """:data:`BENCHMARK_MODULE` filled in: its rounds (at least ``rounds``, filling ``min_time_s``), check pairs and
-    the number of benchmarks in its matrix.
-
-    >>> "rounds=3," in module_source(rounds=3, min_time_s=0.5) and "min_time_s=0.5)" in module_source(rounds=3, min_time_s=0.5)
-    True
-    """
-    ids = benchmark_ids(benchmarks)
-    return (BENCHMARK_MODULE.replace("{SLOWDOWN_ENV}", SLOWDOWN_ENV).replace("{ROUNDS}", str(rounds))
-            .replace("{MIN_TIME_S}", repr(min_time_s)).replace("{CHECK_PAIRS}", str(check_pairs))
-            .replace("{INDICES}", repr(ids)).replace("{FIRST}", repr(ids[0])))
-
-
-def _write_module(folder: Path, benchmarks: int = 1) -> list:
-    """The benchmark module in ``folder``, with the CPU rounds of benchmarks.json; the pytest arguments that run it."""
-    cpu = load_benchmarks().device("cpu")
-    (folder / MODULE_NAME).write_text(module_source(rounds=cpu.rounds, min_time_s=cpu.min_time_s,
-                                                    benchmarks=benchmarks))
-    return ["-q", "-p", "no:cacheprovider", MODULE_NAME]
-
-
 def _calibrated_env(factor, threads, say) -> dict:
     """The slowed runs' environment for ``factor`` (1: unchanged), its extra rows calibrated in this process."""
     if factor == 1:
         return {SLOWDOWN_ENV: "1"}
-    with _threads_pinned(threads):
+    with threads_pinned(threads):
         rows = calibrate_rows(factor)
     say(f"calibrated {factor:g}×: {rows} extra rows (the FLOP share would be {round((factor - 1) * SHAPE[0])})")
     return {SLOWDOWN_ENV: repr(factor), SLOWDOWN_ENV + "_ROWS": str(rows)}
@@ -337,7 +227,7 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
     ``None``: benchmarks.json's) gets its own jobs, every factor at each.
     """
     folder = Path(workdir)
-    pytest_args = _write_module(folder, benchmarks)
+    pytest_args = write_module(folder, benchmarks)
     config = load_benchmarks()
 
     def say(text):
@@ -387,7 +277,7 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
     ``thresholds``: as :func:`measure_ab`'s.
     """
     folder = Path(workdir)
-    pytest_args = _write_module(folder)
+    pytest_args = write_module(folder)
     storage = str(folder / "storage")
     config = load_benchmarks()
 
@@ -490,6 +380,9 @@ def main(argv=None) -> int:
     print(f"Gate error rates: {plan}; {matrix} on the CPU, {args.threads or 'default'} thread(s); "
           f"load guard {'on' if args.load_guard else 'OFF'}")
     print(table(SUMMARY_HEADER, summary_rows(scenarios, args.runs)))
+    if args.ab:
+        print("\n".join(["Predicted by the power model at the measured spread, beside each row:",
+                          *predicted_lines(scenarios, max_pairs=args.max_pairs)]))
     print(f"Load: {load_before} at the start, {_load_text()} at the end; {time.monotonic() - started:.0f} s in all.")
     return 0
 

@@ -1,10 +1,12 @@
-"""The error-rate script: the benchmark module it writes injects the slowdown it is asked for; its options."""
+"""The error-rate script: the benchmark module it writes (studies.gate_slowdown) injects the slowdown it is asked
+for; its options."""
 
 import contextlib
 import importlib.util
 import io
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -14,17 +16,17 @@ import torch
 from accounting.gate.decide import GateResult, Verdict
 from accounting.gate.stats import Decision
 from accounting.gate.storage import BenchmarkRun, SavedRun
-from studies import gate_error_rates
+from studies import gate_error_rates, gate_slowdown
 
 
 def _module_source(rounds: int) -> str:
     """The benchmark module the script writes, with ``rounds`` rounds and one check pair."""
-    return gate_error_rates.module_source(rounds=rounds, min_time_s=0.0, check_pairs=1)
+    return gate_slowdown.module_source(rounds=rounds, min_time_s=0.0, check_pairs=1)
 
 
 def _written_module(tmp_path, monkeypatch, factor):
-    monkeypatch.setenv(gate_error_rates.SLOWDOWN_ENV, str(factor))
-    path = tmp_path / gate_error_rates.MODULE_NAME
+    monkeypatch.setenv(gate_slowdown.SLOWDOWN_ENV, str(factor))
+    path = tmp_path / gate_slowdown.MODULE_NAME
     path.write_text(_module_source(5))
     spec = importlib.util.spec_from_file_location("written_gate_benchmark", path)
     module = importlib.util.module_from_spec(spec)
@@ -50,7 +52,7 @@ def test_the_slowdown_adds_that_share_of_the_flops(tmp_path, monkeypatch, factor
 
 
 def test_calibrated_rows_replace_the_flop_share(tmp_path, monkeypatch):
-    monkeypatch.setenv(gate_error_rates.SLOWDOWN_ENV + "_ROWS", "160")
+    monkeypatch.setenv(gate_slowdown.SLOWDOWN_ENV + "_ROWS", "160")
     case, fn, _ = _written_module(tmp_path, monkeypatch, 1.25)._work()
     calls = []
     real = torch.matmul
@@ -63,7 +65,7 @@ def test_calibrated_rows_replace_the_flop_share(tmp_path, monkeypatch):
 def test_calibration_converges_on_a_machine_that_is_not_linear_in_flops():
     def measure(rows):  # a fixed cost per call plus a slower rate for thin products
         return 1 + 0.05 + 1.3 * rows / 1024
-    rows = gate_error_rates.calibrate_rows(1.10, measure=measure)
+    rows = gate_slowdown.calibrate_rows(1.10, measure=measure)
     assert abs(measure(rows) - 1.10) < 0.005 and rows != round(0.10 * 1024)
 
 
@@ -103,11 +105,11 @@ def test_a_jobs_time_leaves_out_the_scripts_own_checks_of_the_injected_factor():
 @pytest.mark.slow  # runs pytest in a process of its own
 def test_the_written_module_records_how_long_its_check_took(tmp_path):
     """The slowed run's benchmark stores the check's own seconds, a positive time, beside the factor it measured."""
-    (tmp_path / gate_error_rates.MODULE_NAME).write_text(_module_source(2))
+    (tmp_path / gate_slowdown.MODULE_NAME).write_text(_module_source(2))
     saved = tmp_path / "run.json"
-    env = {**os.environ, gate_error_rates.SLOWDOWN_ENV: "1.25", gate_error_rates.SLOWDOWN_ENV + "_ROWS": "16"}
+    env = {**os.environ, gate_slowdown.SLOWDOWN_ENV: "1.25", gate_slowdown.SLOWDOWN_ENV + "_ROWS": "16"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-json",
-                           str(saved), gate_error_rates.MODULE_NAME], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           str(saved), gate_slowdown.MODULE_NAME], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     extra = json.loads(saved.read_text())["benchmarks"][0]["extra_info"]
@@ -138,3 +140,19 @@ def test_each_threshold_gates_every_scenario_with_that_threshold(tmp_path, monke
     assert [(scenario.factor, scenario.threshold) for scenario in scenarios] == [(1.0, 0.05), (1.1, 0.05),
                                                                                   (1.0, 0.1), (1.1, 0.1)]
     assert seen == [5.0] * 4 + [10.0] * 4
+
+
+def test_each_ab_scenario_gets_the_power_models_prediction_at_the_spread_its_jobs_measured():
+    def verdict(values):
+        return Verdict("t::mm", "cpu", 0.05, Decision.REGRESSION, "slower", tuple(values))
+
+    scenario = gate_error_rates.Scenario(1.25, 0.05)
+    for values in ([0.010, 0.0102, 0.0098], [0.010, 0.0104, 0.0096]):
+        scenario.add(GateResult((verdict(values),), (), (), ()), 9, 100.0, [])
+    (line,) = gate_error_rates.predicted_lines([scenario], jobs=20)
+    spread = statistics.median([gate_error_rates.log_spread([0.010, 0.0102, 0.0098]),
+                                gate_error_rates.log_spread([0.010, 0.0104, 0.0096])])
+    cell = gate_error_rates.predict(1.25, spread, threshold=0.05, jobs=20)
+    assert line.startswith(f"1.25× at 5 %: A's spread (median sd of logs) {spread:.3g}; predicted "
+                           f"{cell['failed'] * 100:.0f} % of jobs failed")
+    assert gate_error_rates.predicted_lines([gate_error_rates.Scenario(1.1)]) == []   # no job, no spread
