@@ -164,12 +164,12 @@ def test_the_summary_has_a_row_per_step_and_marks_a_figure_out_of_range():
                 "verdict": BELOW}]
     text = render({"steps": steps, "figures": figures, "elapsed_s": 12.0, "budget_s": 470, "files": ["summary.md"],
                    "machine": {"devices": [], "no_gpu_reason": "no CUDA device", "torch": "2.13.0+cpu",
-                               "missing_optional": ["ruptures"], "python_version": "3.11.7"}})
+                               "missing_optional": ["pynvml"], "python_version": "3.11.7"}})
     assert "**Result: did not hold** — 1 passed, 1 failed, 1 skipped" in text
     assert "| report | failed | 1.0 | 10 | w | why |" in text
     assert "| fleet | skipped | 1.0 | 10 | w | why |" in text
     assert "| report | bfloat16 burst | 512.0 TFLOP/s | 633.7–1,038.9 | **below** | a\\|b | H100 SXM: anchors |" in text
-    assert "- left out (not installed): ruptures: the gate's change points" in text
+    assert "- left out (not installed): pynvml: NVML telemetry" in text
     assert text.rstrip().endswith("Files: summary.md.")
 
 

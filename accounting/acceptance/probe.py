@@ -11,7 +11,7 @@ so that the run's own process never holds a CUDA context while the steps measure
 :data:`OPTIONAL` names what is left out without a package, as the summary says it.
 
 >>> sorted(OPTIONAL)
-['beartype', 'pynvml', 'ruptures']
+['beartype', 'pynvml']
 """
 
 import importlib
@@ -35,7 +35,6 @@ PACKAGE = Path(__file__).resolve().parents[1]
 """The package's folder, whose every module the probe imports."""
 
 OPTIONAL = {
-    "ruptures": "`gate history` and the gate's change points (the step left out of `gate check`)",
     "pynvml": "NVML telemetry (SM clock, power, energy, throttle reasons; package nvidia-ml-py)",
     "beartype": "the runtime type checks of the test suite (test files that import it are not collected)",
 }

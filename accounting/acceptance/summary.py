@@ -16,16 +16,12 @@ not a failure, no figure out of range), ``no GPU`` (every GPU step skipped: a CP
 """
 
 from accounting.acceptance.expected import ABOVE, BELOW
+from accounting.acceptance.probe import OPTIONAL
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED
 
 SCHEMA = "accounting-acceptance/1"
 HELD, NO_GPU, NOT_HELD = "held", "no GPU", "did not hold"
 
-OPTIONAL_LEFT_OUT = {
-    "ruptures": "the gate's change points (`gate history`)",
-    "pynvml": "NVML telemetry (clocks, power, energy, throttle reasons; nvidia-ml-py)",
-    "beartype": "the suite's runtime type checks (files importing it are not collected)",
-}
 
 
 def result(steps: list[dict], figures: list[dict]) -> str:
@@ -66,7 +62,7 @@ def _machine_lines(machine: dict | None) -> list[str]:
     lines = [f"- devices: {names}",
              f"- torch {machine.get('torch', '?')} ({build}), Python {machine.get('python_version', '?')}, "
              f"NCCL {'yes' if machine.get('nccl') else 'no'}"]
-    left_out = [f"{name}: {OPTIONAL_LEFT_OUT.get(name, 'optional')}" for name in machine.get("missing_optional") or []]
+    left_out = [f"{name}: {OPTIONAL.get(name, 'optional')}" for name in machine.get("missing_optional") or []]
     if left_out:
         lines.append(f"- left out (not installed): {'; '.join(left_out)}")
     if machine.get("missing_needed"):
