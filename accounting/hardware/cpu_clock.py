@@ -71,7 +71,7 @@ CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
 """Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
 SCALAR_CLOCK_SOURCE = "imul-chain measurement"
 """Where the peak's clock came from when it was measured under scalar load (:func:`measure_cpu_ghz`)."""
-VECTOR_CLOCK_SOURCE = "FMA measurement, all cores with every FMA unit busy"
+VECTOR_CLOCK_SOURCE = "FMA measurement, all cores at full FMA load"
 """Where the peak's clock came from when it was measured under vector FMA load (:func:`measure_vector_clock`)."""
 MEASURED_CLOCK_SOURCES = (VECTOR_CLOCK_SOURCE, SCALAR_CLOCK_SOURCE)
 """Clock sources that are measurements (they jitter by a few percent from run to run)."""
@@ -363,9 +363,9 @@ class VectorClock:
         """How it was measured, for a report's clock line.
 
         >>> VectorClock(3.2, (3.2, 3.2), "AVX2+FMA", 4).source
-        'AVX2+FMA FMA measurement on 2 cores, every unit busy'
+        'AVX2+FMA FMA measurement on 2 cores at full load'
         """
-        return f"{self.isa} FMA measurement on {len(self.per_core_ghz)} cores, every unit busy"
+        return f"{self.isa} FMA measurement on {len(self.per_core_ghz)} cores at full load"
 
 
 def full_load_clock_ghz(light_load_ghz: float, ceiling_flops: float, flops_per_cycle: int) -> float:

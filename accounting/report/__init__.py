@@ -4,6 +4,8 @@ One module per job:
 
 - :mod:`~accounting.report.cli` — arguments and their one-line errors, output files, exit status.
 - :mod:`~accounting.report.run` — the plan (device, dtypes, peaks, floors) and the budgeted run.
+- :mod:`~accounting.report.report_plan` — the plan and its choices in words.
+- :mod:`~accounting.report.assembly` — the document from the plan and what was measured.
 - :mod:`~accounting.report.sweep` — the budgeted search for the most matmul FLOP/s.
 - :mod:`~accounting.report.measure` — timing products and a large copy on the device.
 - :mod:`~accounting.report.roofline` — arithmetic intensity, ridge point, compute- or memory-bound.
