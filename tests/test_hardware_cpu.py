@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.hardware import cpu_clock, cpu_facts, cpu_peak, devices
+from accounting.hardware import cpu_clock, cpu_facts, cpu_peak, devices, vector_clock
 from accounting.hardware.cpu_clock import VectorClock, cpu_clock_ghz, measure_cpu_ghz
 from accounting.hardware.cpu_facts import cpu_flags, physical_cores
 from accounting.hardware.cpu_peak import cpu_flops_per_cycle, cpu_matmul_path, cpu_native_paths, cpu_peak_flops
@@ -239,7 +239,7 @@ def test_one_cores_matmul_never_beats_the_one_core_peak_from_the_clock_measured_
     The clock is the peak's own, measured afresh on that core right after the matmul: with every FMA unit busy
     (measure_vector_clock) where it can be, else the scalar clock (measure_cpu_ghz), the fallback the peak uses.
     A clock measured under lighter load failed this on a Xeon guest (154 GFLOP/s from a 132.9 GFLOP/s "peak")."""
-    flags, vendor, family, model, cpus = cpu_clock._cpu_facts()
+    flags, vendor, family, model, cpus = vector_clock._cpu_facts()
     if not cpu_clock.vector_clock_supported() and measure_cpu_ghz() is None:
         pytest.skip("the clock cannot be measured on this platform")
     threads, allowed = torch.get_num_threads(), os.sched_getaffinity(0)

@@ -1,4 +1,4 @@
-"""accounting.hardware.cpu_clock: the clock with every FMA unit busy, held against FMA ceilings measured here and
+"""accounting.hardware.vector_clock: the clock with every FMA unit busy, held against FMA ceilings measured here and
 recorded on other host kinds."""
 
 import shutil
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from accounting.hardware import cpu_clock
-from accounting.hardware.cpu_clock import (
+from accounting.hardware import vector_clock
+from accounting.hardware.vector_clock import (
     VectorClock,
     full_load_clock_ghz,
     measure_fma_ceiling,
@@ -49,7 +49,7 @@ def test_the_peak_matches_a_compiled_fma_ceiling_within_5_percent(compiled_fma_c
     machine, here or on the host, only ever slows one down. Three tries, and up to three more while the two still
     disagree; a wrong formula (FLOPs per cycle, cores, the ISA, a clock measured under lighter load than the
     units' full one: 1.09-1.15 on a Xeon guest) is off by more than 5 %."""
-    facts = cpu_clock._cpu_facts()
+    facts = vector_clock._cpu_facts()
     per_cycle, path = cpu_flops_per_cycle("float32", cpu_flags(), vendor=cpu_vendor())
     clocks, ceilings = [], []
     for attempt in range(6):
@@ -68,21 +68,21 @@ def test_the_peak_matches_a_compiled_fma_ceiling_within_5_percent(compiled_fma_c
 def replayed(monkeypatch, host):
     """``_fastest_runs`` answering with each recorded call's timings: the chains' from the light-load clock, the
     streams' from the ceiling (the inverse of the measurement's own arithmetic)."""
-    calls = iter(range(len(host.light_load_ghz) * cpu_clock._VECTOR_BATCHES * 2))
+    calls = iter(range(len(host.light_load_ghz) * vector_clock._VECTOR_BATCHES * 2))
 
     def fake_runs(loop, iterations, cpus, repeats=25):
         number = next(calls)
-        call = number // (cpu_clock._VECTOR_BATCHES * 2)
+        call = number // (vector_clock._VECTOR_BATCHES * 2)
         if number % 2 == 0:  # the chains run first in each batch
-            latency = cpu_clock.fma_latency_cycles(host.vendor, host.family, host.model)
+            latency = vector_clock.fma_latency_cycles(host.vendor, host.family, host.model)
             return [iterations * latency / (ghz * 1e9) for ghz in host.light_load_ghz[call]]
-        code = cpu_clock._vector_code(host.flags)
+        code = vector_clock._vector_code(host.flags)
         return [iterations * code.stream_fmas * code.lanes * 2 / flops for flops in host.ceiling_flops[call]]
 
-    monkeypatch.setattr(cpu_clock, "_fastest_runs", fake_runs)
-    monkeypatch.setattr(cpu_clock, "_supported", lambda: True)
-    monkeypatch.setattr(cpu_clock, "_compiled", lambda code: (None, code))
-    monkeypatch.setattr(cpu_clock.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(vector_clock, "_fastest_runs", fake_runs)
+    monkeypatch.setattr(vector_clock, "supported_platform", lambda: True)
+    monkeypatch.setattr(vector_clock, "_compiled", lambda code: (None, code))
+    monkeypatch.setattr(vector_clock.time, "sleep", lambda seconds: None)
 
 
 @pytest.mark.parametrize("host", [pytest.param(host, id=host.name) for host in RECORDED_HOSTS])
@@ -117,10 +117,10 @@ def recorded_runs(monkeypatch, seconds):
         ran.append((loop, iterations, tuple(cpus)))
         return [seconds] * len(cpus)
 
-    monkeypatch.setattr(cpu_clock, "_fastest_runs", fake_runs)
-    monkeypatch.setattr(cpu_clock, "_supported", lambda: True)
+    monkeypatch.setattr(vector_clock, "_fastest_runs", fake_runs)
+    monkeypatch.setattr(vector_clock, "supported_platform", lambda: True)
     compiled = []
-    monkeypatch.setattr(cpu_clock, "_compiled", lambda code: compiled.append(code) or (None, code))
+    monkeypatch.setattr(vector_clock, "_compiled", lambda code: compiled.append(code) or (None, code))
     return ran, compiled
 
 
@@ -133,9 +133,9 @@ def test_the_widest_isa_the_flags_allow_is_the_one_run(monkeypatch, flags, isa, 
     (2 GHz here) and its streams' FLOP/s over the FLOPs per cycle (Zen 4's half-width AVX-512 and AVX2: 32)."""
     ran, compiled = recorded_runs(monkeypatch, seconds=1e-3)
     clock = measure_vector_clock(facts=(flags, "amd", 0x19, 1, [0, 3]))
-    code = {"AVX-512": cpu_clock._AVX512, "AVX2+FMA": cpu_clock._AVX2}[isa]
-    assert compiled == [cpu_clock._assemble(code.latency_prologue, code.latency_body),
-                        cpu_clock._assemble(code.stream_prologue, code.stream_body)]
+    code = {"AVX-512": vector_clock._AVX512, "AVX2+FMA": vector_clock._AVX2}[isa]
+    assert compiled == [vector_clock._assemble(code.latency_prologue, code.latency_body),
+                        vector_clock._assemble(code.stream_prologue, code.stream_body)]
     streams = 250_000 * 12 * lanes * 2 / 1e-3
     full = min(500_000 * 4 / 1e-3 / 1e9, streams / per_cycle / 1e9)
     assert clock == VectorClock(ghz=pytest.approx(full), per_core_ghz=(pytest.approx(full),) * 2, isa=isa,
@@ -164,9 +164,9 @@ def test_nothing_runs_without_the_isa_or_a_known_latency(monkeypatch, facts):
 @pytest.mark.parametrize("name", ["_AVX2", "_AVX512"])
 @pytest.mark.parametrize("part", ["latency", "stream"])
 def test_the_loop_jumps_back_to_the_start_of_its_body(name, part):
-    code = getattr(cpu_clock, name)
+    code = getattr(vector_clock, name)
     prologue, body = bytes.fromhex(getattr(code, f"{part}_prologue")), bytes.fromhex(getattr(code, f"{part}_body"))
-    loop = cpu_clock._assemble(prologue.hex(), body.hex())
+    loop = vector_clock._assemble(prologue.hex(), body.hex())
     jnz = len(prologue) + len(body) + 3
     assert loop[jnz] == 0x75 and loop[-4:] == bytes.fromhex("c5f877c3")
     target = jnz + 2 + int.from_bytes(loop[jnz + 1:jnz + 2], "little", signed=True)
