@@ -1,4 +1,4 @@
-/* An FMA ceiling compiled from C, independent of the hand-assembled loops in accounting/hardware/cpu_clock.py.
+/* An FMA ceiling compiled from C, independent of the hand-assembled loops in accounting/hardware/vector_clock.py.
  *
  * One thread per CPU named on the command line, each pinned to its CPU, runs twelve independent float32 FMA
  * chains on the widest vectors it was compiled for (-mavx512f: zmm, else -mavx2 -mfma: ymm); all threads start
