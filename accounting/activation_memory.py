@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from accounting._checks import check_choice, check_positive_size
 from accounting.errors import AccountingTypeError
 from accounting.memory import storage_dtype
-from accounting.transformer import TransformerConfig
+from accounting.transformer import GELUS, TransformerConfig
 
 ATTENTIONS = ("eager", "sdpa")
 """``eager``: softmax(QKᵀ)V in separate ops, the (s × s) scores saved; ``sdpa``:
@@ -44,10 +44,6 @@ saving Q, K, V, its output and a log-sum-exp per query, no s² term."""
 RECOMPUTES = ("none", "full")
 """``full``: every block checkpointed (``torch.utils.checkpoint``, non-reentrant; Hugging Face's
 ``gradient_checkpointing_enable``), keeping only its input until backward recomputes it."""
-GELUS = ("fused", "unfused")
-"""``fused``: one op (``F.gelu``, exact or tanh; Hugging Face ``"gelu"``, ``"gelu_pytorch_tanh"``)
-saving its input; ``unfused``: the tanh formula in elementwise ops (Hugging Face ``"gelu_new"``,
-GPT-2's own setting), which saves five tensors of the MLP's width."""
 
 _FP32, _INT64, _MASK = 4, 8, 1  # bytes of fp32 internals (norm statistics, softmax, loss), indices, bool masks
 
@@ -232,7 +228,7 @@ def transformer_activations(
     attention: str = "eager",
     recompute: str = "none",
     dropout: bool = False,
-    gelu: str = "fused",
+    gelu: str | None = None,
 ) -> ActivationBytes:
     """What a forward pass of ``config`` on ``batch_size`` sequences saves, by part (see the module docstring).
 
@@ -247,7 +243,7 @@ def transformer_activations(
     batch = check_positive_size(batch_size, "batch_size")
     check_choice(attention, ATTENTIONS, "attention")
     check_choice(recompute, RECOMPUTES, "recompute")
-    check_choice(gelu, GELUS, "gelu")
+    gelu = config.gelu if gelu is None else check_choice(gelu, GELUS, "gelu")
     if not isinstance(dropout, bool):
         raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
     s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream

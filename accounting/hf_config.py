@@ -76,7 +76,7 @@ _HARMLESS_ROTARY = frozenset({
 })
 _HARMLESS = {
     "gpt2": frozenset({
-        "activation_function", "attn_pdrop", "embd_pdrop", "resid_pdrop", "layer_norm_epsilon", "n_ctx",
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "layer_norm_epsilon", "n_ctx",
         "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "summary_type",
         "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "output_past",
     }),
@@ -88,7 +88,13 @@ _HARMLESS = {
 }
 MODEL_TYPES = tuple(_HARMLESS)
 
-_GPT2_READ = {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size", "n_inner", "tie_word_embeddings"}
+_GPT2_READ = {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size", "n_inner", "tie_word_embeddings",
+              "activation_function"}
+# How each of transformers' GELUs runs (``TransformerConfig.gelu``): one op, or the tanh formula in elementwise
+# ops, which saves more for backward. GPT-2's default is "gelu_new".
+# source: transformers 5.24, activations.py (GELUActivation, PytorchGELUTanh: F.gelu; NewGELUActivation,
+# FastGELUActivation: the formula) and models/gpt2/configuration_gpt2.py
+_GELU_OF_ACTIVATION = {"gelu": "fused", "gelu_pytorch_tanh": "fused", "gelu_new": "unfused", "gelu_fast": "unfused"}
 _ROTARY_READ = {
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings",
@@ -170,7 +176,16 @@ def _gpt2_fields(config: dict) -> dict:
         "ffn_width": _size(config, "n_inner", required=False),
         "max_positions": positions,
         "sequence_length": positions,
+        "gelu": _gelu(config.get("activation_function", "gelu_new")),
     }
+
+
+def _gelu(activation) -> str:
+    if activation not in _GELU_OF_ACTIVATION:
+        known = ", ".join(repr(name) for name in _GELU_OF_ACTIVATION)
+        raise AccountingError(f"config.json key 'activation_function' is {activation!r}: from_hf knows how {known} "
+                              "save activations, not this one")
+    return _GELU_OF_ACTIVATION[activation]
 
 
 def _rotary_fields(config: dict, model_type: str) -> dict:

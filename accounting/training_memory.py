@@ -233,7 +233,7 @@ def transformer_activation_bytes(
     *,
     attention: str = "eager",
     recompute: str = "none",
-    gelu: str = "fused",
+    gelu: str | None = None,
 ) -> int:
     """Bytes of the tensors a transformer's forward pass saves for backward.
 
@@ -245,7 +245,8 @@ def transformer_activation_bytes(
     blocks (``norm="rmsnorm"``) as Hugging Face's Llama, Qwen2 and Mixtral code saves them. Outside
     the blocks: the final norm, rotary tables and the loss's fp32 log-probabilities (4·sbV).
     ``attention``: ``"eager"`` or ``"sdpa"`` (no s² term); ``recompute="full"``: each block keeps
-    only its input; ``gelu``: ``"fused"`` or ``"unfused"`` (Hugging Face's ``gelu_new``, GPT-2's).
+    only its input; ``gelu``: ``"fused"`` or ``"unfused"`` (Hugging Face's ``gelu_new``, GPT-2's); default:
+    the config's own (``config.gelu``, which ``TransformerConfig.from_hf`` reads from ``activation_function``).
 
     >>> from accounting import TransformerConfig
     >>> config = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
@@ -402,7 +403,7 @@ def transformer_training_memory(
     *,
     attention: str = "eager",
     recompute: str = "none",
-    gelu: str = "fused",
+    gelu: str | None = None,
     sharding=None,
     devices: int = 1,
     **optimizer_settings,

@@ -28,6 +28,11 @@ from accounting.errors import AccountingError, AccountingTypeError
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
+GELUS = ("fused", "unfused")
+"""How a GELU MLP's activation is computed, which decides what it saves for backward (not what it counts):
+``fused``, one op (``F.gelu``, exact or tanh; Hugging Face ``"gelu"``, ``"gelu_pytorch_tanh"``) saving its
+input; ``unfused``, the tanh formula in elementwise ops (Hugging Face ``"gelu_new"``, GPT-2's own setting),
+saving five tensors of the MLP's width."""
 # Weight matrices of one MLP (or of one expert): GELU up and down; SwiGLU gate, up and down.
 _MLP_MATRICES = {"gelu": 2, "swiglu": 3}
 
@@ -61,6 +66,8 @@ class TransformerConfig:
     - ``max_positions``: rows of the learned position table; ``None`` means
       ``sequence_length``. A model built for 1024 positions (GPT-2) keeps its 1024 rows when
       it runs shorter sequences. Only counted with ``learned_positions``.
+    - ``gelu``: how a ``"gelu"`` MLP's activation is computed, ``"fused"`` or ``"unfused"``
+      (:data:`GELUS`): it changes the activations saved for backward, never the counts.
 
     Every ``None`` is replaced by its value when the config is made, so ``config.head_width``
     is always a number.
@@ -88,6 +95,7 @@ class TransformerConfig:
     experts: int = 1
     experts_per_token: int = 1
     max_positions: int | None = None
+    gelu: str = "fused"
 
     def __post_init__(self):
         for name in ("layers", "width", "heads", "sequence_length", "vocabulary", "experts", "experts_per_token"):
@@ -99,6 +107,7 @@ class TransformerConfig:
             raise AccountingTypeError(f"qkv_bias must be True, False or None, got {self.qkv_bias!r}")
         check_choice(self.mlp, MLP_KINDS, "mlp")
         check_choice(self.norm, NORM_KINDS, "norm")
+        check_choice(self.gelu, GELUS, "gelu")
         defaults = {
             "ffn_width": 4 * self.width,
             "kv_heads": self.heads,

@@ -82,7 +82,7 @@ def test_null_sizes_are_the_derived_ones(family, nulls):
         pytest.param("mistral", dict(sliding_window=8), id="mistral-window"),
         pytest.param("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1), id="qwen2-window"),
         pytest.param("mixtral", dict(router_jitter_noise=0.1, router_aux_loss_coef=0.5, output_router_logits=True), id="mixtral-router"),
-        pytest.param("gpt2", dict(activation_function="relu", scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, layer_norm_epsilon=1e-3), id="gpt2-numerics"),
+        pytest.param("gpt2", dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, layer_norm_epsilon=1e-3), id="gpt2-numerics"),
     ],
 )
 def test_harmless_keys_change_no_parameter(family, changes):
@@ -90,6 +90,24 @@ def test_harmless_keys_change_no_parameter(family, changes):
     changed = base | changes
     assert TransformerConfig.from_hf(changed) == TransformerConfig.from_hf(base)
     assert numel(model_from_config_json(changed)) == numel(model_from_config_json(base))
+
+
+@pytest.mark.parametrize("activation, gelu", [
+    pytest.param("gelu_new", "unfused", id="gpt2-default-tanh-formula"),
+    pytest.param("gelu_fast", "unfused", id="fast-formula"),
+    pytest.param("gelu", "fused", id="exact-one-op"),
+    pytest.param("gelu_pytorch_tanh", "fused", id="tanh-one-op"),
+])
+def test_gpt2s_activation_function_says_how_its_gelu_saves_and_changes_no_parameter(activation, gelu):
+    base = hf_config("gpt2").to_dict()
+    config = TransformerConfig.from_hf(base | {"activation_function": activation})
+    assert config.gelu == gelu
+    assert config.parameter_count == numel(model_from_config_json(base | {"activation_function": activation}))
+
+
+def test_an_activation_function_from_hf_cannot_place_is_named():
+    with pytest.raises(AccountingError, match=r"^config.json key 'activation_function' is 'relu': from_hf knows"):
+        TransformerConfig.from_hf(hf_config("gpt2").to_dict() | {"activation_function": "relu"})
 
 
 # What transformers 4.x wrote for every PretrainedConfig (to_dict() of the defaults): generation settings and

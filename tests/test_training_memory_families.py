@@ -15,7 +15,7 @@ import pytest
 import transformers
 
 from accounting import TransformerConfig, transformer_activation_bytes, transformer_training_memory
-from studies.training_memory_families import GELU, POLICIES, RECOMPUTES, measure_model
+from studies.training_memory_families import POLICIES, RECOMPUTES, measure_model
 from tests.support.hf_models import hf_config
 
 TOLERANCE = 0.05
@@ -33,10 +33,9 @@ def _build(family: str, attention: str = "eager", **sizes):
 
 
 def _predict(family, config, precision, recompute, batch_size=BATCH_SIZE, attention="eager"):
-    return transformer_training_memory(
-        config, batch_size, "adamw", precision, attention=attention, recompute=recompute,
-        gelu=GELU.get(family, "fused"),
-    )
+    """The prediction from the config alone: GPT-2's unfused GELU (``gelu_new``) comes from its config.json."""
+    return transformer_training_memory(config, batch_size, "adamw", precision, attention=attention,
+                                       recompute=recompute)
 
 
 @pytest.mark.parametrize(

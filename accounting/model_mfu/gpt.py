@@ -86,6 +86,7 @@ def _check_gpt2_shaped(config: TransformerConfig) -> None:
         ("norm", config.norm, "'layernorm'", config.norm == "layernorm"),
         ("qkv_bias", config.qkv_bias, f"bias={config.bias}", config.qkv_bias == config.bias),
         ("experts", config.experts, "1", config.experts == 1),
+        ("gelu", config.gelu, "'fused': F.gelu", config.gelu == "fused"),
     ) if not same]
     if differences:
         raise AccountingError(f"GPT builds GPT-2's architecture only; this config has {', '.join(differences)}: "
