@@ -4,7 +4,9 @@ Modules, each building only on the ones before it:
 
 - :mod:`~accounting.hardware.dtypes` — matmul dtype names as the peak tables read them;
 - :mod:`~accounting.hardware.cpu_facts` — the CPU's ISA flags, vendor, model, cores, memory;
-- :mod:`~accounting.hardware.cpu_clock` — the CPU clock, measured under scalar and vector load;
+- :mod:`~accounting.hardware.cpu_paths` — FLOPs per cycle of a CPU's best matmul path for a dtype;
+- :mod:`~accounting.hardware.vector_clock` — the CPU clock with every FMA unit busy, measured;
+- :mod:`~accounting.hardware.cpu_clock` — the clock the CPU peak uses, and the clock under scalar load;
 - :mod:`~accounting.hardware.devices` — which device is in use (:class:`DeviceInfo`, ``detect_device``);
 - :mod:`~accounting.hardware.clocks` — waiting for a device and the clock that times it;
 - :mod:`~accounting.hardware.precision` — TF32 flags, and a block that sets them;
