@@ -95,7 +95,7 @@ def test_import_accounting_imports_a_public_names_module_when_the_name_is_first_
 
 
 def test_the_option_help_names_the_variable_the_peak_lookup_reads(monkeypatch):
-    """options.py names $ACCOUNTING_PEAK_TFLOPS without importing hardware.peaks: it must be the one peaks reads."""
+    """options.py names $ACCOUNTING_PEAK_TFLOPS from hardware.environment (no torch): the variable peaks reads."""
     monkeypatch.setenv(options.PEAK_TFLOPS_ENV, "2.5")
     assert peaks.peak_override_tflops() == 2.5
 

@@ -14,12 +14,10 @@ asks for the machine's identity.
 ['--peak-tflops', '--benchmarks-json', '--gpus', '--matmul-shapes']
 """
 
+from accounting.hardware.environment import PEAK_TFLOPS_ENV  # a module that imports nothing: no torch at start-up
+
 SHAPE_MODES = ("auto", "quick", "full")
 """``--matmul-shapes``: the configured quick shapes, all of them, or either as the ``-m`` expression picks."""
-
-PEAK_TFLOPS_ENV = "ACCOUNTING_PEAK_TFLOPS"
-"""The variable :func:`accounting.hardware.peaks.peak_override_tflops` reads, named here for the option's help
-without importing that module (it imports torch); a test checks that the two name the same variable."""
 
 
 def add_options(parser) -> None:

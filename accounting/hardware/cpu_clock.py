@@ -31,6 +31,7 @@ from pathlib import Path
 from accounting._checks import positive_number_from_text
 from accounting.errors import AccountingError
 from accounting.hardware.cpu_facts import cpuinfo_blocks, read_text
+from accounting.hardware.environment import CPU_GHZ_ENV
 from accounting.hardware.vector_clock import (  # noqa: F401 - the vector clock's names, imported from here by users
     VectorClock,
     fma_latency_cycles,
@@ -43,8 +44,6 @@ from accounting.hardware.vector_clock import (  # noqa: F401 - the vector clock'
     vector_isa,
 )
 
-CPU_GHZ_ENV = "ACCOUNTING_CPU_GHZ"
-"""Environment variable that overrides the CPU clock (GHz) used for the CPU peak."""
 SCALAR_CLOCK_SOURCE = "imul-chain measurement"
 """Where the peak's clock came from when it was measured under scalar load (:func:`measure_cpu_ghz`)."""
 VECTOR_CLOCK_SOURCE = "FMA measurement, all cores at full FMA load"

@@ -45,11 +45,9 @@ from accounting.errors import AccountingTypeError
 from accounting.hardware.cpu_peak import cpu_peak_flops
 from accounting.hardware.devices import UNREPORTED_CACHE_BYTES, DeviceInfo
 from accounting.hardware.dtypes import FP8, INT8, peak_column
+from accounting.hardware.environment import PEAK_TFLOPS_ENV
 from accounting.hardware.native import kind_reason
 from accounting.memory import TF32
-
-PEAK_TFLOPS_ENV = "ACCOUNTING_PEAK_TFLOPS"
-"""Environment variable: the dense peak, in TFLOP/s, to use instead of the table or CPU estimate."""
 
 _COLUMNS = ("float64", "float32", TF32, "bfloat16", "float16", FP8, INT8)
 _SPARSE_DTYPES = frozenset({TF32, "bfloat16", "float16", FP8, INT8})
