@@ -2,6 +2,7 @@
 
 Modules, each building only on the ones before it:
 
+- :mod:`~accounting.hardware.environment` — the variables a user overrides the peak and the clock with;
 - :mod:`~accounting.hardware.dtypes` — matmul dtype names as the peak tables read them;
 - :mod:`~accounting.hardware.cpu_facts` — the CPU's ISA flags, vendor, model, cores, memory;
 - :mod:`~accounting.hardware.cpu_paths` — FLOPs per cycle of a CPU's best matmul path for a dtype;
