@@ -6,8 +6,9 @@ import sys
 
 import pytest
 import torch
+import torch.distributed as dist
 
-from accounting.fleet.turns import TORCHRUN_VARIABLE, launcher_off, measuring_turns
+from accounting.fleet.turns import TORCHRUN_VARIABLE, end_turn, launcher_off, measuring_turns, wait_for_turn
 
 
 @pytest.mark.parametrize("device, local_world_size, turns", [
@@ -59,3 +60,14 @@ def test_a_launcher_that_is_not_torchrun_is_left_alone(launcher):
     before = _masks(launcher)
     with launcher_off([sorted(os.sched_getaffinity(0))[0]], environ={}, parent=launcher) as moved:
         assert moved == [] and _masks(launcher) == before
+
+
+def test_a_rank_waits_for_the_one_before_it_and_says_so_when_that_one_never_finishes():
+    """On a real store: local rank 0 starts at once; rank 1 starts once rank 0 has ended its turn; rank 2, whose
+    predecessor never does, measures after its timeout with a note naming both."""
+    store = dist.HashStore()
+    assert wait_for_turn(store, rank=0, local_rank=0, timeout_s=0.01) is None
+    end_turn(store, 0)
+    assert wait_for_turn(store, rank=1, local_rank=1, timeout_s=1) is None
+    note = wait_for_turn(store, rank=2, local_rank=2, timeout_s=0.2)
+    assert note == "rank 2 measured without waiting for rank 1, which had not finished measuring after 0.2 s"

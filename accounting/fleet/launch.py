@@ -214,6 +214,13 @@ def device_backend(device: torch.device) -> str:
     return dist.Backend.default_device_backend_map[device.type]
 
 
+def rendezvous_store(launch: Launch, timeout_s: float):
+    """The launcher's ``env://`` rendezvous store (what :func:`process_groups` opens when given none)."""
+    store, _rank, _size = next(dist.rendezvous("env://", launch.rank, launch.world_size,
+                                               timeout=datetime.timedelta(seconds=timeout_s)))
+    return store
+
+
 @contextlib.contextmanager
 def process_groups(launch: Launch, device: torch.device, *, timeout_s: float, store=None):
     """Open the device and control groups for ``launch`` (``store``: a ready store, e.g. a ``FileStore``
@@ -226,7 +233,7 @@ def process_groups(launch: Launch, device: torch.device, *, timeout_s: float, st
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if store is None:
-        store, _rank, _size = next(dist.rendezvous("env://", launch.rank, launch.world_size, timeout=timeout))
+        store = rendezvous_store(launch, timeout_s)
     store.set_timeout(timeout)
     if dist.is_initialized():
         raise AccountingError("a default process group is already initialised in this process")

@@ -47,13 +47,14 @@ from accounting.fleet.launch import (
     local_device,
     pin_cpu,
     process_groups,
+    rendezvous_store,
 )
 from accounting.fleet.levels import fleet_level
 from accounting.fleet.measure import measure_rank
 from accounting.fleet.results import document
 from accounting.fleet.scopes import plan_scopes
 from accounting.fleet.throttle import throttled
-from accounting.fleet.turns import launcher_off, measuring_turns
+from accounting.fleet.turns import end_turn, launcher_off, measuring_turns, wait_for_turn
 from accounting.hardware.devices import detect_device, free_memory_bytes
 from accounting.report.checks import ResultChecker
 from accounting.report.levels import STANDARD
@@ -215,18 +216,22 @@ def _measure_into(record: dict, options: FleetOptions, launch: Launch, device, h
         record["report"], record["telemetry"] = measured
 
 
-def _measure_in_turns(record: dict, options: FleetOptions, launch: Launch, device, hooks: Hooks, budget_s: float,
-                      cpus, meet: dict) -> None:
-    """Local rank ``t`` measures in turn ``t`` (``budget_s`` split evenly), the launcher off its cores, while the
-    node's other ranks wait at the turn's barrier; a rank hung in its turn is named there. The others wait for
-    the turn's budget, the measurement's fixed costs beyond it (``TURN_OVERRUN_S``) and the barrier timeout."""
+def _measure_in_turn(record: dict, options: FleetOptions, launch: Launch, device, hooks: Hooks, budget_s: float,
+                     cpus, store, barrier_timeout: float, notes: list) -> None:
+    """Local rank ``t`` measures in turn ``t`` (``budget_s`` split evenly), the launcher off its cores, once the
+    rank before it has measured. It waits for the turns before its own: each one's budget and the measurement's
+    fixed costs beyond it (``TURN_OVERRUN_S``), and the barrier timeout."""
     turns = launch.local_world_size
-    for turn in range(turns):
-        if turn == launch.local_rank:
-            with launcher_off(cpus or ()):
-                _measure_into(record, options, launch, device, hooks, budget_s / turns)
-        checkpoint(record, stage=f"measuring turn {turn + 1} of {turns}",
-                   **{**meet, "timeout_s": meet["timeout_s"] + budget_s / turns + TURN_OVERRUN_S})
+    per_turn = budget_s / turns
+    waited = wait_for_turn(store, launch.rank, launch.local_rank,
+                           launch.local_rank * (per_turn + TURN_OVERRUN_S) + barrier_timeout)
+    if waited is not None:
+        notes.append(waited)
+    try:
+        with launcher_off(cpus or ()):
+            _measure_into(record, options, launch, device, hooks, per_turn)
+    finally:
+        end_turn(store, launch.rank)
 
 
 def _group(members: list, world_size: int, groups, timeout_s: float):
@@ -387,11 +392,13 @@ def run_fleet(options: FleetOptions, launch: Launch, *, store=None, hooks: Hooks
     barrier_timeout = options.barrier_timeout()
     group_timeout = options.budget_s + barrier_timeout + GROUP_TIMEOUT_MARGIN_S
     meet = {"rank": launch.rank, "world_size": launch.world_size, "timeout_s": barrier_timeout}
+    if turns > 1:
+        store = rendezvous_store(launch, group_timeout) if store is None else store
+        _measure_in_turn(record, options, launch, device, hooks, share * options.budget_s, cpus, store,
+                         barrier_timeout, notes)
     with process_groups(launch, device, timeout_s=group_timeout, store=store) as groups:
         meet.update(store=groups.store, group=groups.control)
         try:
-            if turns > 1:
-                _measure_in_turns(record, options, launch, device, hooks, share * options.budget_s, cpus, meet)
             if hooks.before_barrier is not None:
                 hooks.before_barrier(launch.rank)
             hosts = checkpoint(record, stage="measured", share=record["identity"]["host"], **meet)

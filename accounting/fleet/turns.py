@@ -8,8 +8,9 @@ the same time, one rank's figures depend on which phase (a matmul, a memory copy
 against 13.6 GB/s, while the same matmul pinned to either CPU, one after the other, read the same on both. So:
 
 - :func:`measuring_turns`: how many turns a node's ranks take (1 for GPU ranks and for one rank per node);
-  local rank ``t`` measures in turn ``t`` while the node's other ranks wait at a barrier (a blocking wait in
-  gloo, no spinning), each turn getting an equal share of the measuring budget. Nodes take their turns in step.
+  local rank ``t`` measures in turn ``t``, each turn getting an equal share of the measuring budget. It waits for
+  its turn on the rendezvous store (:func:`wait_for_turn`: a blocking wait for the key the rank before it leaves
+  when done, :func:`end_turn`), before any process group is opened: no gloo thread runs while a rank measures.
 - :func:`launcher_off`: while a rank measures, ``torchrun``'s agent (the rank's parent process: its monitor
   loop, rendezvous store and log threads) is moved off that rank's cores, onto the cores of ranks that are
   waiting, and put back after.
@@ -20,11 +21,14 @@ against 13.6 GB/s, while the same matmul pinned to either CPU, one after the oth
 """
 
 import contextlib
+import datetime
 import os
 from pathlib import Path
 
 import torch
 
+TURN_KEY = "accounting-fleet-turns/measured/{rank}"
+"""The store key a rank sets when it has measured; the next local rank of its node waits for it."""
 TORCHRUN_VARIABLE = "TORCHELASTIC_RUN_ID"
 """Set by ``torchrun`` for its workers: where it is set, a worker's parent process is the elastic agent."""
 
@@ -33,6 +37,25 @@ def measuring_turns(device: torch.device, local_world_size: int) -> int:
     """How many turns the ranks of one node take to measure their own figures: one per local rank on the CPU
     (they share the node's memory, caches, power and perhaps cores), one in all on GPUs (a device each)."""
     return local_world_size if device.type == "cpu" and local_world_size > 1 else 1
+
+
+def wait_for_turn(store, rank: int, local_rank: int, timeout_s: float) -> str | None:
+    """Block until the rank before this one on its node (global rank ``rank - 1``: torchrun numbers a node's ranks
+    one after another) has measured; ``None``, or a note saying it waited ``timeout_s`` in vain and measures anyway
+    (the fleet's next barrier names a rank that hangs). Local rank 0 starts at once."""
+    if local_rank == 0:
+        return None
+    try:
+        store.wait([TURN_KEY.format(rank=rank - 1)], datetime.timedelta(seconds=timeout_s))
+    except RuntimeError:  # the store's timeout (DistStoreError is a RuntimeError)
+        return (f"rank {rank} measured without waiting for rank {rank - 1}, which had not finished measuring after "
+                f"{timeout_s:g} s")
+    return None
+
+
+def end_turn(store, rank: int) -> None:
+    """Say that ``rank`` has measured: the next local rank of its node may start."""
+    store.set(TURN_KEY.format(rank=rank), "measured")
 
 
 def _threads(pid: int) -> list[int]:
