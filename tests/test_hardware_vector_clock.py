@@ -81,7 +81,7 @@ def replayed(monkeypatch, host):
 
     monkeypatch.setattr(vector_clock, "_fastest_runs", fake_runs)
     monkeypatch.setattr(vector_clock, "supported_platform", lambda: True)
-    monkeypatch.setattr(vector_clock, "_compiled", lambda code: (None, code))
+    monkeypatch.setattr(vector_clock, "executable_loop", lambda code: (None, code))
     monkeypatch.setattr(vector_clock.time, "sleep", lambda seconds: None)
 
 
@@ -120,7 +120,7 @@ def recorded_runs(monkeypatch, seconds):
     monkeypatch.setattr(vector_clock, "_fastest_runs", fake_runs)
     monkeypatch.setattr(vector_clock, "supported_platform", lambda: True)
     compiled = []
-    monkeypatch.setattr(vector_clock, "_compiled", lambda code: compiled.append(code) or (None, code))
+    monkeypatch.setattr(vector_clock, "executable_loop", lambda code: compiled.append(code) or (None, code))
     return ran, compiled
 
 

@@ -20,9 +20,7 @@ before it); :func:`measured_cpu_ghz` measures once per process.
 True
 """
 
-import ctypes
 import functools
-import mmap
 import os
 import re
 import time
@@ -34,6 +32,7 @@ from accounting.hardware.cpu_facts import cpuinfo_blocks, read_text
 from accounting.hardware.environment import CPU_GHZ_ENV
 from accounting.hardware.vector_clock import (  # noqa: F401 - the vector clock's names, imported from here by users
     VectorClock,
+    executable_loop,
     fma_latency_cycles,
     full_load_clock_ghz,
     measure_fma_ceiling,
@@ -71,15 +70,6 @@ _LOOP_CODE = bytes.fromhex(
 
 
 @functools.cache
-def _compiled_loop():
-    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-    page.write(_LOOP_CODE)
-    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
-    function = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(address)
-    return page, function  # keep the page alive as long as the function
-
-
-@functools.cache
 def measured_cpu_ghz() -> float | None:
     """:func:`measure_cpu_ghz`, measured on the first call and remembered for the process."""
     return measure_cpu_ghz()
@@ -94,14 +84,14 @@ def measure_cpu_ghz() -> float | None:
     if not supported_platform():
         return None
     try:
-        _, loop = _compiled_loop()
+        _, loop = executable_loop(_LOOP_CODE)
     except (OSError, ValueError, AttributeError):
         return None
-    loop(_ITERATIONS * 4)  # warm up: let the core leave any idle state
+    loop(_ITERATIONS * 4, None)  # warm up: let the core leave any idle state
     best = float("inf")
     for _ in range(_REPEATS):
         start = time.thread_time()  # this thread's CPU time: a run preempted by other work is not billed for it
-        loop(_ITERATIONS)
+        loop(_ITERATIONS, None)
         best = min(best, time.thread_time() - start)
     cycles = _ITERATIONS * _MULTIPLIES_PER_ITERATION * IMUL_LATENCY_CYCLES
     return cycles / best / 1e9

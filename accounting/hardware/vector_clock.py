@@ -201,7 +201,10 @@ def fma_latency_cycles(vendor: str | None, family: int | None, model: int | None
 
 
 @functools.cache
-def _compiled(code: bytes):
+def executable_loop(code: bytes):
+    """``(page, function)``: machine code placed in an executable page, callable as
+    ``uint64_t loop(uint64_t n, const void *data)`` (a loop that takes only ``n`` ignores the second argument);
+    the page is returned to be kept alive as long as the function."""
     page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     page.write(code)
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
@@ -332,8 +335,8 @@ def measure_vector_clock(*, facts=None, repeats: int = _VECTOR_REPEATS) -> Vecto
         return None
     per_cycle, _path = cpu_flops_per_cycle("float32", flags, vendor=vendor)
     try:
-        _, chains = _compiled(_assemble(code.latency_prologue, code.latency_body))
-        _, streams = _compiled(_assemble(code.stream_prologue, code.stream_body))
+        _, chains = executable_loop(_assemble(code.latency_prologue, code.latency_body))
+        _, streams = executable_loop(_assemble(code.stream_prologue, code.stream_body))
         chain_seconds = [math.inf] * len(cpus)
         stream_seconds = [math.inf] * len(cpus)
         for batch in range(_VECTOR_BATCHES):
@@ -373,7 +376,7 @@ def measure_fma_ceiling(*, facts=None) -> float | None:
     if not supported_platform() or code is None:
         return None
     try:
-        _, loop = _compiled(_assemble(code.stream_prologue, code.stream_body))
+        _, loop = executable_loop(_assemble(code.stream_prologue, code.stream_body))
         seconds = _fastest_runs(loop, _STREAM_ITERATIONS, cpus)
     except (OSError, ValueError, AttributeError):
         return None
