@@ -159,10 +159,14 @@ def predicted_lines(scenarios, *, max_pairs: int = DEFAULT_MAX_PAIRS, jobs: int 
 def summary_rows(scenarios, runs: int) -> list[list[str]]:
     """The summary table's cells (see :data:`SUMMARY_HEADER`).
 
-    >>> row = Scenario(1.25, failed=19, decisions={"regression": 19, "inconclusive": 1}, seconds=[30.0, 50.0],
-    ...                processes=[3, 5], injected=[1.24, 1.27], set_aside=1)
+    A scenario's count is of the jobs it ran (fewer than ``runs`` where a deadline stopped the study).
+
+    >>> row = Scenario(1.25, failed=19, decisions={"regression": 19, "inconclusive": 1},
+    ...                seconds=[40.0] * 19 + [60.0], processes=[4] * 20, injected=[1.24, 1.27], set_aside=1)
     >>> summary_rows([row], 20)[0]
-    ['1.25×', '1.255×', '19/20', '19 regression, 1 inconclusive', '40 s', '50 s', '4', '1/8']
+    ['1.25×', '1.255×', '19/20', '19 regression, 1 inconclusive', '41 s', '60 s', '4', '1/80']
+    >>> summary_rows([Scenario(1.1, failed=1, seconds=[40.0] * 17)], 20)[0][2]   # stopped after 17 rounds
+    '1/17'
     >>> summary_rows([Scenario(1.1, 0.05)], 20)[0][0]   # gated with --threshold 0.05
     '1.1× at 5 %'
     """
@@ -176,7 +180,7 @@ def summary_rows(scenarios, runs: int) -> list[list[str]]:
         cells.append([
             injected,
             f"{statistics.median(scenario.injected):.3f}×" if scenario.injected else "—",
-            f"{scenario.failed}/{runs}",
+            f"{scenario.failed}/{len(scenario.seconds) if scenario.seconds else runs}",
             decided,
             f"{statistics.mean(scenario.seconds):.0f} s" if scenario.seconds else "—",
             f"{max(scenario.seconds):.0f} s" if scenario.seconds else "—",
@@ -219,12 +223,13 @@ def _calibrated_env(factor, threads, say) -> dict:
 
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int = DEFAULT_MAX_PAIRS,
                load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
-               fork_server: bool = True, benchmarks: int = 1, thresholds=(None,)):
+               fork_server: bool = True, benchmarks: int = 1, thresholds=(None,), stop_after: float | None = None):
     """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
 
     A and B run the same module in the same folder; only B's environment injects the slowdown,
     as a changed revision would. Each of ``thresholds`` (fractions, the gate's ``--threshold``;
-    ``None``: benchmarks.json's) gets its own jobs, every factor at each.
+    ``None``: benchmarks.json's) gets its own jobs, every factor at each. With ``stop_after``
+    (seconds), no round of jobs starts that the slowest round so far says would end after it.
     """
     folder = Path(workdir)
     pytest_args = write_module(folder, benchmarks)
@@ -235,25 +240,37 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
 
     say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} to {max_pairs} pairs per gated job ({_load_text()})")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
-    scenarios = []
-    for threshold, factor in ((threshold, factor) for threshold in thresholds for factor in (1.0, *factors)):
-        scenario = Scenario(factor, threshold)
+    scenarios, started_all, round_seconds = [], time.monotonic(), 0.0
+    for threshold in thresholds:
         judged = with_threshold(config, threshold)
+        round_scenarios = [Scenario(factor, threshold) for factor in (1.0, *factors)]
+        scenarios += round_scenarios
         for rerun in range(1, runs + 1):
-            label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
-            own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
-            started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
-            runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
-                              threads=threads, own_runs=own_runs, fork_server=fork_server)
-                       for side in (1.0, factor)]
-            with servers_ready(*runners):
-                result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
-                                                        max_pairs=max_pairs, load_guard=load_guard)
-            seconds = time.monotonic() - started
-            scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
-            at = f" at threshold {threshold:g}" if threshold is not None else ""
-            say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), {seconds:.0f} s")
-        scenarios.append(scenario)
+            # Rounds interleave the scenarios (unchanged, then each factor), so a slow spell of the
+            # host falls on all of them alike, and a study stopped by its deadline stays balanced.
+            elapsed = time.monotonic() - started_all
+            if stop_after is not None and elapsed + round_seconds > stop_after:
+                say(f"stopping before round {rerun}: {elapsed:.0f} s spent, a round takes {round_seconds:.0f} s, "
+                    f"--stop-after {stop_after:g} s")
+                return scenarios
+            round_started = time.monotonic()
+            for scenario in round_scenarios:
+                factor = scenario.factor
+                label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+                own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
+                started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
+                runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
+                                  threads=threads, own_runs=own_runs, fork_server=fork_server)
+                           for side in (1.0, factor)]
+                with servers_ready(*runners):
+                    result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
+                                                            max_pairs=max_pairs, load_guard=load_guard)
+                seconds = time.monotonic() - started
+                scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
+                at = f" at threshold {threshold:g}" if threshold is not None else ""
+                say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
+                    f"{seconds:.0f} s")
+            round_seconds = max(round_seconds, time.monotonic() - round_started)
     return scenarios
 
 
@@ -350,6 +367,9 @@ def main(argv=None) -> int:
                              "tree); a job fails when any is convicted. Default: %(default)r")
     parser.add_argument("--max-pairs", type=_count, default=DEFAULT_MAX_PAIRS, metavar="M",
                         help="with --ab: the pairs cap of each job. Default: %(default)r")
+    parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+                        help="with --ab: start no round of jobs (one per scenario) that would end after SECONDS, "
+                             "judged by the slowest round so far; the summary counts the jobs run. Default: none")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
                         help="gate as `accounting gate check --no-load-guard` does (on a machine that is never quiet)")
     parser.add_argument("--fresh-interpreters", dest="fork_server", action="store_false",
@@ -363,7 +383,8 @@ def main(argv=None) -> int:
         if args.ab:
             scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
                                    threads=args.threads, workdir=workdir, fork_server=args.fork_server,
-                                   benchmarks=args.benchmarks, thresholds=args.thresholds)
+                                   benchmarks=args.benchmarks, thresholds=args.thresholds,
+                                   stop_after=args.stop_after)
         else:
             scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
                                 load_guard=args.load_guard, threads=args.threads, workdir=workdir,

@@ -142,6 +142,36 @@ def test_each_threshold_gates_every_scenario_with_that_threshold(tmp_path, monke
     assert seen == [5.0] * 4 + [10.0] * 4
 
 
+def test_ab_jobs_alternate_between_scenarios_and_a_deadline_stops_between_rounds(tmp_path, monkeypatch):
+    """Round r runs unchanged then each factor's job r; no round starts that the slowest one says would overrun."""
+    order, clock = [], [0.0]
+
+    class FakeRunner:
+        def __init__(self, *args, env, **kwargs):
+            self.env = env
+
+    @contextlib.contextmanager
+    def ready(*runners):
+        yield
+
+    def fake_gate_ab(runner_a, runner_b, config, **options):
+        order.append(runner_b.env["factor"])
+        clock[0] += 100.0 * runner_b.env["factor"]   # each job takes 100 s times its factor
+        return GateResult((), (), (), ()), [], [], 3
+
+    monkeypatch.setattr(gate_error_rates, "Runner", FakeRunner)
+    monkeypatch.setattr(gate_error_rates, "servers_ready", ready)
+    monkeypatch.setattr(gate_error_rates, "gate_ab", fake_gate_ab)
+    monkeypatch.setattr(gate_error_rates, "_calibrated_env", lambda factor, threads, say: {"factor": factor})
+    monkeypatch.setattr(gate_error_rates.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    scenarios = gate_error_rates.measure_ab(5, (1.5, 2.0), workdir=str(tmp_path), stream=stream, stop_after=1000.0)
+    assert order == [1.0, 1.5, 2.0] * 2   # a round takes 450 s: a third would end at 1350 s
+    assert [len(scenario.seconds) for scenario in scenarios] == [2, 2, 2]
+    assert "stopping before round 3" in stream.getvalue()
+    assert gate_error_rates.summary_rows(scenarios, 5)[0][2] == "0/2"
+
+
 def test_each_ab_scenario_gets_the_power_models_prediction_at_the_spread_its_jobs_measured():
     def verdict(values):
         return Verdict("t::mm", "cpu", 0.05, Decision.REGRESSION, "slower", tuple(values))
