@@ -196,6 +196,37 @@ def best_split(history: History, *, min_segment: int = MIN_SEGMENT) -> int:
     return min_segment + int(np.argmax(split_statistics(centred, min_segment)))
 
 
+def location_bound(length: int, factor: float, sd: float, *, histories: int = 20000, slack: int = 1,
+                   min_segment: int = MIN_SEGMENT, seed: int = 0) -> float:
+    """The most often any method can name a step's run within ``slack`` runs, on independent normal log
+    values of sd ``sd`` with one step of ``factor`` at a run drawn uniformly (each side at least
+    ``min_segment`` runs): the Bayes rule, told the noise, the step's size and both levels, names the
+    window of ``2 × slack + 1`` runs holding the most posterior mass of where the step is. No method
+    that knows less does better on average over where the step falls (simulated, seeded).
+
+    >>> round(location_bound(30, 1.5, 0.01, histories=200), 2)   # a step of 40 noise sds: always placed
+    1.0
+    """
+    generator = np.random.default_rng(seed)
+    step = math.log(factor)
+    starts = np.arange(min_segment, length - min_segment + 1)   # the first run after the step
+    hits = 0
+    for _ in range(histories):
+        first = int(generator.choice(starts))
+        logs = generator.normal(0.0, sd, length)
+        logs[first:] += step
+        # log likelihood of "the step starts at t", levels known (0 before, step after): sum over i >= t
+        # of (x_i·step − step²/2)/sd², up to a constant
+        evidence = (logs * step - step * step / 2) / (sd * sd)
+        after = np.cumsum(evidence[::-1])[::-1][starts]
+        posterior = np.exp(after - after.max())
+        posterior /= posterior.sum()
+        padded = np.concatenate([np.zeros(slack), posterior, np.zeros(slack)])
+        window = sum(padded[offset:offset + posterior.size] for offset in range(2 * slack + 1))
+        hits += abs(int(starts[int(np.argmax(window))]) - first) <= slack
+    return hits / histories
+
+
 def _distance(indices, history: History) -> int | None:
     if history.first_changed is None or not indices:
         return None
