@@ -17,7 +17,6 @@
 
 import pytest
 import torch
-from beartype import beartype
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from jaxtyping import jaxtyped
@@ -137,6 +136,7 @@ def test_saved_activations_of_the_einops_model(precision):
 def test_the_model_is_shape_checked_under_jaxtyping():
     config = TransformerConfig(layers=1, width=16, heads=2, sequence_length=8, vocabulary=32)
     model = GPT(config)
+    beartype = pytest.importorskip("beartype").beartype   # a test extra: skipped, not a collection error
     checked = jaxtyped(typechecker=beartype)(GPT.forward)
     assert checked(model, torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, 32)
     with pytest.raises(Exception, match="tokens"):

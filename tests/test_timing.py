@@ -5,7 +5,6 @@ import threading
 import numpy as np
 import pytest
 import torch
-from beartype import beartype
 from hypothesis import given
 from hypothesis import strategies as st
 from jaxtyping import TypeCheckError, jaxtyped
@@ -222,6 +221,7 @@ def test_time_matmul_counts_batched_flops():
 
 
 def test_time_matmul_shapes_are_checked_by_its_annotation():
+    beartype = pytest.importorskip("beartype").beartype   # a test extra: skipped, not a collection error
     checked = jaxtyped(typechecker=beartype)(time_matmul)
     assert checked(torch.ones(2, 3, 4), torch.ones(4, 5), warmup=0, repeats=1, min_time_s=0.0).flops == 240
     with pytest.raises(TypeCheckError):

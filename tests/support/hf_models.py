@@ -32,10 +32,14 @@ True
 
 import contextlib
 
+import pytest
 import torch
-import transformers
 
 from accounting import TransformerConfig
+
+# transformers is a test extra: where it is missing (a GPU machine's own environment), every test module that builds
+# these models is skipped with that reason, and `pytest -m gpu` still collects.
+transformers = pytest.importorskip("transformers")
 
 FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "mixtral")
 
