@@ -375,6 +375,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fresh-interpreters", dest="fork_server", action="store_false",
                         help="with --ab: as `accounting gate ab --fresh-interpreters` (no fork server)")
     args = parser.parse_args(argv)
+    if args.stop_after is not None and not args.stop_after > 0:
+        parser.error(f"--stop-after must be a positive number of seconds, got {args.stop_after:g}")
     workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-rates-")
     Path(workdir).mkdir(parents=True, exist_ok=True)
     load_before = _load_text()

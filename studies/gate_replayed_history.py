@@ -46,12 +46,11 @@ class NoRuns(AccountingError):
     """The folder holds too few unchanged runs for the histories asked for."""
 
 
-def unchanged_series(folder, *, metric: str = DEFAULT_METRIC) -> dict:
-    """Each benchmark's values in the unchanged processes under ``folder``, oldest first: name -> list of seconds.
+def unchanged_processes(folder, *, metric: str = DEFAULT_METRIC) -> list[dict]:
+    """The unchanged processes under ``folder``, oldest first, each as ``{benchmark: value in seconds}``.
 
     A process counts as unchanged when every benchmark in it recorded ``intended_slowdown`` 1
-    (the study's module records it). Processes that re-measured only some benchmarks add a
-    value to those only.
+    (the study's module records it). A process that re-measured only some benchmarks holds those only.
     """
     runs = []
     for path in sorted(Path(folder).glob("*/[ab]-*.json")):
@@ -59,24 +58,35 @@ def unchanged_series(folder, *, metric: str = DEFAULT_METRIC) -> dict:
         if run.benchmarks and all(bench.extra_info.get("intended_slowdown") == 1 for bench in run.benchmarks.values()):
             runs.append(run)
     runs.sort(key=lambda run: run.datetime or "")
+    return [{name: bench.summary(metric) for name, bench in run.benchmarks.items() if bench.problem is None}
+            for run in runs]
+
+
+def unchanged_series(processes) -> dict:
+    """Each benchmark's values over ``processes`` (:func:`unchanged_processes`), in their order.
+
+    >>> unchanged_series([{"a": 1.0, "b": 2.0}, {"b": 2.1}])
+    {'a': [1.0], 'b': [2.0, 2.1]}
+    """
     series = {}
-    for run in runs:
-        for name, bench in run.benchmarks.items():
-            if bench.problem is None:
-                series.setdefault(name, []).append(bench.summary(metric))
+    for process in processes:
+        for name, value in process.items():
+            series.setdefault(name, []).append(value)
     return series
 
 
-def noise_facts(series: dict) -> dict:
-    """How the runs vary: the median over benchmarks of the sd of their logs and of the lag-1 autocorrelation,
-    and the share of that variance the benchmarks hold in common (each process's mean log over the
-    benchmarks it ran, against the benchmarks' own variance), measured on the full series.
+def noise_facts(processes) -> dict:
+    """How the runs vary: the median over benchmarks of the sd of their logs and of their lag-1 autocorrelation,
+    and the share of a benchmark's variance that the benchmarks of a process hold in common (the variance
+    of each process's mean log over the benchmarks, against the benchmarks' own), from the processes
+    that ran every benchmark.
 
-    >>> facts = noise_facts({"a": [1.0, 1.1, 1.0, 1.1], "b": [1.0, 1.1, 1.0, 1.1]})
+    >>> facts = noise_facts([{"a": 1.0, "b": 1.0}, {"a": 1.1, "b": 1.1}, {"a": 1.0, "b": 1.0}, {"a": 1.1, "b": 1.1}])
     >>> round(facts["common_share"], 3), round(facts["autocorrelation"], 3)
     (1.0, -0.75)
     """
-    logs = {name: np.log(np.asarray(values, dtype=float)) for name, values in series.items() if len(values) >= 3}
+    logs = {name: np.log(np.asarray(values, dtype=float))
+            for name, values in unchanged_series(processes).items() if len(values) >= 3}
     if not logs:
         raise NoRuns("no benchmark has 3 or more unchanged runs")
     sds = [float(np.std(values, ddof=1)) for values in logs.values()]
@@ -86,13 +96,17 @@ def noise_facts(series: dict) -> dict:
         denominator = float(centred @ centred)
         if denominator > 0:
             autocorrelations.append(float(centred[1:] @ centred[:-1]) / denominator)
-    length = min(values.size for values in logs.values())
-    matrix = np.stack([values[:length] - values[:length].mean() for values in logs.values()])
-    common = matrix.mean(axis=0)
-    total = float(np.mean(matrix.var(axis=1, ddof=1)))
-    return {"benchmarks": len(logs), "runs": length, "sd": statistics.median(sds),
+    complete = [process for process in processes if set(logs) <= set(process)]
+    common_share = float("nan")
+    if len(complete) >= 3:
+        matrix = np.log(np.array([[process[name] for name in logs] for process in complete])).T
+        matrix -= matrix.mean(axis=1, keepdims=True)
+        total = float(np.mean(matrix.var(axis=1, ddof=1)))
+        common_share = float(matrix.mean(axis=0).var(ddof=1)) / total if total > 0 else 0.0
+    return {"benchmarks": len(logs), "runs": len(processes), "complete_runs": len(complete),
+            "sd": statistics.median(sds),
             "autocorrelation": statistics.median(autocorrelations) if autocorrelations else 0.0,
-            "common_share": float(common.var(ddof=1)) / total if total > 0 else 0.0}
+            "common_share": common_share}
 
 
 def windows(series: dict, length: int, count: int):
@@ -181,14 +195,16 @@ def main(argv=None) -> int:
     if not Path(args.folder).is_dir():
         parser.error(f"no such folder: {args.folder}")
     try:
-        series = unchanged_series(args.folder)
-        facts = noise_facts(series)
+        processes = unchanged_processes(args.folder)
+        series = unchanged_series(processes)
+        facts = noise_facts(processes)
         rows = measure(series, length=args.runs, histories=args.histories)
     except AccountingError as error:
         parser.error(str(error))
     print(f"{facts['runs']} unchanged runs of {facts['benchmarks']} benchmarks in {args.folder}: sd of logs "
           f"{facts['sd']:.4f} (median over benchmarks), lag-1 autocorrelation {facts['autocorrelation']:.2f}, "
-          f"{facts['common_share'] * 100:.0f} % of the variance shared by the benchmarks of a process")
+          f"{facts['common_share'] * 100:.0f} % of the variance shared by the benchmarks of a process "
+          f"({facts['complete_runs']} runs of all {facts['benchmarks']})")
     print(table(HEADER, summary_rows(rows)))
     return 0
 

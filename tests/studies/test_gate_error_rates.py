@@ -172,6 +172,12 @@ def test_ab_jobs_alternate_between_scenarios_and_a_deadline_stops_between_rounds
     assert gate_error_rates.summary_rows(scenarios, 5)[0][2] == "0/2"
 
 
+def test_a_deadline_that_is_not_positive_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gate_error_rates.main(["--ab", "--stop-after", "0"])
+    assert exit_.value.code == 2 and "--stop-after must be a positive number of seconds, got 0" in capsys.readouterr().err
+
+
 def test_each_ab_scenario_gets_the_power_models_prediction_at_the_spread_its_jobs_measured():
     def verdict(values):
         return Verdict("t::mm", "cpu", 0.05, Decision.REGRESSION, "slower", tuple(values))

@@ -25,7 +25,7 @@ def test_only_unchanged_processes_enter_the_series_in_the_order_they_ran(tmp_pat
     _write(tmp_path, "ab1.1-t0.05-1", "b", 1, 6, [0.022, 0.033], slowdown=1.1)    # slowed: left out
     _write(tmp_path, "ab1-t0.05-1", "b", 1, 1, [0.019, 0.029])                    # ran first
     _write(tmp_path, "ab1-t0.05-1", "a", 2, 3, [0.021, 0.031])
-    series = replay.unchanged_series(tmp_path)
+    series = replay.unchanged_series(replay.unchanged_processes(tmp_path))
     assert series == {"t.py::test_mm[b00]": [0.019, 0.021, 0.020], "t.py::test_mm[b01]": [0.029, 0.031, 0.030]}
 
 
@@ -33,11 +33,14 @@ def test_noise_facts_agree_with_numpy_on_the_series():
     generator = np.random.default_rng(3)
     shared = generator.normal(0, 0.02, 60)
     series = {f"b{index}": list(0.02 * np.exp(shared + generator.normal(0, 0.01, 60))) for index in range(8)}
-    facts = replay.noise_facts(series)
-    logs = [np.log(values) for values in series.values()]
+    processes = [{name: values[run] for name, values in series.items()} for run in range(60)]
+    processes.insert(30, {"b0": 0.02})   # a process that re-measured one benchmark: left out of the shared part
+    facts = replay.noise_facts(processes)
+    logs = [np.log(values) for values in replay.unchanged_series(processes).values()]
     assert facts["sd"] == pytest.approx(float(np.median([np.std(values, ddof=1) for values in logs])))
-    first = logs[0] - logs[0].mean()
-    assert replay.noise_facts({"b0": series["b0"]})["autocorrelation"] == pytest.approx(
+    assert facts["complete_runs"] == 60 and facts["runs"] == 61
+    first = logs[1] - logs[1].mean()
+    assert replay.noise_facts([{"b1": value} for value in series["b1"]])["autocorrelation"] == pytest.approx(
         float(np.corrcoef(first[1:], first[:-1])[0, 1]), abs=0.05)
     # shared sd 0.02 against 0.01 of each benchmark's own: 0.8 of the variance is shared, less what 8 benchmarks'
     # mean keeps of their own noise
