@@ -26,5 +26,8 @@ One module per job:
 - :mod:`~accounting.gate.cli` — ``accounting gate save|check|compare|ab``, and the ``history`` action's place;
 - :mod:`~accounting.gate.cli_history` — ``accounting gate history``'s options and run;
 - :mod:`~studies.gate_error_rates` — the gate's own false-alarm and detection rates, measured;
-- :mod:`~studies.gate_power_table` — the A/B gate's power table, predicted from the noise model.
+- :mod:`~studies.gate_power_table` — the A/B gate's power table, predicted from the noise model;
+- :mod:`~studies.gate_change_points` — how well ``history`` finds steps in synthetic histories, beside ruptures,
+  and the most often any method can place a step (the Bayes bound);
+- :mod:`~studies.gate_replayed_history` — steps planted in this host's own kept run values.
 """
