@@ -233,31 +233,40 @@ def _distance(indices, history: History) -> int | None:
     return min(max(0, history.first_changed - index, index - history.last_changed) for index in indices)
 
 
+def tally(histories, *, method: str = "gate", **options) -> dict:
+    """Counts over ``histories``: planted changes found within ±1 run (``found``), where the best split lies
+    within ±1 (``best_split``), the nearest change point's distance (``distances``), change points away from
+    the planted one or in flat histories (``other``), histories with any change point (``with_any``)."""
+    counts = {"found": 0, "best_split": 0, "distances": [], "other": 0, "with_any": 0}
+    for history in histories:
+        indices = detect_changes(history, method=method, **options)
+        counts["with_any"] += bool(indices)
+        if history.first_changed is None:
+            counts["other"] += len(indices)
+            continue
+        counts["found"] += found(indices, history)
+        counts["best_split"] += found([best_split(history)], history)
+        distance = _distance(indices, history)
+        if distance is not None:
+            counts["distances"].append(distance)
+        counts["other"] += sum(1 for index in indices if not found([index], history))
+    return counts
+
+
 def measure(*, noise: str, histories: int = HISTORIES, lengths=LENGTHS, scenarios=SCENARIOS, method: str = "gate",
             **options) -> list:
     """One row per scenario and length: found ±1, mean distance of the nearest, other change points."""
     rows = []
     for scenario in scenarios:
         for length in lengths:
-            hits, distances, extra, with_any, oracle = 0, [], 0, 0, 0
-            for seed in range(histories):
-                history = synthetic(length, scenario, noise=noise, seed=seed)
-                indices = detect_changes(history, method=method, **options)
-                with_any += bool(indices)
-                if history.first_changed is None:
-                    extra += len(indices)
-                    continue
-                hits += found(indices, history)
-                oracle += found([best_split(history)], history)
-                distance = _distance(indices, history)
-                if distance is not None:
-                    distances.append(distance)
-                extra += sum(1 for index in indices if not found([index], history))
+            counts = tally((synthetic(length, scenario, noise=noise, seed=seed) for seed in range(histories)),
+                           method=method, **options)
+            distances = counts["distances"]
             rows.append({"method": method, "noise": noise, "scenario": scenario, "runs": length, "histories": histories,
-                         "found_within_1": hits if scenario != "flat" else None,
-                         "best_split_within_1": oracle if scenario != "flat" else None,
+                         "found_within_1": counts["found"] if scenario != "flat" else None,
+                         "best_split_within_1": counts["best_split"] if scenario != "flat" else None,
                          "mean_distance": float(np.mean(distances)) if distances else None,
-                         "histories_with_a_change_point": with_any, "other_change_points": extra})
+                         "histories_with_a_change_point": counts["with_any"], "other_change_points": counts["other"]})
     return rows
 
 

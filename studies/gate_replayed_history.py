@@ -35,7 +35,7 @@ from accounting.console import OneLineParser, table
 from accounting.errors import AccountingError
 from accounting.gate.decide import DEFAULT_METRIC
 from accounting.gate.storage import load_run
-from studies.gate_change_points import History, best_split, detect_changes, found
+from studies.gate_change_points import History, tally
 
 FACTORS = (1.10, 1.25)
 DEFAULT_RUNS = 30
@@ -148,21 +148,11 @@ def measure(series: dict, *, length: int = DEFAULT_RUNS, histories: int = DEFAUL
     cases.append(("flat", None, False))
     rows = []
     for label, factor, late in cases:
-        hits = oracle = other = with_any = 0
-        for _, _, values in chosen:
-            history = planted(values, factor, late=late)
-            indices = detect_changes(history)
-            with_any += bool(indices)
-            if factor is None:
-                other += len(indices)
-                continue
-            hits += found(indices, history)
-            oracle += found([best_split(history)], history)
-            other += sum(1 for index in indices if not found([index], history))
+        counts = tally(planted(values, factor, late=late) for _, _, values in chosen)
         rows.append({"planted": label, "histories": len(chosen), "runs": length,
-                     "found_within_1": None if factor is None else hits,
-                     "best_split_within_1": None if factor is None else oracle,
-                     "histories_with_a_change_point": with_any, "other_change_points": other})
+                     "found_within_1": None if factor is None else counts["found"],
+                     "best_split_within_1": None if factor is None else counts["best_split"],
+                     "histories_with_a_change_point": counts["with_any"], "other_change_points": counts["other"]})
     return rows
 
 
