@@ -1,0 +1,88 @@
+"""The dense FLOP/clock/SM table against the vendors' dense peaks, and the physical check on recorded H200 figures.
+
+Truths: the datasheet peaks (:func:`accounting.hardware.peaks.peak_flops`, the table of
+``/work/shared/reference/accelerators.md``), each part's SM count and maximum clock from its whitepaper or
+datasheet (written out below with the source), and the recorded H200 run (its device properties and report).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accounting.hardware.flops_per_clock import FLOPS_PER_CLOCK_PER_SM, PHYSICAL_MARGIN, physical_check
+from accounting.hardware.peaks import peak_flops
+
+RECORDED = Path(__file__).parent / "data" / "hosts" / "nvidia-h200"
+
+# (device name as torch reports it, compute capability, SMs, maximum boost clock MHz); sources: NVIDIA A100
+# whitepaper (108 SMs, 1410 MHz), A10 datasheet (72 SMs, 1695 MHz), L4 / L40S datasheets and the Ada whitepaper
+# (58 SMs, 2040 MHz; 142 SMs, 2520 MHz), H100 whitepaper (SXM5: 132 SMs, 1980 MHz; PCIe: 114 SMs, 1755 MHz), and
+# the recorded H200's own device properties (132 multiprocessors, clock_rate 1,980,000 kHz).
+PARTS = [
+    ("NVIDIA A100-SXM4-80GB", (8, 0), 108, 1410),
+    ("NVIDIA A10", (8, 6), 72, 1695),
+    ("NVIDIA L4", (8, 9), 58, 2040),
+    ("NVIDIA L40S", (8, 9), 142, 2520),
+    ("NVIDIA H100 80GB HBM3", (9, 0), 132, 1980),
+    ("NVIDIA H100 PCIe", (9, 0), 114, 1755),
+    ("NVIDIA H200", (9, 0), 132, 1980),
+]
+COLUMN_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "tf32": "tf32", "fp8": "fp8", "float32": "fp32"}
+
+
+@pytest.mark.parametrize("name, capability, sms, max_mhz", PARTS, ids=[part[0] for part in PARTS])
+def test_every_entry_gives_the_datasheet_peak_at_a_clock_the_part_can_run(name, capability, sms, max_mhz):
+    """peak ÷ (SMs × entry) is the clock the vendor quotes the peak at: at most the part's maximum clock, and
+    more than half of it (so neither twice nor half the entry would fit the datasheet)."""
+    for column, rate in FLOPS_PER_CLOCK_PER_SM[capability].items():
+        peak = peak_flops(name, COLUMN_DTYPE[column])
+        if peak is None:
+            continue
+        implied_mhz = peak / (sms * rate) / 1e6
+        assert max_mhz / 2 < implied_mhz <= max_mhz * 1.01, (name, column, implied_mhz)
+
+
+def test_every_architecture_in_the_table_is_checked_by_a_part():
+    assert {part[1] for part in PARTS} == set(FLOPS_PER_CLOCK_PER_SM)
+
+
+def test_the_h100_tensor_peak_is_132_sms_at_1830_mhz_and_its_fp32_peak_at_1980_mhz():
+    assert 132 * FLOPS_PER_CLOCK_PER_SM[(9, 0)]["bfloat16"] * 1830e6 == pytest.approx(peak_flops("NVIDIA H200", "bf16"),
+                                                                                      rel=1e-3)
+    assert 132 * FLOPS_PER_CLOCK_PER_SM[(9, 0)]["float32"] * 1980e6 == pytest.approx(peak_flops("NVIDIA H200", "fp32"),
+                                                                                     rel=1e-3)
+
+
+def recorded_device():
+    report = json.loads((RECORDED / "report-bf16-budget60.json").read_text())
+    device = report["machine"]["device"]
+    return report, tuple(device["compute_capability"]), device["multiprocessors"]
+
+
+def test_the_recorded_793_at_1350_mhz_sustained_figure_fails_the_physical_check():
+    report, capability, sms = recorded_device()
+    steady = report["dtypes"]["bfloat16"]["headlines"]["sustained"]
+    why = physical_check(steady["flops_per_s"], capability, "bfloat16", multiprocessors=sms,
+                         clock_mhz=steady["clock_mhz"])
+    assert why is not None and why.startswith("impossible: 793.1 TFLOP/s > 132 SMs")
+    burst = report["dtypes"]["bfloat16"]["headlines"]["burst"]  # 826 at 1980 MHz: possible
+    assert physical_check(burst["flops_per_s"], capability, "bfloat16", multiprocessors=sms,
+                          clock_mhz=burst["clock_mhz"]) is None
+
+
+def test_the_recorded_2_s_windows_pass_the_physical_check():
+    recorded = json.loads((RECORDED / "sdpa-kernels-and-sustained-window.json").read_text())
+    props = recorded["props"]
+    for window in recorded["sustained_windows"]:
+        assert physical_check(window["tflops"] * 1e12, (props["major"], props["minor"]), "bfloat16",
+                              multiprocessors=props["multi_processor_count"], clock_mhz=window["clock_median"]) is None
+
+
+def test_the_check_is_strict_at_the_margin_and_passes_what_it_cannot_judge():
+    ceiling = 132 * 4096 * 1455e6 * PHYSICAL_MARGIN
+    assert physical_check(ceiling, (9, 0), "bf16", multiprocessors=132, clock_mhz=1455.0) is None
+    assert physical_check(ceiling * 1.0001, (9, 0), "bf16", multiprocessors=132, clock_mhz=1455.0) is not None
+    assert physical_check(1e18, (10, 0), "bf16", multiprocessors=148, clock_mhz=1000.0) is None
+    assert physical_check(1e18, (9, 0), "bf16", multiprocessors=None, clock_mhz=1000.0) is None
+    assert physical_check(1e18, (9, 0), "bf16", multiprocessors=132, clock_mhz=None) is None
