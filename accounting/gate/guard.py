@@ -18,12 +18,19 @@ is *disturbed*, and its timings are not used, when
   by the gate's own earlier runs exceeded :data:`FOREIGN_LOAD_PER_CPU` per logical CPU,
   before or after;
 - the clock moved by more than :data:`CLOCK_TOLERANCE` between before and after — a clock
-  the device *reports* (cpufreq, ``cpu MHz`` on bare metal, NVML's SM clock). A clock
+  the device *reports* (cpufreq, ``cpu MHz`` on bare metal). A clock
   *measured* by timing FMA chains (a VM that shows only its nominal clock) decides nothing:
   consecutive readings swing by hundreds of MHz while the runs' fastest rounds do not follow
   them (measured figures: docs/benchmarks-and-gate.md, "Load guard"). Such a reading
   catches the host's other tenants sharing a core for a tenth of a second, not the clock
   the benchmark ran at; it is kept in the run, for the record.
+
+A GPU's readings around the run are judged differently (:func:`is_gpu_reading`): a GPU idles at a
+few hundred MHz between jobs and rises to its working clock as soon as work starts, and at full
+load the power cap holds its clock (:data:`NORMAL_AT_FULL_LOAD`). So on a GPU the clock before
+and after decides nothing, nor does the power cap; the clocks, power and throttle reasons
+*during each benchmark's timed rounds* do (:mod:`accounting.gate.gpu_rounds`). Other processes,
+busy siblings and any other throttle reason before or after still disturb the run.
 
 A benchmark whose every current run was disturbed is *inconclusive*, with the reason named;
 a disturbed baseline run is passed over for an older quiet one. A reading the backend
@@ -42,12 +49,17 @@ runnable threads = CPU seconds / wall seconds) for the fallback.
 ['the clock moved from 3000 to 2500 MHz during the run']
 >>> disturbances(dict(quiet, load_average_1m=2.4), quiet)
 ['load average 2.4 on 2 CPUs before the run (2.4 not from the gate; limit 1)']
+>>> idle = dict(quiet, device="cuda:0", clock_source="NVML SM clock", clock_mhz_mean=345.0)
+>>> disturbances(idle, dict(idle, clock_mhz_mean=1980.0, throttle_reasons=["sw_power_cap"]))
+[]
 """
 
 import math
 import time
 from dataclasses import dataclass
 
+from accounting.gate.settings import SETTINGS_KEY
+from accounting.gate.settings import read_device as read_settings
 from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
 from accounting.telemetry.sampler import snapshot
 
@@ -69,6 +81,10 @@ OTHER_MEMORY_LIMIT_BYTES = 4 * 2**30
 """Memory other processes may hold on the GPU before the run counts as shared (as telemetry's busy siblings)."""
 LOAD_PERIOD_S = 60.0
 """Time constant of the 1-minute load average."""
+NORMAL_AT_FULL_LOAD = frozenset({"sw_power_cap"})
+"""GPU throttle reasons that are a GPU's normal state under full load: the power cap holds every busy GPU's clock."""
+GPU_CLOCK_SOURCES = frozenset({"NVML SM clock", "AMD SMI GFX clock"})
+"""``clock_source`` of the telemetry's GPU backends."""
 
 
 @dataclass(frozen=True)
@@ -98,9 +114,21 @@ def own_load(runs, now: float) -> float:
     return total
 
 
+def is_gpu_reading(reading: dict | None) -> bool:
+    """Whether a load-guard reading is of a GPU (its device, or the source of its clock, says so).
+
+    >>> is_gpu_reading({"device": "cuda:0"}), is_gpu_reading({"clock_source": "NVML SM clock"}), is_gpu_reading({})
+    (True, True, False)
+    """
+    if not reading:
+        return False
+    return str(reading.get("device") or "").startswith("cuda") or reading.get("clock_source") in GPU_CLOCK_SOURCES
+
+
 def _reported_clock(reading: dict | None):
-    """The reading's mean clock where the device reported it, ``None`` where it was measured or is unknown."""
-    if reading and reading.get("clock_source") in WINDOW_MEASURED_CLOCK_SOURCES:
+    """The reading's mean clock where the device reported it, ``None`` where it was measured or is unknown,
+    or is a GPU's (before or after a run a GPU reads its idle clock: see the module docstring)."""
+    if reading and (reading.get("clock_source") in WINDOW_MEASURED_CLOCK_SOURCES or is_gpu_reading(reading)):
         return None
     return _number(reading, "clock_mhz_mean")
 
@@ -160,7 +188,8 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
     for when, reading, own in (("before", before, own_before), ("after", after, own_after)):
         if not reading:
             continue
-        throttled = reading.get("throttle_reasons") or []
+        throttled = [name for name in reading.get("throttle_reasons") or []
+                     if not (is_gpu_reading(reading) and name in NORMAL_AT_FULL_LOAD)]
         if throttled:
             reasons.append(f"throttled {when} the run ({', '.join(throttled)})")
         siblings = reading.get("busy_siblings") or []
@@ -183,8 +212,8 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
 
 
 def run_clock_mhz(guard: dict | None) -> float | None:
-    """The clock a run was measured at: the mean of its before and after readings (``None`` if unknown or
-    only measured, see the module docstring)."""
+    """The clock a run was measured at: the mean of its before and after readings (``None`` if unknown, only
+    measured, or a GPU's: a GPU's clock is read during each benchmark's rounds, see the module docstring)."""
     if not guard:
         return None
     clocks = [_reported_clock(guard.get(when)) for when in ("before", "after")]
@@ -205,8 +234,12 @@ def clock_mismatch(current_mhz: float | None, baseline_mhz: float | None) -> str
 
 
 def read(device: str) -> dict:
-    """One telemetry reading of ``device`` now, as plain JSON values (stored with the run)."""
-    return snapshot(device).to_dict()
+    """One telemetry reading of ``device`` now, as plain JSON values (stored with the run); on an NVIDIA GPU
+    with its settings that set its speed (power limit, application clocks: :mod:`accounting.gate.settings`)."""
+    reading = snapshot(device).to_dict()
+    if str(device).startswith("cuda"):
+        reading[SETTINGS_KEY] = read_settings(device)
+    return reading
 
 
 def now() -> float:

@@ -144,6 +144,15 @@ def _ratio(verdict: Verdict) -> str:
     return text
 
 
+def _clock(mhz: float | None) -> str:
+    """A side's clock during its timed rounds, after its time ("" where none was recorded, as on the CPU).
+
+    >>> _clock(1980.0), _clock(None)
+    (' @ 1980 MHz', '')
+    """
+    return f" @ {mhz:.0f} MHz" if mhz else ""
+
+
 def rows(result: GateResult) -> list[list[str]]:
     """The table's cells, one list per benchmark (the columns of :func:`header`)."""
     names = short_names(result.verdicts)
@@ -154,8 +163,8 @@ def rows(result: GateResult) -> list[list[str]]:
         cells.append([
             "+" if verdict.memory_regression else MARKS[verdict.decision],
             names[verdict.name],
-            f"{seconds(verdict.baseline_value)} ({_runs(len(verdict.baseline_values))})",
-            f"{seconds(verdict.current_value)} ({_runs(current)})" if current else "—",
+            f"{seconds(verdict.baseline_value)} ({_runs(len(verdict.baseline_values))}){_clock(verdict.baseline_clock_mhz)}",
+            f"{seconds(verdict.current_value)} ({_runs(current)}){_clock(verdict.current_clock_mhz)}" if current else "—",
             _ratio(verdict),
             f"{comparison.p_slower:.2g}" if comparison is not None else "—",
             detectable_text(verdict),
@@ -186,9 +195,14 @@ def headline(result: GateResult) -> str:
 METRIC_WORDS = {"min": "fastest round (min)", "median": "median round", "mean": "mean round"}
 
 
+CLOCK_NOTE = (" @ MHz: the device's clock during the timed rounds, median over runs (a slower time at a lower clock "
+              "is a slower clock, not necessarily a slower product; the reason says which).")
+
+
 def _legend(result: GateResult) -> str:
+    clocks = any(verdict.baseline_clock_mhz or verdict.current_clock_mhz for verdict in result.verdicts)
     return (f"{LEGEND.format(adjustment=ADJUSTMENTS[result.adjustment])} baseline, current: each run's "
-            f"{METRIC_WORDS[result.metric]}, median over runs.{MEMORY_NOTE}")
+            f"{METRIC_WORDS[result.metric]}, median over runs.{MEMORY_NOTE}{CLOCK_NOTE if clocks else ''}")
 
 
 def _reasons(result: GateResult) -> list[str]:
@@ -277,6 +291,7 @@ def verdicts_to_json(result: GateResult) -> dict:
             "p_slower": comparison.p_slower if comparison else None,
             "detectable_ratio": verdict.detectable, "too_noisy": verdict.too_noisy,
             "memory_regression": verdict.memory_regression,
+            "baseline_clock_mhz": verdict.baseline_clock_mhz, "current_clock_mhz": verdict.current_clock_mhz,
         })
     return {"failed": result.failed, "alpha": result.alpha, "confidence": result.confidence, "metric": result.metric,
             "adjustment": result.adjustment, "baseline_runs": list(result.baseline_runs),

@@ -1,0 +1,94 @@
+"""A GPU's settings that set its speed: runs under different ones are not compared.
+
+A GPU held at its power limit runs at the clock that limit allows, so the same code reads
+slower under a 500 W limit than under 700 W; application clocks set by an administrator
+(``nvidia-smi -ac``) cap the clock the same way. These are settings of the machine, not
+noise: the gate reads them with each run (:func:`read`, kept in the load guard's readings
+under ``"settings"``) and compares them exactly (:func:`settings_difference`). A baseline run
+taken under other settings is left out, named; where none is left, the benchmark is not
+compared. A setting a run did not record (an older run, a driver that does not say) decides nothing.
+
+>>> settings_difference({"power_limit_w": 700.0, "applications_sm_clock_mhz": 1980},
+...                     {"power_limit_w": 500.0, "applications_sm_clock_mhz": 1980})
+'power limit 700 W in the baseline, 500 W here'
+>>> settings_difference({"power_limit_w": 700.0}, {"power_limit_w": None})
+''
+"""
+
+import math
+
+SETTINGS_KEY = "settings"
+"""Key of the settings in a load-guard reading (``accounting_gate.before.settings``)."""
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+"""``nvmlClockType_t`` values (nvml.h), used where pynvml does not name them."""
+FIELDS = {"power_limit_w": ("power limit", "W"), "applications_sm_clock_mhz": ("application SM clock", "MHz"),
+          "applications_memory_clock_mhz": ("application memory clock", "MHz")}
+"""Each setting compared: its key, how a message names it, its unit."""
+POWER_LIMIT_TOLERANCE_W = 1.0
+"""Power limits this close are the same (NVML reports milliwatts; a limit set in watts may read 699.999)."""
+
+
+def read(nvml, handle) -> dict:
+    """The settings of the GPU behind ``handle`` (``nvml``: the pynvml module): each ``None`` where NVML does not say.
+
+    The enforced power limit (``nvmlDeviceGetEnforcedPowerLimit``, milliwatts: the lowest of every limit set)
+    and the application clocks (``nvmlDeviceGetApplicationsClock``).
+    """
+    def ask(name, *args):
+        call = getattr(nvml, name, None)
+        if call is None:
+            return None
+        try:
+            value = call(handle, *args)
+        except Exception:  # noqa: BLE001 - not supported here, no permission: the setting is unknown
+            return None
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    limit = ask("nvmlDeviceGetEnforcedPowerLimit")
+    return {"power_limit_w": None if limit is None else limit / 1000,
+            "applications_sm_clock_mhz": ask("nvmlDeviceGetApplicationsClock", getattr(nvml, "NVML_CLOCK_SM",
+                                                                                       NVML_CLOCK_SM)),
+            "applications_memory_clock_mhz": ask("nvmlDeviceGetApplicationsClock", getattr(nvml, "NVML_CLOCK_MEM",
+                                                                                           NVML_CLOCK_MEM))}
+
+
+def read_device(device: str) -> dict | None:
+    """:func:`read` for ``device`` (``"cuda:0"``) through the telemetry's NVML backend; ``None`` off NVIDIA GPUs."""
+    if not str(device).startswith("cuda"):
+        return None
+    from accounting.telemetry.gpu_nvml import open_nvml  # deferred: only a GPU run needs NVML
+
+    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    backend, _ = open_nvml(index, ())
+    if backend is None:
+        return None
+    try:
+        return read(backend.nvml, backend.handle)
+    finally:
+        backend.close()
+
+
+def run_settings(guard: dict | None) -> dict | None:
+    """The settings a saved run recorded (its load guard's reading before the run), ``None`` where it has none."""
+    reading = (guard or {}).get("before")
+    value = reading.get(SETTINGS_KEY) if isinstance(reading, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def _same(key, first, second) -> bool:
+    if key == "power_limit_w":
+        return abs(first - second) <= POWER_LIMIT_TOLERANCE_W
+    return first == second
+
+
+def settings_difference(baseline: dict | None, current: dict | None) -> str:
+    """How two runs' settings differ, for a message (``""``: the same, or not both known)."""
+    parts = []
+    for key, (words, unit) in FIELDS.items():
+        first, second = (baseline or {}).get(key), (current or {}).get(key)
+        numbers = [value for value in (first, second)
+                   if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)]
+        if len(numbers) == 2 and not _same(key, first, second):
+            parts.append(f"{words} {first:g} {unit} in the baseline, {second:g} {unit} here")
+    return "; ".join(parts)
