@@ -17,6 +17,7 @@ import torch
 
 from accounting._checks import check_non_negative, check_size
 from accounting._units import TERA
+from accounting.bench.round_telemetry import RoundReadings, open_round_backend, warm_to_working_clock
 from accounting.bench.summary import SUMMARY, add_summary_line  # noqa: F401 (SUMMARY: still importable from here)
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, counted_total, flops_mismatch
@@ -83,6 +84,11 @@ class FlopsBenchmark:
     the warm-up calls, which then run here (timed by :func:`warm_call_seconds`, at least one)
     instead of inside ``pedantic``; ``extra_info["rounds"]`` records the count used.
 
+    GPUs (:mod:`accounting.bench.round_telemetry`): before the timed rounds the call runs until the device's
+    clock has settled at its working clock (``extra_info["warmup"]`` says how long that took), and the device is
+    read after each timed round, outside the timed call (``extra_info["telemetry_rounds"]``), so the saved run
+    keeps each round's clock, power and throttle reasons beside its time. Nothing of this runs on the CPU.
+
     Peak memory: after the timed rounds, one more untimed call is measured by :func:`peak_memory`
     (``measure_memory=False`` skips it), so the regression gate can compare it exactly.
 
@@ -139,8 +145,22 @@ class FlopsBenchmark:
             rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds, min_time_s=min_time_s)
             warmup_rounds = 0
         window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
-        with window as sampler:
-            self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        backend = None if getattr(self.benchmark, "disabled", False) else open_round_backend(device)
+        recorder = None
+        try:
+            if backend is not None:  # GPUs: to the working clock first, then a reading after each timed round
+                self.benchmark.extra_info["warmup"] = warm_to_working_clock(
+                    lambda: (setup(), target()), lambda: backend.read(edge=False))
+                recorder = RoundReadings(backend, warmup_rounds=warmup_rounds, rounds=rounds)
+            with window as sampler:
+                read_after = {"teardown": recorder.teardown} if recorder is not None else {}  # the CPU: as ever
+                self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1,
+                                        **read_after)
+        finally:
+            if backend is not None:
+                backend.close()
+        if recorder is not None:
+            self.benchmark.extra_info["telemetry_rounds"] = recorder.record()
         stats = getattr(self.benchmark, "stats", None)
         median = stats.stats.median if stats is not None else None  # None under --benchmark-disable
         if median and device.type == "cuda":
