@@ -5,14 +5,22 @@ use this when no ``flops=`` is given, and to cross-check one that is. The count 
 the package convention (:mod:`accounting.flops`: 2 FLOPs per multiply-add, matmul-class
 work only), because it *is* ``FlopCounterMode``'s count: ``mm``, ``addmm``, ``bmm``,
 ``baddbmm``, convolutions, ``_scaled_mm`` and the fused attention kernels it knows.
-It misses ``aten.dot``/``aten.mv`` and any kernel torch cannot see into (Triton, custom
-C++), so a function made only of those counts 0 — that is refused, never turned into
-an MFU of 0.
+It misses ``aten.dot``/``aten.mv`` and any kernel launched outside torch's operators (a
+Triton kernel called directly), so a function made only of those counts 0 — that is
+refused, never turned into an MFU of 0.
 
-One formula is supplied here: torch's ``FlopCounterMode`` counts ``torch._scaled_mm`` (every
-fp8 matmul) only from torch 2.7 (pytorch/pytorch#144973); on 2.4 to 2.6 it would count an fp8
-product as 0. Where this torch's registry lacks it, :func:`scaled_mm_flop` (2·m·n·k, the
-formula torch adopted: ``mm``'s) is passed to the counter as a custom mapping.
+Formulas are supplied here where this torch's registry lacks them (:func:`missing_formulas`),
+each in the same convention: ``torch._scaled_mm`` (every fp8 matmul; torch counts it only from
+2.7, pytorch/pytorch#144973), ``torch._grouped_mm`` and ``torch._scaled_grouped_mm`` (the expert
+matmuls of a mixture of experts, from the routing offsets: :func:`grouped_mm_flop`) and the CPU's
+fused attention kernel (``_scaled_dot_product_flash_attention_for_cpu`` and its backward: torch's
+own count for the CUDA flash kernel, so SDPA counts the same on every device).
+
+Every matmul-class operator is counted or refused (:func:`is_matmul_class`): where the function
+runs one that neither torch nor the package has a formula for (a quantised or sparse matmul, a
+custom op's kernel), :func:`count_flops` raises an :class:`AccountingError` naming it, instead of
+returning a total that leaves its work out. Matrix-vector and vector products (``mv``, ``dot``,
+``addmv``, ``ger``) are outside the convention, as in ``FlopCounterMode``, and count 0.
 
 Counting runs the function once, untimed. Where running it for real is expensive, give
 a version that does the same work on ``device="meta"`` tensors (``count_fn``): shapes
@@ -28,7 +36,9 @@ only, no memory, no arithmetic.
 262144
 """
 
+import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +51,20 @@ from accounting.errors import AccountingError, AccountingTypeError
 FLOPS_MISMATCH_TOLERANCE = 0.01
 """A given ``flops=`` further than this fraction from the counted FLOPs is reported as a mismatch."""
 
+MATMUL_WORDS = frozenset({
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "smm", "hspmm", "sspaddmm", "matmul",
+    "linear", "bilinear", "trilinear", "conv", "conv1d", "conv2d", "conv3d", "convolution", "attention",
+})
+"""Words of an operator's name (split at ``_``) that make it matmul-class: torch's matrix products, linear
+layers, convolutions and attention kernels (``aten._grouped_mm``, ``aten.mkldnn_linear``, ``aten.thnn_conv2d``,
+``aten._scaled_dot_product_flash_attention_for_cpu``, a custom ``mylib::expert_mm``)."""
+
+PREPARATION_WORDS = frozenset({"pack", "prepack", "reorder", "search", "choice", "combination", "quantize",
+                               "upsample"})
+"""Words that mark an operator with a matmul word as no product at all: weight packing and layout changes
+(``fbgemm_pack_gemm_matrix_fp16``, ``mkldnn_reorder_conv2d_weight``), kernel choice (``_cslt_sparse_mm_search``),
+weight quantisation and bilinear interpolation (``__upsample_bilinear``)."""
+
 
 class FlopsMismatchWarning(UserWarning):
     """A ``flops=`` given to a timer differs from what ``FlopCounterMode`` counted by more than 1 %."""
@@ -51,13 +75,50 @@ class FlopCount:
     """FLOPs of one call, in total and per aten operator (``"aten.mm"``, ``"aten.bmm"``...).
 
     ``seconds`` is the wall time the counted call took (the counter's overhead included);
-    ``source`` names what was run: ``"fn"`` or ``"count_fn"``.
+    ``source`` names what was run: ``"fn"`` or ``"count_fn"``. ``uncounted``: the matmul-class
+    operators that ran without a formula, with their number of calls (empty unless
+    :func:`count_flops` was told ``allow_uncounted=True``); a count with any is refused as a total.
     """
 
     total: int
     by_operator: dict = field(default_factory=dict)
     seconds: float = 0.0
     source: str = "fn"
+    uncounted: dict = field(default_factory=dict)
+
+
+def operator_name(op) -> str:
+    """The name an operator is reported by: ``"aten.mm"`` for ``torch.ops.aten.mm`` or any of its overloads,
+    ``"flex_attention"`` for a higher-order operator, a plain string unchanged.
+
+    >>> operator_name(torch.ops.aten.mm.default), operator_name(torch.ops.aten._grouped_mm)
+    ('aten.mm', 'aten._grouped_mm')
+    """
+    if isinstance(op, str):
+        return op
+    if isinstance(op, torch._ops.OpOverload):
+        op = op.overloadpacket
+    if isinstance(op, torch._ops.HigherOrderOperator):
+        return op.name()
+    return str(getattr(op, "__name__", op)) if not isinstance(op, torch._ops.OpOverloadPacket) else str(op)
+
+
+def is_matmul_class(op) -> bool:
+    """Whether an operator does matmul-class work ``FlopCounterMode`` needs a formula for.
+
+    Read from its name (namespace and overload dropped, split at ``_``): a word of
+    :data:`MATMUL_WORDS` and none of :data:`PREPARATION_WORDS`. Every operator torch's own
+    registry has a formula for answers yes; ``mv``, ``dot``, ``addmv`` and ``ger`` (matrix-vector and
+    vector products, outside the convention) answer no.
+
+    >>> is_matmul_class(torch.ops.aten._grouped_mm), is_matmul_class("aten.upsample_bilinear2d")
+    (True, False)
+    >>> is_matmul_class("mylib::expert_mm"), is_matmul_class("aten.mv")
+    (True, False)
+    """
+    name = re.split(r"[.:]", operator_name(op).split("::")[-1])
+    words = set(name[1 if len(name) > 1 else 0].split("_"))
+    return bool(words & MATMUL_WORDS) and not words & PREPARATION_WORDS
 
 
 def scaled_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
@@ -73,33 +134,177 @@ def scaled_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     return 2 * m * n * k
 
 
-def missing_formulas() -> dict:
-    """The formulas this torch's ``FlopCounterMode`` lacks and the package supplies (``_scaled_mm`` before 2.7).
+def _routed(offsets, extent: int, describe: str) -> int:
+    """How much of the grouped dimension (``extent`` long) the groups cover: the last offset.
 
-    Read from ``torch.utils.flop_counter.flop_registry`` at each call, so a torch that has the formula
-    keeps its own.
-
-    >>> missing_formulas() if torch.ops.aten._scaled_mm in flop_counter.flop_registry else {}
-    {}
+    Offsets are each group's end, cumulative from 0. Without values to read (meta or fake
+    tensors: shapes only) every row is taken as routed, torch's own rule for variable-length
+    attention offsets; that is exact for dropless routing, where every row goes to a group.
     """
-    scaled_mm = torch.ops.aten._scaled_mm
-    return {} if scaled_mm in flop_counter.flop_registry else {scaled_mm: scaled_mm_flop}
+    if offsets is None:
+        raise AccountingError(f"{describe}: the grouped dimension needs offs=, got None")
+    if isinstance(offsets, torch.Tensor):
+        from torch._subclasses.fake_tensor import is_fake
+
+        if offsets.device.type == "meta" or is_fake(offsets):
+            return extent
+        offsets = offsets.tolist()
+    ends = [int(end) for end in offsets]
+    if not ends or any(end < start for start, end in zip([0] + ends, ends)) or ends[-1] > extent:
+        raise AccountingError(
+            f"{describe}: offs must be non-decreasing group ends from 0 to at most {extent} "
+            f"(the grouped dimension), got {ends}")
+    return ends[-1]
 
 
-def count_flops(fn: Callable[[], object], *, source: str = "fn") -> FlopCount:
+def grouped_mm_flop(a, b, offs=None, *args, out_val=None, **kwargs) -> int:
+    """FLOPs of ``torch._grouped_mm(a, b, offs)``: each group's product, 2·rows·k·n, summed over the groups.
+
+    Every form torch runs, forward and backward (autograd of ``_grouped_mm`` calls ``_grouped_mm``):
+
+    - (m, k) by (g, k, n), offs over the m rows: 2·offs[-1]·k·n (the experts' forward; the input's gradient);
+    - (g, m, k) by (g, k, n), no offs: 2·g·m·k·n;
+    - (m, k) by (k, n), offs over k, giving (g, m, n): 2·m·offs[-1]·n (the experts' weight gradient);
+    - (g, m, k) by (k, n), offs over the n columns: 2·m·k·offs[-1].
+
+    Rows past ``offs[-1]`` are not computed and cost nothing. ``a`` and ``b`` are tensors or shapes,
+    ``offs`` a tensor (raw, as ``FlopCounterMode`` hands it to this formula) or a sequence.
+
+    >>> grouped_mm_flop((10, 16), (3, 16, 8), [3, 3, 7])   # 7 of 10 rows routed, one group empty
+    1792
+    >>> grouped_mm_flop((7, 16), (3, 16, 8), torch.tensor([3, 5, 9]))
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: _grouped_mm of shapes (7, 16) and (3, 16, 8): offs must be non-decreasing group ends from 0 to at most 7 (the grouped dimension), got [3, 5, 9]
+    """
+    a_shape, b_shape = (tuple(getattr(x, "shape", x)) for x in (a, b))
+    describe = f"_grouped_mm of shapes {a_shape} and {b_shape}"
+    if len(a_shape) == 3 and len(b_shape) == 3:
+        groups, m, k = a_shape
+        return 2 * groups * m * k * b_shape[2]
+    if len(a_shape) == 2 and len(b_shape) == 3:
+        (m, k), n = a_shape, b_shape[2]
+        return 2 * _routed(offs, m, describe) * k * n
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        (m, k), n = a_shape, b_shape[1]
+        return 2 * m * _routed(offs, k, describe) * n
+    if len(a_shape) == 3 and len(b_shape) == 2:
+        (_, m, k), n = a_shape, b_shape[1]
+        return 2 * m * k * _routed(offs, n, describe)
+    raise AccountingError(f"{describe}: operands must be 2-D or 3-D")
+
+
+grouped_mm_flop._get_raw = True  # FlopCounterMode hands it the tensors, so it can read the offsets
+
+
+def scaled_grouped_mm_flop(a, b, scale_a=None, scale_b=None, offs=None, *args, out_val=None, **kwargs) -> int:
+    """FLOPs of ``torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs, ...)``: :func:`grouped_mm_flop`'s
+    (the scales, bias and output dtype add no matmul work).
+
+    >>> scaled_grouped_mm_flop((32, 64), (4, 64, 32), None, None, [8, 16, 24, 32])
+    131072
+    """
+    return grouped_mm_flop(a, b, offs)
+
+
+scaled_grouped_mm_flop._get_raw = True
+
+
+def cpu_attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of the CPU's fused attention forward: torch's count for the CUDA flash kernel (both products,
+    the full (s × s) scores; a causal mask halves nothing, as in ``FlopCounterMode``).
+
+    >>> cpu_attention_flop((2, 4, 32, 16), (2, 4, 32, 16), (2, 4, 32, 16))  # 2 products of 2·(2·4)·32·32·16
+    524288
+    """
+    return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def cpu_attention_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                                **kwargs) -> int:
+    """FLOPs of the CPU's fused attention backward: torch's count for the CUDA flash kernel's backward.
+
+    >>> cpu_attention_backward_flop(*[(2, 4, 32, 16)] * 4)  # 5 such products: 2.5 × the forward
+    1310720
+    """
+    return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+SUPPLIED_FORMULAS = {
+    "_scaled_mm": scaled_mm_flop,
+    "_grouped_mm": grouped_mm_flop,
+    "_scaled_grouped_mm": scaled_grouped_mm_flop,
+    "_scaled_dot_product_flash_attention_for_cpu": cpu_attention_flop,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": cpu_attention_backward_flop,
+}
+"""The package's formulas, by aten operator name; each is used only where this torch has the operator and
+its ``FlopCounterMode`` has no formula for it."""
+
+
+def missing_formulas() -> dict:
+    """The formulas this torch's ``FlopCounterMode`` lacks and the package supplies (:data:`SUPPLIED_FORMULAS`).
+
+    Read from ``torch.utils.flop_counter.flop_registry`` at each call, so a torch that has a formula
+    keeps its own, and an operator this torch does not have is skipped.
+
+    >>> supplied = missing_formulas()
+    >>> all(op not in flop_counter.flop_registry for op in supplied)
+    True
+    >>> torch.ops.aten._scaled_mm in supplied or torch.ops.aten._scaled_mm in flop_counter.flop_registry
+    True
+    """
+    formulas = {}
+    for name, formula in SUPPLIED_FORMULAS.items():
+        try:
+            op = getattr(torch.ops.aten, name)
+        except AttributeError:  # an older torch without the operator: nothing to count
+            continue
+        if op not in flop_counter.flop_registry:
+            formulas[op] = formula
+    return formulas
+
+
+class _CheckedFlopCounter(FlopCounterMode):
+    """``FlopCounterMode`` that also notes each matmul-class operator it ran without a formula."""
+
+    def __init__(self):
+        super().__init__(display=False, custom_mapping=missing_formulas())
+        self.uncounted = Counter()
+
+    def _count_flops(self, func_packet, out, args, kwargs):
+        # Called for every operator run (after any decomposition), with or without a formula.
+        if func_packet not in self.flop_registry and is_matmul_class(func_packet):
+            self.uncounted[operator_name(func_packet)] += 1
+        return super()._count_flops(func_packet, out, args, kwargs)
+
+
+def _describe_uncounted(uncounted: dict) -> str:
+    return ", ".join(f"{name} ({calls} call{'s' if calls != 1 else ''})" for name, calls in sorted(uncounted.items()))
+
+
+def count_flops(fn: Callable[[], object], *, source: str = "fn", allow_uncounted: bool = False) -> FlopCount:
     """Run ``fn()`` once under ``FlopCounterMode`` and return its matmul FLOPs.
 
     ``fn`` may run on any device, ``meta`` included. An exception from ``fn`` is re-raised
-    as :class:`AccountingError` naming ``source`` and the original error (chained).
+    as :class:`AccountingError` naming ``source`` and the original error (chained). A matmul-class
+    operator run without a formula is refused by name (its FLOPs would be missing from the total)
+    unless ``allow_uncounted``: the count then lists it in ``uncounted``.
 
     >>> count_flops(lambda: 1 / 0)
     Traceback (most recent call last):
     ...
     accounting.errors.AccountingError: counting FLOPs: fn raised ZeroDivisionError: division by zero
+    >>> a = torch.ones(8, 8, dtype=torch.int8)
+    >>> count_flops(lambda: torch._int_mm(a.repeat(4, 1), a.repeat(1, 4)))
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: counting FLOPs: fn ran aten._int_mm (1 call), matmul-class with no formula in FlopCounterMode: its FLOPs would be missing from the total; register one (torch.utils.flop_counter.register_flop_formula) or give flops= with count_flops=False
     """
     if not callable(fn):
         raise AccountingTypeError(f"{source} must be callable, got {fn!r}")
-    counter = FlopCounterMode(display=False, custom_mapping=missing_formulas())
+    if not isinstance(allow_uncounted, bool):
+        raise AccountingTypeError(f"allow_uncounted must be True or False, got {allow_uncounted!r}")
+    counter = _CheckedFlopCounter()
     start = time.perf_counter()
     try:
         with counter:
@@ -108,34 +313,58 @@ def count_flops(fn: Callable[[], object], *, source: str = "fn") -> FlopCount:
         raise AccountingError(f"counting FLOPs: {source} raised {type(error).__name__}: {error}") from error
     seconds = time.perf_counter() - start
     by_operator = {str(op): int(flops) for op, flops in counter.get_flop_counts().get("Global", {}).items()}
-    return FlopCount(int(counter.get_total_flops()), by_operator, seconds, source)
+    uncounted = dict(counter.uncounted)
+    if uncounted and not allow_uncounted:
+        raise AccountingError(
+            f"counting FLOPs: {source} ran {_describe_uncounted(uncounted)}, matmul-class with no formula in "
+            "FlopCounterMode: its FLOPs would be missing from the total; register one "
+            "(torch.utils.flop_counter.register_flop_formula) or give flops= with count_flops=False"
+        )
+    return FlopCount(int(counter.get_total_flops()), by_operator, seconds, source, uncounted)
 
 
 def flops_mismatch(given, counted: FlopCount, tolerance: float = FLOPS_MISMATCH_TOLERANCE) -> str | None:
     """Why a given FLOP figure disagrees with a count (``None`` when within ``tolerance`` of it).
+
+    A count with ``uncounted`` operators cannot confirm any figure: that is always reported.
 
     >>> count = FlopCount(1000, {"aten.mm": 1000})
     >>> print(flops_mismatch(1005, count))
     None
     >>> flops_mismatch(2000, count)
     'flops=2000 given, but FlopCounterMode counted 1000 in fn (aten.mm: 1000): 100.0% apart'
+    >>> flops_mismatch(1000, FlopCount(1000, {"aten.mm": 1000}, uncounted={"aten._int_mm": 2}))
+    'flops=1000 given, but FlopCounterMode counted 1000 in fn (aten.mm: 1000): aten._int_mm (2 calls) not counted'
     """
     given = int(given)
-    if abs(given - counted.total) <= tolerance * counted.total:
+    if abs(given - counted.total) <= tolerance * counted.total and not counted.uncounted:
         return None
     operators = ", ".join(f"{name}: {flops}" for name, flops in counted.by_operator.items()) or "no matmul ops"
-    apart = f"{abs(given - counted.total) / counted.total:.1%} apart" if counted.total else "nothing counted"
+    if counted.uncounted:
+        apart = f"{_describe_uncounted(counted.uncounted)} not counted"
+    else:
+        apart = f"{abs(given - counted.total) / counted.total:.1%} apart" if counted.total else "nothing counted"
     return f"flops={given} given, but FlopCounterMode counted {counted.total} in {counted.source} ({operators}): {apart}"
 
 
 def counted_total(count: FlopCount) -> int:
-    """The count's total, refusing a count of 0 (the function's work is invisible to ``FlopCounterMode``).
+    """The count's total, refusing a count of 0 (the function's work is invisible to ``FlopCounterMode``)
+    and one that left out a matmul-class operator.
 
     >>> counted_total(FlopCount(0, {}, source="fn"))
     Traceback (most recent call last):
     ...
     accounting.errors.AccountingError: FlopCounterMode counted 0 matmul FLOPs in fn (it does not see aten.dot, aten.mv or custom kernels); pass flops= explicitly
+    >>> counted_total(FlopCount(64, {"aten.mm": 64}, uncounted={"aten._int_mm": 1}))
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: FlopCounterMode counted 64 FLOPs in fn but has no formula for aten._int_mm (1 call); pass flops= explicitly
     """
+    if count.uncounted:
+        raise AccountingError(
+            f"FlopCounterMode counted {count.total} FLOPs in {count.source} but has no formula for "
+            f"{_describe_uncounted(count.uncounted)}; pass flops= explicitly"
+        )
     if count.total <= 0:
         raise AccountingError(
             f"FlopCounterMode counted 0 matmul FLOPs in {count.source} (it does not see aten.dot, aten.mv or "
