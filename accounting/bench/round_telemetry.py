@@ -30,6 +30,11 @@ timing goes on) and the record says so.
 import math
 import time
 
+import torch
+
+from accounting.telemetry.gpu import open_gpu_backend
+from accounting.telemetry.readings import NoBackend
+
 SETTLE_READINGS = 3
 """Consecutive clock readings within :data:`SETTLE_TOLERANCE` of one another that make a settled clock."""
 SETTLE_TOLERANCE = 0.02
@@ -130,11 +135,6 @@ def open_round_backend(device):
     answers (no NVML, no AMD SMI: the rounds are then timed without readings)."""
     if getattr(device, "type", None) != "cuda":
         return None
-    import torch  # deferred: the CPU path needs neither torch.cuda nor a GPU backend
-
-    from accounting.telemetry.gpu import open_gpu_backend
-    from accounting.telemetry.readings import NoBackend
-
     index = device.index if device.index is not None else torch.cuda.current_device()
     backend = open_gpu_backend(index)
     return None if isinstance(backend, NoBackend) else backend

@@ -17,6 +17,8 @@ compared. A setting a run did not record (an older run, a driver that does not s
 
 import math
 
+from accounting.telemetry.gpu_nvml import open_nvml
+
 SETTINGS_KEY = "settings"
 """Key of the settings in a load-guard reading (``accounting_gate.before.settings``)."""
 NVML_CLOCK_SM = 1
@@ -57,8 +59,6 @@ def read_device(device: str) -> dict | None:
     """:func:`read` for ``device`` (``"cuda:0"``) through the telemetry's NVML backend; ``None`` off NVIDIA GPUs."""
     if not str(device).startswith("cuda"):
         return None
-    from accounting.telemetry.gpu_nvml import open_nvml  # deferred: only a GPU run needs NVML
-
     index = int(str(device).split(":")[1]) if ":" in str(device) else 0
     backend, _ = open_nvml(index, ())
     if backend is None:
