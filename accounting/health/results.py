@@ -20,22 +20,27 @@ With the rounding a product may add (:class:`Precision`):
 - ``input_unit`` ``u_in``: operands rounded before multiplying (TF32: 10 explicit mantissa
   bits, ``u_in = 2⁻¹⁰`` whether rounded or truncated) add ``(2·u_in + u_in²)·|A||B|``;
 - ``accumulation_unit`` ``u_acc``: the sums, with one more rounding for an fp8 product's scales:
-  ``γ_{k+1}(u_acc)·|A||B|``;
+  ``g_{k+1}(u_acc)·|A||B|`` (an fp8 product on a GPU: the tensor cores' chunked sums instead,
+  :mod:`accounting.health.accumulation`, by its ``accumulation``, default or fast);
 - ``output_unit`` ``u_out``: ``C`` stored in a narrower type than the sums (bfloat16 from float32
   sums): ``|fl(y) − y| ≤ u_out·|y| ≤ u_out/(1 − u_out)·|C|``;
 - ``reduction_chunk``: where partial sums over chunks of at least this many products may be added
   in the output type (cuBLAS "reduced-precision reductions", on by default in torch for fp16 and
-  bf16), ``γ_s(u_out)·|A||B|`` with ``s = ⌈k / reduction_chunk⌉`` partials.
+  bf16), ``g_s(u_out)·|A||B|`` with ``s = ⌈k / reduction_chunk⌉`` partials.
 
-So ``|((AB − C)x)_i| ≤ α·(|A||B||x|)_i + β·(|C||x|)_i`` with ``α = (1 + γ_{k+1}(u_acc))(2u_in + u_in²)
-+ γ_{k+1}(u_acc) + γ_s(u_out)`` and ``β = u_out/(1 − u_out)``. The check computes ``T = |A|(|B||x|)``
+Here ``g_n(u) = (1 + u)^n − 1`` (:func:`~accounting.health.accumulation.growth`), what Higham's
+``γ_n`` bounds (Lemma 3.1) while ``n·u < 1``, and finite beyond. So ``|((AB − C)x)_i| ≤ α·(|A||B||x|)_i +
+β·(|C||x|)_i`` with ``α = (1 + g_{k+1}(u_acc))(2u_in + u_in²) + g_{k+1}(u_acc) + g_s(u_out)`` and
+``β = u_out/(1 − u_out)``. The check computes ``T = |A|(|B||x|)``
 and ``S = |C||x|`` alongside, in the same precision ``u_c`` (2⁻⁵³ for float64), and adds its own
 rounding (``γ_{k+w+3}(u_c)`` on ``T``, ``γ_{w+2}(u_c)`` on ``S``, ``w`` the block's width, then
 divides by ``1 − γ_{k+w+3}(u_c)`` for the rounding of ``T`` and ``S`` themselves). Underflow, which
 relative bounds leave out, adds at most ``η = `` half the smallest subnormal per operation: ``w·((k + 1)·η_acc
 + η_out + (k + w + 3)·η_c)`` (it matters only for a product in fp16's subnormal range). That is the tolerance
 ``t``. A correct product never exceeds it, whatever order the library sums in — a worst-case
-bound, not a statistical one, so a failed check is a wrong result, not bad luck.
+bound, not a statistical one, so a failed check is a wrong result, not bad luck. A product whose ``α``
+is not finite (or whose bound is not a number) has no bound to be judged against: its check says *not
+checked* and why (:attr:`ResultCheck.not_checked_reason`), never *wrong*.
 
 **Overflow**, which relative bounds leave out too: where ``(1 + α)·T`` reaches the largest finite value of
 the output type, an element of that block may be infinite in a correct product, either because its value
@@ -74,6 +79,7 @@ import torch
 
 from accounting._checks import check_positive_size
 from accounting.errors import AccountingError, AccountingTypeError
+from accounting.health.accumulation import FP8_TENSOR_CORE_UNIT, check_accumulation, fp8_coefficient, growth
 from accounting.memory import TF32, format_name, storage_dtype
 
 VECTORS = 16
@@ -86,11 +92,6 @@ never holds a float64 copy of a whole large operand."""
 
 TF32_INPUT_UNIT = 2.0**-10
 """TF32 keeps 10 explicit mantissa bits: a float32 operand rounded (2⁻¹¹) or truncated (2⁻¹⁰) to it."""
-
-FP8_GPU_ACCUMULATION_UNIT = 2.0**-13
-"""Accumulation of an fp8 product on a GPU. DeepSeek-V3's technical report (arXiv:2412.19437, §3.3.2)
-measured the FP8 tensor-core accumulation of Hopper (H800) keeping about 14 bits, far from float32;
-2⁻¹³ bounds it. torch's CPU ``_scaled_mm`` accumulates in float32."""
 
 MMA_K_STEP = 16
 """The smallest run of products a tensor-core partial sum covers (``mma`` k-step 16 for 16-bit inputs):
@@ -133,7 +134,9 @@ class Precision:
     """How a product rounds (see the module's tolerance): unit roundoffs of its inputs, sums and output.
 
     ``output_unit`` is 0 when ``C`` keeps the sums' precision; ``reduction_chunk`` is ``None`` unless
-    partial sums may be added in the output type.
+    partial sums may be added in the output type. ``fp8_tensor_cores``: the sums are an fp8 product's on a
+    GPU's tensor cores, bounded by :func:`~accounting.health.accumulation.fp8_coefficient` for ``accumulation``
+    (``"default"``, ``"fast"``, or ``None`` where not known: the larger bound).
     """
 
     input_unit: float
@@ -144,6 +147,8 @@ class Precision:
     output_underflow: float = 0.0
     overflow_limit: float = math.inf
     """The largest finite value the sums or the output can hold: at or beyond it no bound is left."""
+    fp8_tensor_cores: bool = False
+    accumulation: str | None = None
 
     def underflow(self, k: int) -> float:
         """The absolute error underflow may add to one element: ``(k + 1)·η_acc + η_out``.
@@ -154,10 +159,13 @@ class Precision:
         return (k + 1) * self.accumulation_underflow + self.output_underflow
 
     def product_coefficient(self, k: int) -> float:
-        """``α``: the bound on ``|fl(AB) − AB|`` as a multiple of ``|A||B|``."""
-        sums = gamma(k + 1, self.accumulation_unit)
-        inputs = (1 + sums) * (2 * self.input_unit + self.input_unit**2)
-        partials = gamma(math.ceil(k / self.reduction_chunk), self.output_unit) if self.reduction_chunk else 0.0
+        """``α``: the bound on ``|fl(AB) − AB|`` as a multiple of ``|A||B|`` (``inf`` or NaN: no bound)."""
+        if self.fp8_tensor_cores:
+            sums = fp8_coefficient(k, self.accumulation)
+        else:
+            sums = growth(k + 1, self.accumulation_unit)
+        inputs = (1 + sums) * (2 * self.input_unit + self.input_unit**2) if self.input_unit else 0.0
+        partials = growth(math.ceil(k / self.reduction_chunk), self.output_unit) if self.reduction_chunk else 0.0
         return inputs + sums + partials
 
     @property
@@ -166,12 +174,14 @@ class Precision:
         return self.output_unit / (1 - self.output_unit)
 
 
-def precision_of(dtype, device="cpu", *, out_dtype=None) -> Precision:
+def precision_of(dtype, device="cpu", *, out_dtype=None, accumulation: str | None = None) -> Precision:
     """How a product in ``dtype`` (a name as :func:`accounting.memory.format_name` takes) rounds on ``device``.
 
     float64 and float32 sum in their own type; tf32 rounds its float32 inputs to 10 mantissa bits;
-    bfloat16, float16 and fp8 sum in float32 (fp8 on a GPU: :data:`FP8_GPU_ACCUMULATION_UNIT`) and
-    round into ``out_dtype`` (default: the inputs' type; fp8 products write bfloat16 in the benchmarks).
+    bfloat16, float16 and fp8 sum in float32 (fp8 on a GPU: in the tensor cores' chunks,
+    :mod:`accounting.health.accumulation`, by ``accumulation``: ``"default"``, ``"fast"`` or ``None``, not
+    known) and round into ``out_dtype`` (default: the inputs' type; fp8 products write bfloat16 in the
+    benchmarks). ``accumulation`` is for fp8 only.
     On CUDA, fp16 and bf16 products allowed reduced-precision reductions
     (``torch.backends.cuda.matmul.allow_*_reduced_precision_reduction``, on by default) get
     ``reduction_chunk = MMA_K_STEP``.
@@ -181,26 +191,32 @@ def precision_of(dtype, device="cpu", *, out_dtype=None) -> Precision:
     (True, True, None)
     >>> precision_of("float32").output_unit
     0
+    >>> fast = precision_of("float8_e4m3fn", "cuda", out_dtype=torch.bfloat16, accumulation="fast")
+    >>> fast.fp8_tensor_cores, math.isfinite(fast.product_coefficient(65536))
+    (True, True)
     """
     name = format_name(dtype)
+    if accumulation is not None:
+        if not name.startswith("float8"):
+            raise AccountingError(f"accumulation is for fp8 products, got accumulation={accumulation!r} for {name}")
+        check_accumulation(accumulation)
     store = storage_dtype(name)
     kind = torch.device(device).type
     out = store if out_dtype is None else out_dtype
     if not isinstance(out, torch.dtype):
         raise AccountingTypeError(f"out_dtype must be a torch.dtype, got {out_dtype!r}")
-    accumulation = unit_roundoff(torch.float64 if store == torch.float64 else torch.float32)
-    if name.startswith("float8") and kind != "cpu":
-        accumulation = FP8_GPU_ACCUMULATION_UNIT
-    output = unit_roundoff(out) if unit_roundoff(out) > accumulation else 0
+    tensor_cores = name.startswith("float8") and kind != "cpu"
     sums = torch.float64 if store == torch.float64 else torch.float32
+    unit = FP8_TENSOR_CORE_UNIT if tensor_cores else unit_roundoff(sums)
+    output = unit_roundoff(out) if unit_roundoff(out) > unit else 0
     chunk = None
     if kind == "cuda" and store in (torch.float16, torch.bfloat16):
         flag = "allow_fp16_reduced_precision_reduction" if store == torch.float16 else "allow_bf16_reduced_precision_reduction"
         if bool(getattr(torch.backends.cuda.matmul, flag, True)):
             chunk = MMA_K_STEP
-    return Precision(TF32_INPUT_UNIT if name == TF32 else 0, accumulation, output, chunk,
+    return Precision(TF32_INPUT_UNIT if name == TF32 else 0, unit, output, chunk,
                      underflow_unit(sums), underflow_unit(out) if output else 0.0,
-                     min(torch.finfo(sums).max, torch.finfo(out).max))
+                     min(torch.finfo(sums).max, torch.finfo(out).max), tensor_cores, accumulation)
 
 
 @dataclass(frozen=True)
@@ -218,6 +234,8 @@ class Residuals:
     catch_factor: float
     may_overflow: torch.Tensor | None = None
     """``(m, vectors)``: blocks where a correct product may hold an infinity (not judged); ``None``: none."""
+    unbounded: torch.Tensor | None = None
+    """``(m, vectors)``: blocks whose bound ``|A||B||x|`` is NaN (an operand holds NaN): no bound to judge by."""
 
     def excess(self) -> torch.Tensor:
         """``|residual| / tolerance``: infinite where the residual is not finite, or non-zero against a zero tolerance;
@@ -242,7 +260,15 @@ class ResultCheck:
 
     ``excess`` is the worst ``|residual| / tolerance`` (at most 1 passes; ``inf`` for a non-finite
     result); ``row`` and ``columns`` (half-open) say where. ``repeat_identical`` is ``None`` when the
-    product was not repeated.
+    product was not repeated. ``not_checked_reason`` is why the product could not be judged against a
+    bound (none could be computed: ``excess`` is NaN), empty where it was; such a product is not
+    ``checked`` and not failed: ``ok`` unless its repeat differed. ``accumulation``: the fp8 accumulation
+    whose bound was used (``"default"``, ``"fast"``; ``None`` for other dtypes or when not known).
+
+    >>> unchecked = ResultCheck("bfloat16", (8, 8, 8), math.nan, 0, (0, 8), math.nan, math.inf,
+    ...                         not_checked_reason="no finite rounding bound")
+    >>> unchecked.checked, unchecked.ok, unchecked.status
+    (False, True, 'not checked')
     """
 
     dtype: str
@@ -253,17 +279,37 @@ class ResultCheck:
     residual: float
     tolerance: float
     repeat_identical: bool | None = None
+    not_checked_reason: str = ""
+    accumulation: str | None = None
+
+    @property
+    def checked(self) -> bool:
+        """Whether the product was judged against its rounding bound."""
+        return not self.not_checked_reason
 
     @property
     def ok(self) -> bool:
-        return self.excess <= 1 and self.repeat_identical is not False
+        """Nothing found wrong: within its bound (or not checked) and, where repeated, the same bits twice."""
+        return (not self.checked or self.excess <= 1) and self.repeat_identical is not False
+
+    @property
+    def status(self) -> str:
+        """``"wrong"``, ``"not checked"`` (no bound, nothing else wrong) or ``"ok"``."""
+        return "wrong" if not self.ok else "not checked" if not self.checked else "ok"
+
+    @property
+    def note(self) -> str:
+        """One line saying why the product was not checked (empty when it was)."""
+        if self.checked:
+            return ""
+        return f"{self.dtype} {'x'.join(map(str, self.shape))} product not checked: {self.not_checked_reason}"
 
     @property
     def reason(self) -> str:
         """One line saying what is wrong (empty when ``ok``)."""
         shape = "x".join(map(str, self.shape))
         parts = []
-        if self.excess > 1:
+        if self.checked and self.excess > 1:
             size = "not finite" if math.isinf(self.excess) else f"off by {self.excess:.3g}x its rounding tolerance"
             parts.append(f"{self.dtype} {shape} product wrong: row {self.row}, columns "
                          f"{self.columns[0]}-{self.columns[1] - 1} {size} "
@@ -323,14 +369,14 @@ def _block_sums(x, width, signs, acc, scale=None):
 
 
 def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | None = None, dtype=None,
-              vectors: int = VECTORS, seed: int = 0, check_dtype=torch.float64) -> Residuals:
+              vectors: int = VECTORS, seed: int = 0, check_dtype=torch.float64, accumulation: str | None = None) -> Residuals:
     """Freivalds' residuals ``A(Bx) − Cx`` and their tolerances (module docstring), on the operands' device.
 
     ``a`` (m, k) and ``b`` (k, n) as the benchmark multiplied them (``b`` may be a transposed view);
     ``scale_a``/``scale_b`` the float32 scales of a ``torch._scaled_mm`` product (scalars, or one
     per row of ``a`` / column of ``b``); ``c`` (m, n) the product. ``precision`` defaults to
-    :func:`precision_of` for ``dtype`` (default: ``a``'s), on ``a``'s device, into ``c``'s dtype.
-    ``check_dtype`` is float64, or float32 where a device has no float64 (not for a float64 product).
+    :func:`precision_of` for ``dtype`` (default: ``a``'s), on ``a``'s device, into ``c``'s dtype, with an fp8
+    product's ``accumulation`` (``"default"``, ``"fast"``, ``None``: not known). ``check_dtype`` is float64, or float32 where a device has no float64 (not for a float64 product).
     """
     a, b, c = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
     (m, k), (k2, n) = a.shape, b.shape
@@ -343,7 +389,8 @@ def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | Non
     if check_dtype == torch.float32 and torch.float64 in (a.dtype, b.dtype, c.dtype):
         raise AccountingError("a float64 product cannot be checked in float32: use check_dtype=torch.float64")
     vectors = min(check_positive_size(vectors, "vectors"), n)
-    precision = precision or precision_of(a.dtype if dtype is None else dtype, a.device, out_dtype=c.dtype)
+    precision = precision or precision_of(a.dtype if dtype is None else dtype, a.device, out_dtype=c.dtype,
+                                          accumulation=accumulation)
     scale_a, scale_b = _scale(scale_a, "scale_a", m, 0), _scale(scale_b, "scale_b", n, 1)
 
     width = -(-n // vectors)
@@ -372,25 +419,42 @@ def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | Non
     may_overflow = (1 + alpha) * bound_t >= precision.overflow_limit
     rho = (1 + long_sums) / (1 - long_sums)
     catch = 2 * rho / (1 - 2 * rho * beta) if 2 * rho * beta < 1 else math.inf
-    return Residuals(left - right, tolerance, bounds, catch, may_overflow)
+    return Residuals(left - right, tolerance, bounds, catch, may_overflow, torch.isnan(bound_t))
 
 
 def check_product(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | None = None, dtype=None,
                   vectors: int = VECTORS, seed: int = 0, check_dtype=torch.float64,
-                  repeat_identical: bool | None = None) -> ResultCheck:
+                  repeat_identical: bool | None = None, accumulation: str | None = None) -> ResultCheck:
     """Freivalds' check of ``c ≈ a @ b`` (arguments as :func:`residuals`): a :class:`ResultCheck`.
 
-    ``repeat_identical`` is passed through (from :func:`same_bits` of two identical calls).
+    ``repeat_identical`` is passed through (from :func:`same_bits` of two identical calls). Where the
+    precision model gives no finite bound at this ``k``, or the bound is not a number (an operand holds
+    NaN), the check is *not checked*, with the reason: never *wrong* for want of a bound.
     """
+    a, b, c = _operand(a, "a"), _operand(b, "b"), _operand(c, "c")
+    name = format_name(a.dtype if dtype is None else dtype)
+    shape = (a.shape[0], a.shape[1], b.shape[1])
+    precision = precision or precision_of(name, a.device, out_dtype=c.dtype, accumulation=accumulation)
+    used = precision.accumulation if precision.fp8_tensor_cores else accumulation
+    alpha = precision.product_coefficient(a.shape[1])
+    if not math.isfinite(alpha):
+        why = f"no finite rounding bound at k={a.shape[1]} (the bound's multiple of |A||B| is {alpha})"
+        return ResultCheck(name, shape, math.nan, 0, (0, b.shape[1]), math.nan, math.nan, repeat_identical, why, used)
     found = residuals(a, b, c, scale_a=scale_a, scale_b=scale_b, precision=precision, dtype=dtype,
                       vectors=vectors, seed=seed, check_dtype=check_dtype)
+    unbounded = found.unbounded
+    if unbounded is not None and bool(unbounded.any()):
+        row, vector = divmod(int(torch.argmax(unbounded.to(torch.uint8)).item()), unbounded.shape[1])
+        why = (f"its rounding bound is not a number in {int(unbounded.sum())} of {unbounded.numel()} blocks, first row "
+               f"{row}, columns {found.bounds[vector]}-{found.bounds[vector + 1] - 1} (an operand holds NaN)")
+        return ResultCheck(name, shape, math.nan, row, (found.bounds[vector], found.bounds[vector + 1]),
+                           float(found.residual[row, vector].item()), math.nan, repeat_identical, why, used)
     excess = found.excess()
     worst = int(torch.argmax(excess).item())
     row, vector = divmod(worst, excess.shape[1])
-    name = format_name(a.dtype if dtype is None else dtype)
-    return ResultCheck(name, (a.shape[0], a.shape[1], b.shape[1]), float(excess[row, vector].item()), row,
+    return ResultCheck(name, shape, float(excess[row, vector].item()), row,
                        (found.bounds[vector], found.bounds[vector + 1]), float(found.residual[row, vector].item()),
-                       float(found.tolerance[row, vector].item()), repeat_identical)
+                       float(found.tolerance[row, vector].item()), repeat_identical, "", used)
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -416,7 +480,8 @@ def check_case(case, *, vectors: int = VECTORS, seed: int = 0, repeat: bool = Tr
 
     ``case`` is anything shaped like :class:`accounting.timing.MatmulCase`: ``fn()`` returns the
     product; ``operands`` are ``(a, b, out)``, or ``(a, b, scale_a, scale_b)`` for fp8
-    (``torch._scaled_mm``); ``dtype``, and ``runs_as`` where set, name the dtype. Call it outside
+    (``torch._scaled_mm``); ``dtype``, and ``runs_as`` where set, name the dtype; an fp8 case's
+    ``accumulation`` (``"default"`` or ``"fast"``, where it has one) picks its bound. Call it outside
     the timed repetitions (it runs the product itself).
 
     >>> import types
@@ -436,8 +501,10 @@ def check_case(case, *, vectors: int = VECTORS, seed: int = 0, repeat: bool = Tr
     if repeat:
         result = result.clone()
         identical = same_bits(result, _call(fn))
+    accumulation = getattr(case, "accumulation", None) if name.startswith("float8") else None
     return check_product(operands[0], operands[1], result, scale_a=scales[0], scale_b=scales[1], dtype=name,
-                         vectors=vectors, seed=seed, check_dtype=check_dtype, repeat_identical=identical)
+                         vectors=vectors, seed=seed, check_dtype=check_dtype, repeat_identical=identical,
+                         accumulation=accumulation)
 
 
 def _call(fn: Callable[[], object]) -> torch.Tensor:
