@@ -334,6 +334,8 @@ class MatmulCase:
     the fp8 variant the device supports (``float8_e4m3fnuz`` on gfx942), else ``dtype``. ``output`` is the
     buffer every call writes its product into (``None`` where each call allocates its own, as fp8's
     ``_scaled_mm`` does): after timing it holds the last timed product, which a result check can read.
+    ``accumulation`` is an fp8 product's: ``"fast"`` (``use_fast_accum=True``: the tensor cores' partial sums
+    never promoted to float32) or ``"default"`` (promoted every few instructions); ``None`` for other dtypes.
     """
 
     dtype: str
@@ -344,6 +346,7 @@ class MatmulCase:
     operands: tuple[torch.Tensor, ...]
     runs_as: str | None = None
     output: torch.Tensor | None = None
+    accumulation: str | None = None
 
     @property
     def operand_bytes(self) -> int:
@@ -412,13 +415,18 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
       saying why. e5m2 × e5m2 is not a cuBLASLt combination, so the e5m2 case is
       e5m2 × e4m3 (same FP8 rate). ``fp8_fast_accum`` (default on, the throughput
       path FP8 training recipes use for the forward matmul) skips Hopper's periodic
-      promotion of partial sums to FP32.
+      promotion of partial sums to FP32; the case's ``accumulation`` names it
+      (``"fast"`` or ``"default"``), so its figure and its result check can say which.
 
     >>> fn, flops = matmul_case("bf16", 64, 32, 16)
     >>> fn().dtype, flops
     (torch.bfloat16, 65536)
+    >>> matmul_case("float8_e4m3fn", 16, 32, 16, fp8_fast_accum=False).accumulation
+    'default'
     """
     name = format_name(dtype)
+    if not isinstance(fp8_fast_accum, bool):
+        raise AccountingTypeError(f"fp8_fast_accum must be True or False, got {fp8_fast_accum!r}")
     m, k, n = (check_positive_size(size, what) for size, what in ((m, "m"), (k, "k"), (n, "n")))
     device = as_device(device)
     runs_as = name
@@ -455,7 +463,9 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
             return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=FP8_OUT_DTYPE,
                                     use_fast_accum=fp8_fast_accum)
 
-        return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b), runs_as)
+        accumulation = "fast" if fp8_fast_accum else "default"
+        return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b), runs_as,
+                          accumulation=accumulation)
     torch_dtype = storage_dtype(name)
     a, b = randn(m, k, torch_dtype), randn(k, n, torch_dtype)
     out = torch.empty(m, n, dtype=torch_dtype, device=device)
