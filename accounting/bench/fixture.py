@@ -205,13 +205,21 @@ class FlopsBenchmark:
         :func:`accounting.health.results.check_case` runs it twice more, compares the two results bit for
         bit and checks one against ``A @ B`` by Freivalds' method within a worst-case rounding bound. A
         fast product that is wrong is a failed device, not a fast one. ``extra_info["result_check"]``
-        records the verdict and what it cost, so the saved run carries it.
+        records the verdict and what it cost, so the saved run carries it; an fp8 case's accumulation
+        (``"fast"`` or ``"default"``) goes in ``extra_info["accumulation"]``. A product with no computable
+        bound is recorded as not checked (``checked: false`` and why), never failed for it.
         """
         started = time.perf_counter()
+        accumulation = getattr(case, "accumulation", None)
+        if accumulation is not None:
+            self.benchmark.extra_info["accumulation"] = accumulation
         check = check_case(case)
         self.benchmark.extra_info["result_check"] = {
-            "ok": check.ok, "excess": check.excess if math.isfinite(check.excess) else None,
+            "ok": check.ok, "checked": check.checked, "not_checked_reason": check.not_checked_reason or None,
+            "excess": check.excess if math.isfinite(check.excess) else None,
             "repeat_identical": check.repeat_identical, "seconds": time.perf_counter() - started}
+        if not check.checked and hasattr(self.config, "stash"):
+            add_summary_line(self.config, f"{getattr(self.benchmark, 'name', 'benchmark')}: {check.note}")
         if not check.ok:
             pytest.fail(f"wrong result: {check.reason}", pytrace=False)
 
