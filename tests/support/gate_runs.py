@@ -1,6 +1,7 @@
 """Saved-run documents for the gate's tests, shaped as pytest-benchmark writes them (``--benchmark-save-data``)."""
 
 import json
+from pathlib import Path
 
 CPU = {"accelerator": None, "torch": "2.13.0+cpu", "cpu_model": "AMD EPYC", "cpu_cores": 2}
 OTHER_CPU = dict(CPU, cpu_model="Intel Xeon", cpu_cores=4)
@@ -45,3 +46,35 @@ QUIET = {"before": {"load_average_1m": 0.2, "logical_cpus": 2, "clock_mhz_mean":
          "own_before": 0.0, "own_after": 0.8}
 LOADED = {"before": dict(QUIET["before"], load_average_1m=3.5), "after": dict(QUIET["after"], load_average_1m=4.0),
           "own_before": 0.0, "own_after": 0.8}
+
+
+# The first real GPU run of the gate (one H200): tests/data/hosts/nvidia-h200.md, "The gate".
+H200 = Path(__file__).resolve().parents[1] / "data" / "hosts" / "nvidia-h200"
+H200_STORAGE = H200 / "gate-storage"
+H200_GATED = ("bfloat16-8192x8192x8192", "float16-8192x8192x8192")
+"""The benchmarks the recorded gate saved and checked (``-k 'bfloat16-8192x8192x8192 or float16-8192x8192x8192'``)."""
+
+
+def h200_baseline_files() -> list:
+    """The two baseline runs ``gate save --runs 2`` wrote on the H200, oldest first."""
+    return sorted(H200_STORAGE.glob("*.json"))
+
+
+def h200_document(path) -> dict:
+    """A recorded run's JSON document, freshly loaded (callers may change it)."""
+    return json.loads(Path(path).read_text(encoding="utf8"))
+
+
+def h200_current() -> dict:
+    """The recorded current run, rebuilt: ``gate check`` kept no ``current-1.json``, only what it printed.
+
+    Its rounds: the same two benchmarks timed on the same GPU in the same hour by the ``pytest -m gpu`` step
+    (``pytest-gpu.json``, 20 rounds each, their telemetry read under the power cap). Its load-guard readings: the
+    first baseline run's (idle 345 MHz before, 1980 MHz after), which are what ``gate-check.log`` printed for the
+    current run ("the clock moved from 345 to 1980 MHz during the run").
+    """
+    document = h200_document(H200 / "pytest-gpu.json")
+    document["benchmarks"] = [bench for bench in document["benchmarks"]
+                              if any(f"[{name}-" in bench["fullname"] for name in H200_GATED)]
+    document["accounting_gate"] = h200_document(h200_baseline_files()[0])["accounting_gate"]
+    return document
