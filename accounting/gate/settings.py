@@ -70,10 +70,21 @@ def read_device(device: str) -> dict | None:
 
 
 def run_settings(guard: dict | None) -> dict | None:
-    """The settings a saved run recorded (its load guard's reading before the run), ``None`` where it has none."""
+    """The settings a saved run recorded (its load guard's reading before the run), ``None`` where it has none.
+
+    Where the reading has no settings but its telemetry gave the enforced power limit, that is the setting known.
+
+    >>> run_settings({"before": {"power_limit_w": 700.0}})
+    {'power_limit_w': 700.0}
+    """
     reading = (guard or {}).get("before")
-    value = reading.get(SETTINGS_KEY) if isinstance(reading, dict) else None
-    return value if isinstance(value, dict) else None
+    if not isinstance(reading, dict):
+        return None
+    value = reading.get(SETTINGS_KEY)
+    if isinstance(value, dict):
+        return value
+    limit = reading.get("power_limit_w")
+    return {"power_limit_w": limit} if isinstance(limit, (int, float)) and not isinstance(limit, bool) else None
 
 
 def _same(key, first, second) -> bool:

@@ -1,0 +1,156 @@
+"""A GPU benchmark's rounds as the fixture records them and the gate reads them; the settings the gate compares.
+
+The truths: the fake NVML's scripted clock and throttle mask, set round by round (what the device would report);
+the record the fixture writes must come back through the gate's reader as the same rounds, in order; a clock that
+never settles must not be called settled, and the warm-up must stop at its limit.
+"""
+
+import pytest
+import torch
+
+from accounting.bench.round_telemetry import (
+    SETTLE_READINGS,
+    WARM_MAX_S,
+    RoundReadings,
+    open_round_backend,
+    warm_to_working_clock,
+)
+from accounting.gate.gpu_rounds import clock_note, rounds_disturbances, rounds_telemetry
+from accounting.gate.settings import read as read_settings
+from accounting.gate.settings import run_settings, settings_difference
+from accounting.telemetry.gpu_nvml import NvmlBackend
+from accounting.telemetry.readings import Reading
+from tests.support.fake_nvml import HW_SLOWDOWN, SW_POWER_CAP, FakeGpu, FakeNvml, FakeTime
+
+
+def _record_rounds(clocks, masks, warmup_rounds=2):
+    """Run a RoundReadings over a real NVML backend on a fake GPU whose clock and mask change each round."""
+    nvml = FakeNvml([FakeGpu()])
+    backend = NvmlBackend(nvml, 0, now=FakeTime())
+    recorder = RoundReadings(backend, warmup_rounds=warmup_rounds, rounds=len(clocks))
+    gpu = nvml.gpus[0]
+    for _ in range(warmup_rounds):
+        gpu.clock_mhz, gpu.throttle_mask = 345.0, HW_SLOWDOWN  # the warm-up's readings must not be kept
+        recorder.teardown()
+    for clock, mask in zip(clocks, masks):
+        gpu.clock_mhz, gpu.throttle_mask = clock, mask
+        recorder.teardown()  # pedantic's teardown: right after the round
+    recorder.teardown()  # a call beyond the timed rounds (pytest-benchmark's profiling) is not read either
+    return recorder.record()
+
+
+def test_the_fixtures_round_record_reads_back_as_the_same_rounds_in_order():
+    clocks = [1980.0, 1980.0, 1650.0, 1440.0, 1440.0, 1980.0]
+    masks = [0, 0, SW_POWER_CAP, SW_POWER_CAP | HW_SLOWDOWN, SW_POWER_CAP | HW_SLOWDOWN, 0]
+    record = _record_rounds(clocks, masks)
+    assert record["clock_mhz"] == clocks
+    telemetry = rounds_telemetry({"telemetry_rounds": record}, len(clocks))
+    assert telemetry.per_round and [s.clock_mhz for s in telemetry.stretches] == clocks
+    assert [set(s.reasons) for s in telemetry.stretches][3] == {"sw_power_cap", "hw_slowdown"}
+    (reason,) = rounds_disturbances(telemetry)
+    assert reason.startswith("rounds 4-5 of 6 throttled (hw_slowdown) at 1440 MHz")
+
+
+def test_a_power_capped_round_record_is_not_disturbed_against_cooler_baselines():
+    record = _record_rounds([1980.0, 1500.0, 1410.0], [0, SW_POWER_CAP, SW_POWER_CAP])
+    baseline = rounds_telemetry({"telemetry_rounds": _record_rounds([1980.0] * 3, [0] * 3)}, 3)
+    assert rounds_disturbances(rounds_telemetry({"telemetry_rounds": record}, 3), [baseline]) == []
+    unexplained = _record_rounds([1980.0, 1500.0, 1410.0], [0, 0, SW_POWER_CAP])  # round 2: low with no reason
+    (reason,) = rounds_disturbances(rounds_telemetry({"telemetry_rounds": unexplained}, 3), [baseline])
+    assert reason.startswith("round 2 of 3 at 1500 MHz")
+
+
+def test_a_clock_above_capped_baselines_is_not_disturbed_but_above_uncapped_ones_it_is():
+    fast = rounds_telemetry({"telemetry_rounds": _record_rounds([1980.0] * 3, [0] * 3)}, 3)
+    capped = rounds_telemetry({"telemetry_rounds": _record_rounds([1500.0] * 3, [SW_POWER_CAP] * 3)}, 3)
+    locked = rounds_telemetry({"telemetry_rounds": _record_rounds([1500.0] * 3, [0] * 3)}, 3)
+    assert rounds_disturbances(fast, [capped]) == []
+    assert rounds_disturbances(fast, [locked]) != []
+
+
+def test_a_backend_that_fails_stops_the_record_and_says_after_which_round():
+    class Failing:
+        calls = 0
+
+        def read(self, *, edge):
+            self.calls += 1
+            if self.calls == 3:
+                raise RuntimeError("GPU is lost")
+            return Reading(0.0, clock_mhz=1980.0)
+
+    recorder = RoundReadings(Failing(), warmup_rounds=0, rounds=5)
+    for _ in range(5):
+        recorder.teardown()
+    record = recorder.record()
+    assert record["clock_mhz"] == [1980.0, 1980.0]
+    assert record["error"] == "round readings stopped after round 2: RuntimeError: GPU is lost"
+
+
+def test_warm_up_stops_once_the_clock_has_settled():
+    clock = FakeTime(0.0)
+    ramp = iter([345.0, 900.0, 1500.0, 1980.0, 1980.0, 1980.0, 1980.0])
+    calls = []
+
+    def call():
+        calls.append(1)
+        clock.t += 0.025
+
+    warm = warm_to_working_clock(call, lambda: Reading(clock.t, clock_mhz=next(ramp)), now=clock)
+    assert warm["settled"] is True and warm["clock_mhz_first"] == 345.0 and warm["clock_mhz_settled"] == 1980.0
+    assert len(calls) == 3 + SETTLE_READINGS  # the three ramp readings, then three at the working clock
+    assert warm["seconds"] == pytest.approx(0.025 * len(calls))
+
+
+def test_warm_up_gives_up_on_a_clock_that_never_settles():
+    clock = FakeTime(0.0)
+    swing = [1980.0, 1410.0]
+
+    def call():
+        clock.t += 0.05
+
+    warm = warm_to_working_clock(call, lambda: Reading(clock.t, clock_mhz=swing[int(clock.t / 0.05) % 2]), now=clock)
+    assert warm["settled"] is False and WARM_MAX_S <= warm["seconds"] < WARM_MAX_S + 0.1
+
+
+def test_warm_up_without_a_clock_makes_one_call_and_claims_nothing():
+    calls = []
+    warm = warm_to_working_clock(lambda: calls.append(1), lambda: Reading(0.0))
+    assert calls == [1] and warm["settled"] is None and warm["clock_mhz_first"] is None
+
+
+def test_the_cpu_opens_no_round_backend():
+    assert open_round_backend(torch.device("cpu")) is None
+
+
+def test_settings_are_read_from_nvml_and_a_missing_call_is_unknown():
+    nvml = FakeNvml([FakeGpu(power_limit_mw=500_000.0)])
+    assert read_settings(nvml, 0) == {"power_limit_w": 500.0, "applications_sm_clock_mhz": None,
+                                      "applications_memory_clock_mhz": None}  # the fake has no application clocks
+
+    class WithClocks(FakeNvml):
+        def nvmlDeviceGetApplicationsClock(self, handle, kind):  # noqa: N802 - pynvml's name
+            return {1: 1755, 2: 3201}[kind]
+
+    assert read_settings(WithClocks([FakeGpu()]), 0)["applications_sm_clock_mhz"] == 1755
+    refusing = FakeNvml([FakeGpu()], unsupported={"nvmlDeviceGetEnforcedPowerLimit"})
+    assert read_settings(refusing, 0)["power_limit_w"] is None
+
+
+def test_settings_differences_name_each_setting_and_ignore_a_milliwatt():
+    assert settings_difference({"power_limit_w": 700.0}, {"power_limit_w": 699.999}) == ""
+    assert settings_difference({"applications_memory_clock_mhz": 3201}, {"applications_memory_clock_mhz": 2619}) == (
+        "application memory clock 3201 MHz in the baseline, 2619 MHz here")
+    assert run_settings({"before": {"settings": {"power_limit_w": 700.0}}}) == {"power_limit_w": 700.0}
+    assert run_settings({"before": {}}) is None and run_settings(None) is None
+
+
+@pytest.mark.parametrize("baseline, current, ratio, words", [
+    (1980.0, 1650.0, 1.2, "a slower clock, not a slower product"),
+    (1980.0, 1980.0, 1.1, "a slower product at the same clock"),
+    (1980.0, 1900.0, 1.3, "a slower product at the same clock"),  # 4 % apart: within the clock tolerance
+    (1980.0, 1650.0, 1.5, "a slower product, not only a slower clock"),
+])
+def test_the_clock_note_tells_a_slower_clock_from_a_slower_product(baseline, current, ratio, words):
+    note = clock_note(baseline, current, ratio)
+    assert note.endswith(words)
+    assert f"per clock cycle {ratio * current / baseline:.3f}×" in note
