@@ -32,15 +32,25 @@ outputs (they differ under autocast: fp32 stream, bf16 matmuls).
 
 from dataclasses import dataclass
 
+import math
+
 from accounting._checks import check_choice, check_positive_size
+from accounting.attention_kernels import SDPA_KERNELS, SdpaCall, SdpaKernel, choose_sdpa_kernel
 from accounting.errors import AccountingTypeError
 from accounting.memory import storage_dtype
 from accounting.transformer import GELUS, TransformerConfig
 
-ATTENTIONS = ("eager", "sdpa")
-"""``eager``: softmax(QKᵀ)V in separate ops, the (s × s) scores saved; ``sdpa``:
-``scaled_dot_product_attention`` with a fused kernel (flash, or the CPU's flash kernel)
-saving Q, K, V, its output and a log-sum-exp per query, no s² term."""
+SDPA_ATTENTIONS = tuple(f"sdpa-{kernel}" for kernel in SDPA_KERNELS)
+"""``scaled_dot_product_attention`` with a named kernel: ``sdpa-flash``, ``sdpa-cudnn`` and
+``sdpa-efficient`` save Q, K, V, the output and an fp32 log-sum-exp per query (no s² term);
+``sdpa-math`` saves the scaled Q, K and V it multiplies (in fp32 for 16-bit inputs: torch's math
+kernel upcasts them unless ``allow_fp16_bf16_reduction_math_sdp``) and the (s × s) attention weights."""
+ATTENTIONS = ("eager", "sdpa", *SDPA_ATTENTIONS)
+"""``eager``: softmax(QKᵀ)V in separate ops, the (s × s) scores saved; ``sdpa``: the kernel
+``scaled_dot_product_attention`` runs for the call on the ``device`` asked about
+(:func:`accounting.attention_kernels.choose_sdpa_kernel`); or one of :data:`SDPA_ATTENTIONS`."""
+_EFFICIENT_LSE_ROWS = 32  # memory-efficient attention pads its log-sum-exp to a multiple of 32 queries
+_SDPA_DROPOUT = 0.1  # a dropout probability to ask the kernel choice with (any in (0, 1) chooses alike)
 RECOMPUTES = ("none", "full")
 """``full``: every block checkpointed (``torch.utils.checkpoint``, non-reentrant; Hugging Face's
 ``gradient_checkpointing_enable``), keeping only its input until backward recomputes it."""
@@ -58,6 +68,14 @@ class ActivationFormats:
     matmul: int
     weights: int
     autocast: bool = False
+    matmul_format: str | None = None  # the matmul outputs' format name (what attention kernels see)
+
+    @property
+    def matmul_dtype(self):
+        """The dtype attention runs in: ``matmul_format``'s, else the float of ``matmul`` bytes."""
+        if self.matmul_format is not None:
+            return storage_dtype(self.matmul_format)
+        return storage_dtype({2: "bfloat16", 4: "float32", 8: "float64"}.get(self.matmul, "float32"))
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,13 @@ class ActivationBytes:
     outside: int
     checkpoint: int
     mask: int
+    attention: str = "eager"
+    kernel: SdpaKernel | None = None
+
+    @property
+    def attention_note(self) -> str:
+        """Which attention was counted: ``"eager"``, or the SDPA kernel and why it was chosen."""
+        return str(self.kernel) if self.kernel is not None else self.attention
 
     @property
     def saved(self) -> int:
@@ -148,11 +173,12 @@ def activation_formats(precision) -> ActivationFormats:
     """Element sizes of a policy's forward pass (fp32 stream and bf16 matmuls under autocast).
 
     >>> activation_formats("bf16-autocast")
-    ActivationFormats(stream=4, matmul=2, weights=4, autocast=True)
+    ActivationFormats(stream=4, matmul=2, weights=4, autocast=True, matmul_format='bfloat16')
     """
     policy = precision_policy(precision)
     weights, activations = policy.bytes_of("weights"), policy.bytes_of("activations")
-    return ActivationFormats(weights if policy.autocast else activations, activations, weights, policy.autocast)
+    stream = weights if policy.autocast else activations
+    return ActivationFormats(stream, activations, weights, policy.autocast, policy.activations)
 
 
 def _llama_style(config: TransformerConfig) -> bool:
@@ -174,13 +200,25 @@ def _norm(config: TransformerConfig, tokens: int, formats: ActivationFormats, co
     return formats.stream * tokens * h + 2 * _FP32 * tokens + output
 
 
+def _math_width(formats: ActivationFormats) -> int:
+    """Bytes per element of what SDPA's math kernel saves: fp32 for 16-bit inputs (it upcasts them)."""
+    return max(formats.matmul, _FP32)
+
+
 def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
-    """Q, K, V and the attention output; with eager attention, the (s × s) scores."""
+    """Q, K, V and the attention output; with eager attention or SDPA's math kernel, the (s × s) weights."""
     s, heads, mu = config.sequence_length, config.heads, formats.matmul
     tokens = s * batch
     q, kv = tokens * config.attention_width, tokens * config.kv_width
-    if attention == "sdpa":
-        log_sum_exp = _FP32 * heads * tokens
+    if attention == "sdpa-math":
+        # The scaled Q, the scaled K repeated to every query head (transposed), V repeated, the
+        # softmax output (referenced twice: by softmax and by the product with V), all in the math
+        # kernel's width, and the output the projection saves (merged heads, μ).
+        wide = _math_width(formats)
+        return wide * 3 * q + wide * heads * s * s * batch + mu * q
+    if attention in SDPA_ATTENTIONS:
+        rows = math.ceil(s / _EFFICIENT_LSE_ROWS) * _EFFICIENT_LSE_ROWS if attention == "sdpa-efficient" else s
+        log_sum_exp = _FP32 * heads * rows * batch
         if _llama_style(config):  # q (rotated), k (rotated) and v at their own widths, the output
             return mu * (2 * q + 2 * kv) + log_sum_exp
         return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, two copies, the output
@@ -220,6 +258,33 @@ def weight_copy_bytes(config: TransformerConfig, formats: ActivationFormats) -> 
     return formats.matmul * (config.attention_matmul_parameter_count + mlp)
 
 
+def attention_call(config: TransformerConfig, batch_size: int, formats: ActivationFormats,
+                   dropout: bool = False) -> SdpaCall:
+    """The ``scaled_dot_product_attention`` call of one block: causal, no mask, grouped-query heads
+    passed with ``enable_gqa`` (as Hugging Face's models call it), in the matmuls' dtype."""
+    return SdpaCall(
+        formats.matmul_dtype, batch=batch_size, heads=config.heads, kv_heads=config.kv_heads,
+        sequence=config.sequence_length, head_width=config.head_width, dropout=_SDPA_DROPOUT if dropout else 0.0,
+    )
+
+
+def resolve_attention(config: TransformerConfig, batch_size: int, formats: ActivationFormats, attention: str,
+                      device=None, dropout: bool = False) -> tuple[str, SdpaKernel | None]:
+    """``(attention, kernel)``: ``"sdpa"`` becomes the kernel SDPA runs on ``device`` (default the
+    CPU; :func:`accounting.attention_kernels.choose_sdpa_kernel`), e.g. ``"sdpa-math"``; others stay.
+
+    >>> from accounting.attention_kernels import AttentionDevice
+    >>> config = TransformerConfig(layers=1, width=64, heads=4, kv_heads=2, sequence_length=16, vocabulary=10)
+    >>> resolve_attention(config, 2, activation_formats("fp32"), "sdpa", AttentionDevice("cuda", (9, 0)))[0]
+    'sdpa-math'
+    """
+    check_choice(attention, ATTENTIONS, "attention")
+    if attention != "sdpa":
+        return attention, None
+    kernel = choose_sdpa_kernel(attention_call(config, batch_size, formats, dropout), "cpu" if device is None else device)
+    return kernel.label, kernel
+
+
 def transformer_activations(
     config: TransformerConfig,
     batch_size: int,
@@ -229,8 +294,12 @@ def transformer_activations(
     recompute: str = "none",
     dropout: bool = False,
     gelu: str | None = None,
+    device=None,
 ) -> ActivationBytes:
     """What a forward pass of ``config`` on ``batch_size`` sequences saves, by part (see the module docstring).
+
+    ``attention="sdpa"`` counts what the kernel :func:`resolve_attention` finds on ``device`` saves
+    (``ActivationBytes.kernel`` says which and why); ``"sdpa-math"``, ``"sdpa-flash"``… name it.
 
     ``dropout`` (GPT-2-style blocks): the bool masks of CUDA's fused dropout after attention and
     after the MLP, the embedding dropout's mask and, with eager attention, the attention-dropout
@@ -241,11 +310,11 @@ def transformer_activations(
     if not isinstance(config, TransformerConfig):
         raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
     batch = check_positive_size(batch_size, "batch_size")
-    check_choice(attention, ATTENTIONS, "attention")
     check_choice(recompute, RECOMPUTES, "recompute")
     gelu = config.gelu if gelu is None else check_choice(gelu, GELUS, "gelu")
     if not isinstance(dropout, bool):
         raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
+    attention, kernel = resolve_attention(config, batch, formats, attention, device, dropout)
     s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream
     tokens = s * batch
     qkv_consumers = 3 if _llama_style(config) else 1
@@ -259,7 +328,8 @@ def transformer_activations(
     )
     scores = config.heads * s * s * batch
     if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
-        attention_dropout = mu * scores + _MASK * scores if attention == "eager" else 0
+        attention_dropout = {"eager": mu * scores + _MASK * scores,
+                             "sdpa-math": _math_width(formats) * scores + _MASK * scores}.get(attention, 0)
         layer += attention_dropout + _MASK * 2 * tokens * h
     outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
     if formats.autocast:
@@ -272,7 +342,7 @@ def transformer_activations(
     # weights' dtype is an input of every block, kept once.
     checkpoint = sigma * tokens * h
     mask = formats.weights * batch * s * s if attention == "eager" else 0
-    return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask)
+    return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask, attention, kernel)
 
 
 # ---- the rest of a step: what is alive besides model states at each phase ----------------

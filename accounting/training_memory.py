@@ -50,6 +50,7 @@ from accounting.activation_memory import (  # the policies live there; imported 
     transformer_activations,
     update_bytes,
 )
+from accounting.attention_kernels import SdpaKernel
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.memory import storage_bytes, storage_key
 from accounting.sharding import sharded_model_states, sharding_stage
@@ -234,6 +235,7 @@ def transformer_activation_bytes(
     attention: str = "eager",
     recompute: str = "none",
     gelu: str | None = None,
+    device=None,
 ) -> int:
     """Bytes of the tensors a transformer's forward pass saves for backward.
 
@@ -244,7 +246,11 @@ def transformer_activation_bytes(
     statistics; with ``dropout`` the paper's 34·sbh + 5·a·s²·b at e = 2, f = 4h. Llama-style
     blocks (``norm="rmsnorm"``) as Hugging Face's Llama, Qwen2 and Mixtral code saves them. Outside
     the blocks: the final norm, rotary tables and the loss's fp32 log-probabilities (4·sbV).
-    ``attention``: ``"eager"`` or ``"sdpa"`` (no s² term); ``recompute="full"``: each block keeps
+    ``attention``: ``"eager"``; ``"sdpa"``, counted as the kernel ``scaled_dot_product_attention`` runs
+    on ``device`` (default the CPU; an :class:`accounting.attention_kernels.AttentionDevice` names a GPU by
+    its compute capability): fused kernels have no s² term, the math kernel keeps the (s × s) weights; or
+    a kernel by name (``"sdpa-flash"``, ``"sdpa-math"``…, :data:`accounting.activation_memory.ATTENTIONS`);
+    ``recompute="full"``: each block keeps
     only its input; ``gelu``: ``"fused"`` or ``"unfused"`` (Hugging Face's ``gelu_new``, GPT-2's); default:
     the config's own (``config.gelu``, which ``TransformerConfig.from_hf`` reads from ``activation_function``).
 
@@ -257,7 +263,8 @@ def transformer_activation_bytes(
     """
     formats = activation_formats(precision)
     return transformer_activations(
-        config, batch_size, formats, attention=attention, recompute=recompute, dropout=dropout, gelu=gelu
+        config, batch_size, formats, attention=attention, recompute=recompute, dropout=dropout, gelu=gelu,
+        device=device,
     ).saved
 
 
@@ -278,7 +285,8 @@ class TrainingMemory:
 
     ``gathered``: under ZeRO-3/FSDP, the full parameters and gradients of the unit in flight,
     on top of every phase. ``total`` adds everything, the bound when gradients are kept
-    between steps.
+    between steps. ``attention``: for a transformer, the attention counted (``"eager"``,
+    ``"sdpa-math"``…) and, for ``"sdpa"``, why that kernel (``attention_kernel``).
     """
 
     parameter_count: int
@@ -293,6 +301,8 @@ class TrainingMemory:
     update: int = 0
     backward: int = 0
     gathered: int = 0
+    attention: str | None = None
+    attention_kernel: SdpaKernel | None = None
 
     @property
     def persistent(self) -> int:
@@ -319,6 +329,8 @@ class TrainingMemory:
             label = field.name.replace("_", " ")
             rows.append(f"  {label:<18} {readable_bytes(getattr(self, field.name))}")
         rows.append(f"  {'peak':<18} {readable_bytes(self.peak)}")
+        if self.attention is not None:
+            rows.append(f"  {'attention':<18} {self.attention_kernel or self.attention}")
         rows.append(
             f"  {'total':<18} {readable_bytes(self.total)}  "
             f"({self.bytes_per_parameter:.1f} bytes/parameter before activations)"
@@ -406,6 +418,7 @@ def transformer_training_memory(
     gelu: str | None = None,
     sharding=None,
     devices: int = 1,
+    device=None,
     **optimizer_settings,
 ) -> TrainingMemory:
     """:func:`training_memory` of a transformer, activations and each phase's working bytes from its config.
@@ -417,7 +430,9 @@ def transformer_training_memory(
     gradient and working set (:func:`accounting.activation_memory.block_backward_bytes`).
     ``gathered`` (ZeRO-3/FSDP), assuming one unit in flight, as FSDP wraps each block: the full
     parameters and gradients of the largest unit (a block, or the root's embeddings and norm).
-    Other arguments as for :func:`transformer_activation_bytes` and :func:`training_memory`;
+    ``attention="sdpa"`` counts the kernel SDPA runs on ``device`` (see
+    :func:`transformer_activation_bytes`); ``attention`` and ``attention_kernel`` of the result say
+    which. Other arguments as for :func:`transformer_activation_bytes` and :func:`training_memory`;
     measured against Hugging Face models in docs/model-mfu-and-training-memory.md.
 
     >>> from accounting import TransformerConfig
@@ -431,7 +446,8 @@ def transformer_training_memory(
     formats = activation_formats(precision)
     policy = precision_policy(precision)
     activations = transformer_activations(
-        config, batch_size, formats, attention=attention, recompute=recompute, dropout=dropout, gelu=gelu
+        config, batch_size, formats, attention=attention, recompute=recompute, dropout=dropout, gelu=gelu,
+        device=device,
     )
     tokens = batch_size * config.sequence_length
     loss_gradients = 2 * torch.float32.itemsize * tokens * config.vocabulary
@@ -454,4 +470,5 @@ def transformer_training_memory(
     gathered = 0
     if sharding_stage(sharding) == "zero3" and devices > 1:
         gathered = largest_unit(config) * (policy.bytes_of("weights") + policy.bytes_of("gradients"))
-    return replace(memory, update=update, backward=backward, gathered=gathered)
+    return replace(memory, update=update, backward=backward, gathered=gathered, attention=activations.attention,
+                   attention_kernel=activations.kernel)

@@ -32,7 +32,7 @@ LAYERS = (
     ("library", ("accounting.memory", "accounting.strides", "accounting.flops", "accounting.flop_count",
                  "accounting.live_memory", "accounting.transformer", "accounting.transformer_flops",
                  "accounting.training_memory", "accounting.activation_memory", "accounting.hf_config",
-                 "accounting.sharding", "accounting.traced_memory"), False),
+                 "accounting.sharding", "accounting.traced_memory", "accounting.attention_kernels"), False),
     ("hardware", ("accounting.hardware",), False),
     ("measurement", ("accounting.telemetry", "accounting.timing", "accounting.health"), True),
     ("model", ("accounting.model_mfu",), False),

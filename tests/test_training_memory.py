@@ -460,7 +460,7 @@ def test_zero3_adds_the_unit_in_flight():
         pytest.param(lambda: training_memory(10, sharding="zero3", devices=0), AccountingError,
                      r"^devices must be a positive integer, got 0$", id="no-devices"),
         pytest.param(lambda: transformer_training_memory(_CONFIG, 1, attention="flash"), AccountingError,
-                     r"^attention must be one of 'eager', 'sdpa', got 'flash'$", id="unknown-attention"),
+                     r"^attention must be one of 'eager', 'sdpa', 'sdpa-flash', 'sdpa-efficient', 'sdpa-cudnn', 'sdpa-math', got 'flash'$", id="unknown-attention"),
         pytest.param(lambda: transformer_training_memory(_CONFIG, 1, recompute=True), AccountingError,
                      r"^recompute must be one of 'none', 'full', got True$", id="recompute-bool"),
         pytest.param(lambda: transformer_activation_bytes(_CONFIG, 1, gelu="tanh"), AccountingError,

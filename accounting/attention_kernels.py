@@ -1,0 +1,364 @@
+"""Which kernel ``scaled_dot_product_attention`` runs for a call: flash, memory-efficient, cuDNN or math.
+
+"SDPA" is not one kernel, and the kernels save different tensors for backward: the fused ones
+(flash, memory-efficient, cuDNN) keep Q, K, V, the output and one fp32 statistic per query; the
+math kernel is the textbook composition and keeps every (s × s) attention-weight matrix (in fp32
+for 16-bit inputs). Which one runs depends on the dtype, the device and its compute capability,
+the head width, grouped-query heads (``enable_gqa``), an explicit mask and dropout. A
+training-memory formula must know which, so this module answers, in this order:
+
+1. **torch itself**, where it can: ``torch._fused_sdp_choice`` is the dispatcher
+   ``scaled_dot_product_attention`` calls, fed here with tensors of the call's shape (batch 1,
+   the real strides; a few MiB) on the CPU, or on this machine's CUDA device when it is the one
+   asked about. ``torch.backends.cuda.can_use_flash_attention`` and its siblings answer the same
+   per kernel on a CUDA device.
+2. **the documented rules** otherwise (a GPU named by its compute capability, planned from a
+   machine without it): :func:`cuda_kernel_rules`, the constraints of torch 2.5-2.13's
+   ``sdp_utils.cpp``, tried in torch's order: flash, memory-efficient, math; on cc 9.0 and 10.x
+   cuDNN first (torch prefers it there with cuDNN newer than 9.15). Recorded on an H200 (cc 9.0,
+   torch 2.11): fp32 with grouped-query attention is refused by flash, memory-efficient and cuDNN
+   alike, so math runs; bf16 at the same shape is taken by cuDNN and flash, which save the same
+   tensors. Later torch (after pytorch/pytorch#191085) lets memory-efficient attention take
+   grouped-query heads; these rules do not.
+
+:func:`cpu_kernel_rules` states the CPU's rules (its own flash kernel unless dropout, unequal head
+widths, or unequal heads without ``enable_gqa``); the tests hold both rule sets to torch's answers.
+
+>>> import torch
+>>> call = SdpaCall(torch.float32, batch=4, heads=32, kv_heads=4, sequence=2048, head_width=64)
+>>> choose_sdpa_kernel(call, AttentionDevice("cuda", (9, 0))).name
+'math'
+>>> choose_sdpa_kernel(call, "cpu").name, choose_sdpa_kernel(call, "cpu").source
+('flash', 'torch')
+"""
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from accounting.errors import AccountingError, AccountingTypeError
+
+SDPA_KERNELS = ("flash", "efficient", "cudnn", "math")
+"""The kernels ``scaled_dot_product_attention`` dispatches to (``torch.nn.attention.SDPBackend``)."""
+FUSED_KERNELS = ("flash", "efficient", "cudnn")
+"""Kernels that keep one statistic per query instead of the (s × s) attention weights."""
+_BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}  # SDPBackend's values
+DEVICE_TYPES = ("cpu", "cuda", "meta")
+
+_FLASH_CAPABILITY = ((8, 0), (12, 1))  # flash and cuDNN: sm80-sm121
+_EFFICIENT_CAPABILITY = ((5, 0), (12, 1))
+_FLASH_MAX_HEAD_WIDTH = 256
+_CUDNN_MAX_HEAD_WIDTH = 128  # 256 on cc 9.0/10.x with cuDNN newer than 9.22 only
+_CUDNN_HEAD_WIDTH_MULTIPLE = 8
+_CUDNN_DROPOUT_RESOLUTION = 16  # dropout probability in multiples of 1/16
+_SM86_89_FLASH_TRAINING_HEAD_WIDTHS = (192, 224)  # (192, 224] refused; (224, 256] refused with dropout
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+_CPU_FLASH_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class SdpaCall:
+    """One self-attention call as a training step makes it: query ``(batch, heads, sequence, head_width)``,
+    key and value with ``kv_heads`` heads (value ``value_width`` wide, default ``head_width``).
+
+    ``enable_gqa`` (default: ``kv_heads != heads``, as Hugging Face passes it when there is no mask),
+    ``causal`` (``is_causal=True``), ``mask`` (an explicit ``attn_mask``), ``dropout`` (``dropout_p``),
+    ``training`` (inputs require grad).
+    """
+
+    dtype: torch.dtype
+    batch: int
+    heads: int
+    kv_heads: int
+    sequence: int
+    head_width: int
+    value_width: int | None = None
+    causal: bool = True
+    mask: bool = False
+    dropout: float = 0.0
+    enable_gqa: bool | None = None
+    training: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.dtype, torch.dtype):
+            raise AccountingTypeError(f"dtype must be a torch.dtype, got {self.dtype!r}")
+        for name in ("batch", "heads", "kv_heads", "sequence", "head_width"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise AccountingError(f"{name} must be a positive integer, got {value!r}")
+        if self.value_width is None:
+            object.__setattr__(self, "value_width", self.head_width)
+        if self.enable_gqa is None:
+            object.__setattr__(self, "enable_gqa", self.kv_heads != self.heads)
+        if not 0.0 <= self.dropout < 1.0:
+            raise AccountingError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+
+@dataclass(frozen=True)
+class AttentionDevice:
+    """Where the attention runs: ``type`` ``"cpu"``, ``"cuda"`` or ``"meta"``; for CUDA, the compute
+    ``capability`` (major, minor), or ``None`` for this machine's current CUDA device."""
+
+    type: str
+    capability: tuple[int, int] | None = None
+
+    def __str__(self) -> str:
+        if self.capability is None:
+            return self.type
+        return f"{self.type} (compute capability {self.capability[0]}.{self.capability[1]})"
+
+
+def attention_device(device) -> AttentionDevice:
+    """An :class:`AttentionDevice` from one, a ``torch.device``, or a string (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+
+    >>> attention_device("cuda:0"), attention_device(torch.device("cpu"))
+    (AttentionDevice(type='cuda', capability=None), AttentionDevice(type='cpu', capability=None))
+    """
+    if isinstance(device, AttentionDevice):
+        if device.type not in DEVICE_TYPES:
+            raise AccountingError(f"device type must be one of {', '.join(DEVICE_TYPES)}, got {device.type!r}")
+        capability = device.capability
+        if capability is not None and (
+            not isinstance(capability, tuple) or len(capability) != 2
+            or not all(isinstance(part, int) and not isinstance(part, bool) and part >= 0 for part in capability)
+        ):
+            raise AccountingError(f"compute capability must be (major, minor), e.g. (9, 0), got {capability!r}")
+        if capability is not None and device.type != "cuda":
+            raise AccountingError(f"only a CUDA device has a compute capability, got {device.type} {capability}")
+        return device
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError as error:
+            raise AccountingError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from error
+    if not isinstance(device, torch.device):
+        raise AccountingTypeError(f"device must be a name, a torch.device or an AttentionDevice, got {device!r}")
+    return attention_device(AttentionDevice(device.type))
+
+
+@dataclass(frozen=True)
+class SdpaKernel:
+    """The kernel chosen: its ``name`` (:data:`SDPA_KERNELS`), the ``device``, whether ``torch``
+    answered or the ``rules`` did (``source``), and ``reason`` (why the faster kernels refused)."""
+
+    name: str
+    device: AttentionDevice
+    source: str
+    reason: str = ""
+    refused: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def label(self) -> str:
+        """``"sdpa-flash"``, ``"sdpa-math"``…: the name the memory formulas take as ``attention``."""
+        return f"sdpa-{self.name}"
+
+    @property
+    def fused(self) -> bool:
+        return self.name in FUSED_KERNELS
+
+    def __str__(self) -> str:
+        text = f"{self.label} on {self.device} ({'asked torch' if self.source == 'torch' else 'documented rules'})"
+        return f"{text}: {self.reason}" if self.reason else text
+
+
+# ---- the rules ------------------------------------------------------------------------------
+
+
+def _within(capability, bounds) -> bool:
+    return bounds[0] <= capability <= bounds[1]
+
+
+def _heads_refusal(call: SdpaCall, supports_gqa: bool) -> str | None:
+    if call.kv_heads == call.heads:
+        return None
+    if call.heads % call.kv_heads:
+        return f"{call.heads} query heads are not a multiple of {call.kv_heads} key/value heads"
+    if not call.enable_gqa:
+        return "key/value heads differ from query heads without enable_gqa"
+    return None if supports_gqa else "grouped-query attention (enable_gqa) is not supported"
+
+
+def _flash_refusal(call: SdpaCall, capability) -> str | None:
+    if not _within(capability, _FLASH_CAPABILITY):
+        return "needs compute capability 8.0-12.1"
+    if call.dtype not in _LOW_PRECISION:
+        return f"takes fp16 and bf16 only, not {_dtype_name(call.dtype)}"
+    if call.mask:
+        return "takes no explicit attention mask"
+    if not call.head_width == call.value_width <= _FLASH_MAX_HEAD_WIDTH:
+        return f"needs equal head widths of at most {_FLASH_MAX_HEAD_WIDTH}"
+    low, high = _SM86_89_FLASH_TRAINING_HEAD_WIDTHS
+    if call.training and ((8, 6) <= capability <= (8, 9) or capability[0] == 12):
+        if low < call.head_width <= high or (call.head_width > high and call.dropout > 0):
+            return "cannot train head widths over 192 on cc 8.6-8.9 and 12.x"
+    return _heads_refusal(call, supports_gqa=True)
+
+
+def _gemm_alignment(dtype: torch.dtype, capability) -> int:
+    """Elements a head width must be a multiple of for memory-efficient attention (``minimum_gemm_alignment``)."""
+    half = dtype in _LOW_PRECISION
+    tensor_cores = capability[0] >= 8 or (capability[0] >= 7 and half)
+    alignment = 4 if capability[0] >= 8 else 1
+    return max(alignment, 128 // (16 if half else 32)) if tensor_cores else alignment
+
+
+def _efficient_refusal(call: SdpaCall, capability) -> str | None:
+    if not _within(capability, _EFFICIENT_CAPABILITY):
+        return "needs compute capability 5.0-12.1"
+    dtypes = (torch.float16, torch.float32, torch.bfloat16) if capability[0] >= 8 else (torch.float16, torch.float32)
+    if call.dtype not in dtypes:
+        return f"does not take {_dtype_name(call.dtype)} on compute capability {capability[0]}.{capability[1]}"
+    alignment = _gemm_alignment(call.dtype, capability)
+    if call.head_width % alignment or call.value_width % alignment:
+        return f"needs head widths that are multiples of {alignment}"
+    return _heads_refusal(call, supports_gqa=False)
+
+
+def _cudnn_refusal(call: SdpaCall, capability) -> str | None:
+    if not _within(capability, _FLASH_CAPABILITY):
+        return "needs compute capability 8.0-12.1"
+    if call.dtype not in _LOW_PRECISION:
+        return f"takes fp16 and bf16 only, not {_dtype_name(call.dtype)}"
+    if call.dropout * _CUDNN_DROPOUT_RESOLUTION != math.floor(call.dropout * _CUDNN_DROPOUT_RESOLUTION):
+        return "takes dropout in multiples of 1/16 only"
+    widths = (call.head_width, call.value_width)
+    if max(widths) > _CUDNN_MAX_HEAD_WIDTH or any(width % _CUDNN_HEAD_WIDTH_MULTIPLE for width in widths):
+        return f"needs head widths that are multiples of 8, at most {_CUDNN_MAX_HEAD_WIDTH}"
+    if call.heads % call.kv_heads:
+        return f"{call.heads} query heads are not a multiple of {call.kv_heads} key/value heads"
+    return None
+
+
+def cuda_kernel_rules(call: SdpaCall, capability: tuple[int, int]) -> SdpaKernel:
+    """The kernel torch 2.5-2.13 runs for ``call`` on an NVIDIA GPU of this compute ``capability``,
+    by the constraints of its ``sdp_utils.cpp``; ``refused`` holds each refusing kernel's reason.
+
+    >>> call = SdpaCall(torch.bfloat16, batch=4, heads=32, kv_heads=4, sequence=2048, head_width=64)
+    >>> kernel = cuda_kernel_rules(call, (9, 0))
+    >>> kernel.name, kernel.refused["efficient"]
+    ('cudnn', 'grouped-query attention (enable_gqa) is not supported')
+    >>> cuda_kernel_rules(call, (8, 0)).name  # an A100: torch tries flash first
+    'flash'
+    >>> cuda_kernel_rules(replace(call, dtype=torch.float32, kv_heads=32), (9, 0)).name  # fp32 without GQA
+    'efficient'
+    """
+    device = attention_device(AttentionDevice("cuda", capability))
+    refusals = {"flash": _flash_refusal(call, capability), "cudnn": _cudnn_refusal(call, capability),
+                "efficient": _efficient_refusal(call, capability)}
+    refused = {name: reason for name, reason in refusals.items() if reason is not None}
+    for name in _cuda_priority(capability):
+        if name == "math":
+            break
+        if name not in refused:
+            earlier = {key: value for key, value in refused.items() if _cuda_priority(capability).index(key)
+                       < _cuda_priority(capability).index(name)}
+            return SdpaKernel(name, device, "rules", _refusal_text(earlier), refused)
+    return SdpaKernel("math", device, "rules", _refusal_text(refused), refused)
+
+
+def _cuda_priority(capability) -> tuple[str, ...]:
+    """torch's order: cuDNN first on cc 9.0 and 10.x (with cuDNN newer than 9.15, as torch's CUDA 13
+    wheels ship), else flash, memory-efficient, math, and cuDNN never before math."""
+    if capability == (9, 0) or capability[0] == 10:
+        return ("cudnn", "flash", "efficient", "math")
+    return ("flash", "efficient", "math")
+
+
+def cpu_kernel_rules(call: SdpaCall) -> SdpaKernel:
+    """The kernel torch runs for ``call`` on the CPU: its flash kernel
+    (``_scaled_dot_product_flash_attention_for_cpu``) unless it refuses, then math.
+
+    >>> call = SdpaCall(torch.float32, batch=2, heads=4, kv_heads=2, sequence=16, head_width=16)
+    >>> cpu_kernel_rules(call).name, cpu_kernel_rules(replace(call, dropout=0.1)).reason
+    ('flash', 'flash refuses: dropout is not supported')
+    """
+    if call.dropout > 0:
+        reason = "dropout is not supported"
+    elif call.dtype not in _CPU_FLASH_DTYPES:
+        reason = f"does not take {_dtype_name(call.dtype)}"
+    elif call.head_width != call.value_width:
+        reason = "needs equal head widths for query, key and value"
+    else:
+        reason = _heads_refusal(call, supports_gqa=True)
+    device = AttentionDevice("cpu")
+    if reason is None:
+        return SdpaKernel("flash", device, "rules")
+    return SdpaKernel("math", device, "rules", _refusal_text({"flash": reason}), {"flash": reason})
+
+
+def _refusal_text(refused: dict) -> str:
+    return "; ".join(f"{name} refuses: {reason}" for name, reason in refused.items())
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---- asking torch ----------------------------------------------------------------------------
+
+
+def _call_tensors(call: SdpaCall, device: str):
+    """Query, key, value (batch 1, Hugging Face's (batch, sequence, heads, width) layout seen as
+    (batch, heads, sequence, width)) and the mask, on ``device``."""
+
+    def projection(heads: int, width: int) -> torch.Tensor:
+        tensor = torch.empty(1, call.sequence, heads, width, dtype=call.dtype, device=device).transpose(1, 2)
+        return tensor.requires_grad_(call.training and call.dtype.is_floating_point)
+
+    mask = torch.ones(1, 1, call.sequence, call.sequence, dtype=torch.bool, device=device).tril() if call.mask else None
+    return (projection(call.heads, call.head_width), projection(call.kv_heads, call.head_width),
+            projection(call.kv_heads, call.value_width), mask)
+
+
+def torch_kernel_choice(call: SdpaCall, device: str = "cpu") -> str:
+    """The kernel name torch's own dispatcher (``torch._fused_sdp_choice``) picks for ``call`` on a
+    real ``device`` of this machine (``"cpu"``, ``"cuda"``)."""
+    query, key, value, mask = _call_tensors(call, device)
+    causal = call.causal and not call.mask
+    try:
+        choice = torch._fused_sdp_choice(query, key, value, mask, call.dropout, causal, enable_gqa=call.enable_gqa)
+    except RuntimeError as error:  # every kernel disabled or refusing: torch says why
+        raise AccountingError(f"scaled_dot_product_attention has no kernel for {call}: {error}") from error
+    if choice not in _BACKEND_NAMES:
+        raise AccountingError(f"scaled_dot_product_attention chose backend {choice} for {call}, not a known kernel")
+    return _BACKEND_NAMES[choice]
+
+
+def _local_cuda_capability():
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+def choose_sdpa_kernel(call: SdpaCall, device="cpu") -> SdpaKernel:
+    """The kernel ``scaled_dot_product_attention`` runs for ``call`` on ``device`` (see the module docstring).
+
+    ``device``: an :class:`AttentionDevice` (``AttentionDevice("cuda", (9, 0))`` for a GPU of that compute
+    capability, wherever this runs), a ``torch.device`` or its name. torch is asked for the CPU, for
+    ``meta`` (math: meta tensors have no fused kernel), and for a CUDA device this machine has (with the
+    capability asked for, or none named); the documented rules answer for any other CUDA device.
+
+    >>> call = SdpaCall(torch.bfloat16, batch=1, heads=8, kv_heads=8, sequence=128, head_width=64, dropout=0.1)
+    >>> str(choose_sdpa_kernel(call, "cpu"))
+    'sdpa-math on cpu (asked torch): flash refuses: dropout is not supported'
+    """
+    if not isinstance(call, SdpaCall):
+        raise AccountingTypeError(f"call must be an SdpaCall, got {call!r}")
+    device = attention_device(device)
+    if device.type == "meta":
+        return SdpaKernel("math", device, "torch", "meta tensors have no fused kernel")
+    if device.type == "cpu":
+        name = torch_kernel_choice(call, "cpu")
+        rules = cpu_kernel_rules(call)
+        return SdpaKernel(name, device, "torch", rules.reason if rules.name == name else "", rules.refused)
+    local = _local_cuda_capability()
+    if local is not None and device.capability in (None, tuple(local)):
+        name = torch_kernel_choice(call, "cuda")
+        rules = cuda_kernel_rules(call, tuple(local))
+        device = AttentionDevice("cuda", tuple(local))
+        return SdpaKernel(name, device, "torch", rules.reason if rules.name == name else "", rules.refused)
+    if device.capability is None:
+        raise AccountingError(
+            "no CUDA device here to ask which attention kernel runs: name its compute capability, "
+            "e.g. AttentionDevice('cuda', (9, 0)) for an H100 or H200"
+        )
+    return cuda_kernel_rules(call, device.capability)
