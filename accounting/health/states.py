@@ -197,6 +197,8 @@ def judge(device: DeviceId | str | None = None, *, before: Snapshot | None = Non
     for check in results:
         if not check.ok:
             add(FAILED, "wrong-result", check.reason)
+        elif not getattr(check, "checked", True):  # no bound to judge it by: unchecked, not failed
+            unchecked.append(check.note)
     for reason in [lost] + [snap.lost for snap in snaps]:
         if reason:
             add(FAILED, "lost", f"device lost: {reason}")
