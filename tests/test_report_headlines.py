@@ -23,6 +23,7 @@ from accounting.telemetry.sampler import snapshot
 from accounting.telemetry.validity import window_extra_info
 from accounting.timing import Timing
 from tests.support.fake_nvml import SW_POWER_CAP, FakeGpu, FakeNvml
+from tests.support.simulated_telemetry import SimulatedSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,6 +36,7 @@ class FakeDevice:
 
     def __init__(self, *, boost=1980.0, settled=1500.0, tau=3.0, rate=1e12, jitter=None, seed=0, power_w=700.0):
         self.now = 0.0
+        self.efficiency = {}  # shape: share of ``rate`` it reaches (1 where not given)
         self.boost, self.settled, self.tau, self.rate = boost, settled, tau, rate
         self.jitter = jitter or {}
         self.random = random.Random(seed)
@@ -55,7 +57,7 @@ class FakeDevice:
         samples = []
         for _ in range(repeats):
             m, k, n = shape
-            seconds = 2 * m * k * n / (self.rate * self.clock_mhz() / self.boost)
+            seconds = 2 * m * k * n / (self.rate * self.efficiency.get(shape, 1.0) * self.clock_mhz() / self.boost)
             seconds *= 1 + self.jitter.get(shape, 0.0) * self.random.uniform(-1, 1)
             self.now += seconds
             samples.append(seconds)
@@ -92,46 +94,50 @@ def test_a_clock_that_never_settles_ends_the_soak_at_its_limit():
     assert 5.0 - 2 * phase.SOAK_CHUNK_S <= result.seconds <= 5.0 + phase.SOAK_CHUNK_S  # planned by predicted times
 
 
-def test_the_lock_in_rejects_a_jittery_candidate_for_the_next_one():
+def test_the_sustained_window_runs_back_to_back_for_seconds_and_its_figure_is_work_over_time():
     device = FakeDevice(tau=1e-3)
-    best, steady = candidate(8192, device), candidate(4096, device)
-    device.jitter = {best.shape: 0.10}
-    headline, windows = sustained(device, "bf16", [best, steady], deadline=1e9)
-    assert headline.published and headline.shape == steady.shape
-    assert headline.spreads[0] > phase.LOCK_IN_MAX_SPREAD >= headline.spreads[-1]
-    assert headline.reason is None
-    lock_in = windows[-1][0]
-    assert headline.flops_per_s == pytest.approx(steady.flops / phase.trimmed_centre(lock_in.samples))
-    assert headline.j_per_tflop == pytest.approx(lock_in.telemetry["energy_j"] / (steady.flops * 9 / 1e12))
-    short, _ = sustained(FakeDevice(tau=1e-3), "bf16", [candidate(1024, device)], deadline=1e9)
-    assert short.j_per_tflop is None and short.energy_unavailable == "short window"
+    shape = candidate(4096, device)
+    headline, windows = sustained(device, "bf16", [shape], deadline=1e9)
+    window = windows[-1][0]
+    assert headline.published and headline.reason is None
+    # planned at the boost clock's speed; the settled clock (1500 of 1980 MHz) makes it that much longer
+    assert phase.SUSTAINED_TARGET_S <= sum(window.samples) < phase.SUSTAINED_TARGET_S * 1980 / 1500 + 2 * shape.seconds
+    assert headline.seconds == pytest.approx(sum(window.samples))
+    assert headline.flops_per_s == pytest.approx(shape.flops * len(window.samples) / sum(window.samples))
+    assert headline.j_per_tflop == pytest.approx(window.telemetry["energy_j"] / (shape.flops * len(window.samples) / 1e12))
+    assert headline.energy_unavailable is None
 
 
-def test_when_no_candidate_holds_still_the_steadiest_is_published_tagged_unsteady():
+def test_the_fastest_candidate_as_timed_now_is_sustained_not_the_sweeps_first():
     device = FakeDevice(tau=1e-3)
-    shapes = [candidate(size, device) for size in (4096, 2048, 1024)]
-    device.jitter = {shapes[0].shape: 0.3, shapes[1].shape: 0.1, shapes[2].shape: 0.2}
-    headline, _ = sustained(device, "bf16", shapes, deadline=1e9)
-    assert headline.published and headline.shape == shapes[1].shape
-    assert headline.reason.startswith("unsteady: no candidate held still (lock-in spreads ")
+    slow, fast = candidate(1024, device), candidate(4096, device)  # the sweep (wrongly) listed the slow one first
+    slow = Candidate(slow.shape, slow.flops, slow.seconds / 10)
+    device.efficiency = {slow.shape: 0.5}
+    headline, windows = sustained(device, "bf16", [slow, fast], deadline=1e9)
+    assert [window[1].shape for window in windows[:2]] == [slow.shape, fast.shape]
+    assert headline.shape == fast.shape
 
 
-def test_a_budget_too_short_for_any_candidate_withholds_the_figure():
+def test_a_jittery_window_is_published_but_tagged_unsteady():
+    device = FakeDevice(tau=1e-3)
+    shape = candidate(4096, device)
+    device.jitter = {shape.shape: 0.3}
+    found = measure_headlines(device, {"bf16": [shape]}, budget_s=30.0)
+    steady = found["headlines"]["bf16"]["sustained"]
+    assert steady.published and steady.spreads[0] > phase.UNSTEADY_SPREAD
+    assert [tag for tag in steady.tags if tag.startswith("unsteady: the window's repetitions spread")]
+
+
+def test_a_budget_too_short_for_a_one_second_window_withholds_the_figure_and_says_what_would_reach_it():
     device = FakeDevice()
-    headline, windows = sustained(device, "bf16", [candidate(8192, device)], deadline=0.01)
+    headline, windows = sustained(device, "bf16", [candidate(4096, device)], deadline=0.5)
     assert not headline.published and windows == []
-    assert headline.reason == "the budget left no time for a candidate's repetitions"
-
-
-def test_candidates_slower_than_planned_leave_no_lock_in_and_the_figure_is_withheld():
-    device = FakeDevice(tau=1e-3, rate=1e12)
-    planned = [Candidate((4096, 4096, 4096), 2 * 4096**3, 0.5 * 2 * 4096**3 / 1e12),  # the sweep saw them twice as fast
-               Candidate((4096, 4096, 2048), 2 * 4096**2 * 2048, 0.5 * 2 * 4096**2 * 2048 / 1e12)]
-    # Both fit when planned (14 repetitions and two windows each, one after the other), but the two candidate
-    # windows take twice as long as planned, so neither lock-in (9 repetitions) fits what is left of 1.5 s.
-    headline, windows = sustained(device, "bf16", planned, deadline=1.5)
-    assert [window[1] for window in windows] == planned and not headline.published
-    assert headline.reason == "the budget left no time for a lock-in after the candidates' repetitions"
+    assert headline.reason == "the budget left 0.45 s for the window, under the 1 s a sustained figure needs"
+    assert headline.needs_s == pytest.approx(1.0 - 0.45)
+    found = measure_headlines(FakeDevice(), {"bf16": [candidate(4096, device)]}, budget_s=1.0,
+                              budget_advice=lambda extra: f"--budget {60 + extra:.1f} would reach it")
+    steady = found["headlines"]["bf16"]["sustained"]
+    assert not steady.published and steady.reason.endswith(f"--budget {60 + steady.needs_s:.1f} would reach it")
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -158,7 +164,7 @@ def test_a_burst_below_097_of_the_highest_clock_is_withheld_and_boosting_is_tagg
     device = FakeDevice(tau=1e9)  # never settles below boost: the soak's "saturated" clock is the boost clock...
     found = measure_headlines(device, {"bf16": shapes}, budget_s=30.0)
     assert not any(tag.startswith("boosting") for tag in found["headlines"]["bf16"]["sustained"].tags)
-    headline = phase._tagged(found["headlines"]["bf16"]["sustained"], None, saturated_clock=1800.0)
+    headline = phase._tagged(found["headlines"]["bf16"]["sustained"], saturated_clock=1800.0)
     assert [tag for tag in headline.tags if tag.startswith("boosting")] == ["boosting: 1980 MHz > 1.04 × the saturated 1800 MHz"]
 
 
@@ -236,6 +242,7 @@ def fake_timing(monkeypatch):
     monkeypatch.setattr(measuring, "time_fn", fake_time_fn)
     monkeypatch.setattr(run.measuring, "measure_bandwidth", lambda info: BandwidthMeasurement(2**29, 0.01, 0.0, 10))
     monkeypatch.setattr(measuring.MatmulTimer, "sleep", lambda self, seconds: simulated.advance(seconds))
+    monkeypatch.setattr(measuring, "Sampler", lambda device, measure_clock: SimulatedSampler(device, simulated))
     return simulated
 
 
@@ -244,10 +251,14 @@ class NoProgress:
         pass
 
 
+REPORT_BUDGET_S = 12.0
+"""Simulated seconds: enough for a one-second sustained window after the sweep and the soak."""
+
+
 def fake_report(monkeypatch, nvml, clock) -> tuple[dict, str]:
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setitem(sys.modules, "amdsmi", None)
-    plan = run.prepare(device="cpu", dtypes=["float32"], budget_s=0.3)
+    plan = run.prepare(device="cpu", dtypes=["float32"], budget_s=REPORT_BUDGET_S)
     report = run.build_report(plan, progress=NoProgress(), started=clock(), clock=clock, telemetry="cuda:0",
                               check_results=False)  # the fake products compute nothing to check
     return report, render(report)
@@ -309,7 +320,7 @@ def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cp
     burst, steady = figures["burst"], figures["sustained"]
     assert steady["published"] and steady["clock_mhz"] > 100 and steady["tflops"] > 0
     assert burst["clock_mhz"] > 100 and burst["flops_per_s"] >= steady["flops_per_s"]
-    assert len(steady["spreads"]) >= 1 and steady["repeats"] == phase.LOCK_IN_REPEATS
+    assert len(steady["spreads"]) == 1 and steady["seconds"] >= phase.SUSTAINED_MIN_S
     assert "Burst and sustained" in text
     assert re.search(r"^\s+float32\s+sustained\s+[0-9.]+\s", text, re.MULTILINE)
 

@@ -531,8 +531,9 @@ def test_no_clock_reading_means_no_clock_source():
 def test_a_backend_that_reads_nothing_names_every_device_reading_but_the_hosts():
     backend = NoBackend("no NVML")
     assert backend.unavailable == {name: "no NVML" for name in (
-        "clock_mhz_min", "clock_mhz_mean", "clock_mhz_max", "power_w_mean", "power_w_max", "energy_j",
-        "temperature_c_max", "other_process_memory_bytes", "throttle_reasons")}
+        "clock_mhz_min", "clock_mhz_mean", "clock_mhz_max", "clock_mhz_median", "power_w_mean", "power_w_max",
+        "power_w_median", "power_limit_w", "energy_j", "temperature_c_max", "other_process_memory_bytes",
+        "throttle_reasons")}
     reading = backend.read(edge=True)
     assert reading == Reading(reading.time_s), "a reading with nothing read"
     assert (backend.name, backend.energy_source, backend.default_interval_s) == (None, None, GPU_INTERVAL_S)

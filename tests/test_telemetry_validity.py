@@ -27,12 +27,13 @@ def summary(**readings):
 
 @pytest.mark.parametrize("as_dict", [False, True], ids=["summary", "dict"])
 def test_every_tag_at_once_from_a_summary_or_its_dict(as_dict):
-    window = summary(throttle_reasons=("sw_power_cap", "hw_slowdown"), power_w_mean=500.0, clock_mhz_mean=1800.0,
+    window = summary(throttle_reasons=("hw_slowdown",), power_w_mean=900.0, power_w_median=500.0,
+                     power_limit_w=700.0, clock_mhz_mean=1800.0,
                      other_process_memory_bytes=3 * GIB, busy_siblings=("GPU 1: 50% utilised, 1.0 GiB used",))
-    tags = validity_tags(window.to_dict() if as_dict else window, run_max_power_w=700.0, saturated_clock_mhz=1500.0)
+    tags = validity_tags(window.to_dict() if as_dict else window, saturated_clock_mhz=1500.0)
     assert tags == [
-        "throttled: sw_power_cap, hw_slowdown",
-        "power-suspect: 500 W < 0.9 × the highest in the run, 700 W",
+        "throttled: hw_slowdown",
+        "power-suspect: 500 W < 0.9 × the enforced power limit, 700 W",
         "boosting: 1800 MHz > 1.04 × the saturated 1500 MHz",
         "busy: other processes hold 3.00 GiB on the device; GPU 1: 50% utilised, 1.0 GiB used",
     ]
@@ -40,17 +41,28 @@ def test_every_tag_at_once_from_a_summary_or_its_dict(as_dict):
 
 
 def test_no_summary_and_no_readings_earn_no_tag():
-    assert validity_tags(None, run_max_power_w=700.0, saturated_clock_mhz=1500.0) == []
-    assert validity_tags(summary(), run_max_power_w=700.0, saturated_clock_mhz=1500.0) == []
-    assert validity_tags(object(), run_max_power_w=700.0, saturated_clock_mhz=1500.0) == [], \
+    assert validity_tags(None, power_limit_w=700.0, saturated_clock_mhz=1500.0) == []
+    assert validity_tags(summary(), power_limit_w=700.0, saturated_clock_mhz=1500.0) == []
+    assert validity_tags(object(), power_limit_w=700.0, saturated_clock_mhz=1500.0) == [], \
         "an object without the readings has none"
 
 
-def test_power_is_suspect_strictly_below_nine_tenths_of_the_runs_highest():
-    assert validity_tags(summary(power_w_mean=630.0), run_max_power_w=700.0) == []
-    assert tag_names(validity_tags(summary(power_w_mean=629.9), run_max_power_w=700.0)) == [POWER_SUSPECT]
-    assert validity_tags(summary(power_w_mean=0.0), run_max_power_w=0.0) == [], "no run maximum to compare with"
-    assert validity_tags(summary(power_w_mean=100.0), run_max_power_w=None) == []
+def test_power_is_suspect_strictly_below_nine_tenths_of_the_enforced_limit():
+    assert validity_tags(summary(power_w_mean=630.0), power_limit_w=700.0) == []
+    assert tag_names(validity_tags(summary(power_w_mean=629.9), power_limit_w=700.0)) == [POWER_SUSPECT]
+    assert tag_names(validity_tags(summary(power_w_median=629.9, power_limit_w=700.0))) == [POWER_SUSPECT], \
+        "the window's own enforced-limit reading"
+    assert validity_tags(summary(power_w_mean=0.0), power_limit_w=0.0) == [], "no limit to compare with"
+    assert validity_tags(summary(power_w_mean=100.0), power_limit_w=None) == []
+
+
+@pytest.mark.parametrize("reason", ["sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown",
+                                    "hw_thermal_slowdown", "ppt_power"])
+def test_a_window_at_its_power_or_thermal_limit_is_not_power_suspect_whatever_it_read(reason):
+    window = summary(power_w_median=300.0, power_limit_w=700.0, throttle_reasons=(reason,))
+    assert tag_names(validity_tags(window)) == [THROTTLED]
+    assert tag_names(validity_tags(summary(power_w_median=300.0, power_limit_w=700.0,
+                                           throttle_reasons=("hw_slowdown",)))) == [THROTTLED, POWER_SUSPECT]
 
 
 def test_boosting_is_strictly_above_1_04_times_the_saturated_clock():
@@ -76,12 +88,12 @@ def test_tag_names_split_at_the_first_colon_only():
 def test_extra_info_records_the_window_and_its_energy_efficiency():
     window = summary(clock_mhz_mean=1410.0, clock_mhz_min=1305.0, power_w_mean=400.0, temperature_c_max=71.0,
                      throttle_reasons=("hw_slowdown",), energy_j=80.0, energy_source="counter")
-    info = window_extra_info(window, work_flops=4 * 10**14, run_max_power_w=500.0)
+    info = window_extra_info(window, work_flops=4 * 10**14, power_limit_w=500.0)
     assert info == {
         "clock_mhz_mean": 1410.0, "clock_mhz_min": 1305.0, "power_w_mean": 400.0, "temperature_c_max": 71.0,
         "throttle_reasons": ["hw_slowdown"], "energy_j": 80.0, "energy_source": "counter",
-        "tflop_per_j": 400.0 / 80.0, "energy_unavailable": None,
-        "tags": ["throttled: hw_slowdown", "power-suspect: 400 W < 0.9 × the highest in the run, 500 W"],
+        "tflop_per_j": 400.0 / 80.0, "energy_unavailable": None, "power_w_median": 400.0, "power_limit_w": 500.0,
+        "tags": ["throttled: hw_slowdown", "power-suspect: 400 W < 0.9 × the enforced power limit, 500 W"],
     }
 
 

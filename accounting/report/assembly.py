@@ -5,7 +5,7 @@ Pure functions of what :func:`accounting.report.run.build_report` measured; :fun
 before measuring (the header: device, peaks, floors).
 
 >>> telemetry_section({"run_max_clock_mhz": 1980.0})
-{'run_max_clock_mhz': 1980.0, 'run_max_power_w': None, 'soak': None}
+{'run_max_clock_mhz': 1980.0, 'run_max_power_w': None, 'power_limit_w': None, 'soak': None}
 """
 
 from accounting.report.checks import ResultChecker
@@ -30,7 +30,8 @@ def dtype_sections(plan: Plan, sweeps: dict, bandwidth, found=None, checker: Res
                              peak_source=plan.peak_sources[dtype], native=plan.native.get(dtype),
                              mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None,
                              headlines=found.get("headlines", {}).get(dtype),
-                             run_max_power_w=found.get("run_max_power_w"),
+                             physical=(plan.info.compute_capability, plan.info.multiprocessors)
+                             if plan.info.kind == "cuda" else None,
                              check_seconds=None if checker is None else checker.seconds.get(dtype, 0.0),
                              checks_skipped=[item for item in skipped if item.startswith(f"{dtype} ")])
         for dtype in plan.dtypes
@@ -40,6 +41,7 @@ def dtype_sections(plan: Plan, sweeps: dict, bandwidth, found=None, checker: Res
 def telemetry_section(found: dict) -> dict:
     """The run's telemetry facts for the JSON: highest clock and power, and the thermal soak."""
     return {"run_max_clock_mhz": found.get("run_max_clock_mhz"), "run_max_power_w": found.get("run_max_power_w"),
+            "power_limit_w": found.get("power_limit_w"),
             "soak": found["soak"].to_dict() if found.get("soak") is not None else None}
 
 
@@ -58,7 +60,8 @@ def throttle_reasons_seen(sweeps: dict, found: dict, burns: dict) -> list[str]:
     """Every throttle reason the telemetry saw during the timed work (sweep, headlines, sustained phase)."""
     summaries = [getattr(done, "telemetry", None) for measurements in sweeps.values() for done in measurements]
     for figures in found.get("headlines", {}).values():
-        summaries += [getattr(figure, "telemetry", None) for figure in figures.values()]
+        nested = list((figures.get("default_accumulation") or {}).values())  # fp8 with default accumulation
+        summaries += [getattr(figure, "telemetry", None) for figure in [*figures.values(), *nested]]
     summaries += [result.telemetry for result in burns.values()]
     reasons = []
     for summary in summaries:
@@ -68,11 +71,16 @@ def throttle_reasons_seen(sweeps: dict, found: dict, burns: dict) -> list[str]:
     return reasons
 
 
-def check_evidence(sweeps: dict, burns: dict, checker: ResultChecker | None, plan: Plan) -> tuple[list, list[str]]:
+def check_evidence(sweeps: dict, burns: dict, checker: ResultChecker | None, plan: Plan,
+                   found: dict | None = None) -> tuple[list, list[str]]:
     """The result checks for the health judgement, and what went unchecked (a product out of memory, a dtype
-    with no product checked)."""
+    with no product checked); ``found``: the headlines, whose fp8 default-accumulation product is checked too."""
     checks = [done.check for measurements in sweeps.values() for done in measurements
               if getattr(done, "check", None) is not None]
+    for figures in (found or {}).get("headlines", {}).values():
+        check = (figures.get("default_accumulation") or {}).get("check")
+        if check is not None:
+            checks.append(check)
     for result in burns.values():
         checks += result.checks
     unchecked = []

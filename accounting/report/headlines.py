@@ -5,20 +5,22 @@ power limit and settles lower once hot and power-saturated. So, after the sweep:
 
 - **burst** — the best single timed repetition, measured after a short idle (the
   best sweep shape, ``BURST_REPEATS`` repetitions), published only when the clock of
-  its window is at least ``BURST_CLOCK_FRACTION`` × the run's highest clock. Every
-  repetition of the sustained phase is a burst candidate too, so burst ≥ sustained.
+  its window is at least ``BURST_CLOCK_FRACTION`` × the run's highest clock and the figure
+  passes the physical check (:mod:`accounting.hardware.flops_per_clock`). Every repetition
+  of the sustained phase is a burst candidate too, so burst ≥ sustained.
 - **sustained** — after a thermal soak (a large matmul for at most ``SOAK_MAX_S``,
   ended early once the clock is flat: ``FLAT_READINGS`` readings within ``FLAT_MHZ``),
   the top ``TOP_CANDIDATES`` sweep shapes are timed ``CANDIDATE_REPEATS`` times each and
-  ranked by their trimmed centre; the best then must hold still through a lock-in of
-  ``LOCK_IN_REPEATS`` repetitions whose spread ((max − min) / median) is at most
-  ``LOCK_IN_MAX_SPREAD``, else the next candidate is tried. When none holds still, the
-  steadiest is published with the tag ``unsteady`` (a noisy machine still gets a
-  figure, marked; the spreads are in the JSON).
+  the fastest runs back to back for a window of at least one second (two where the budget
+  allows), telemetry sampled throughout; the figure is the window's work over its time, at the
+  median clock and power of its readings, published only with evidence of saturation
+  (:mod:`accounting.report.saturation`), else withheld with the reason and the budget that
+  would reach it.
 
-Energy per unit of work comes from the sustained lock-in window (joules per TFLOP).
-Nothing here touches torch or a device: a :class:`HeadlineDevice` times repetitions
-and reports each window's telemetry, so the logic is tested with fakes.
+Energy per unit of work comes from the sustained window (joules per TFLOP; the energy
+counter over a window of a second or more). Nothing here touches torch or a device: a
+:class:`HeadlineDevice` times repetitions and reports each window's telemetry, so the
+logic is tested with fakes.
 
 >>> trimmed_centre([1.0, 1.1, 1.2, 1.3, 9.0])
 1.2
@@ -31,7 +33,16 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
-from accounting.telemetry.validity import validity_tags
+from accounting.hardware.flops_per_clock import physical_check
+from accounting.report.saturation import (
+    SUSTAINED_MIN_S,
+    SUSTAINED_TARGET_S,
+    saturation_evidence,
+    saturation_tags,
+    window_clock,
+    withheld_because,
+)
+from accounting.telemetry.validity import validity_tags, window_power_w
 
 BURST_CLOCK_FRACTION = 0.97
 BURST_REPEATS = 5
@@ -48,12 +59,12 @@ TOP_CANDIDATES = 3
 CANDIDATE_REPEATS = 5
 TRIM_FRACTION = 0.2
 """The trimmed centre drops this share of the repetitions at each end, then averages the rest."""
-LOCK_IN_REPEATS = 9
-LOCK_IN_MAX_SPREAD = 0.03
+UNSTEADY_SPREAD = 0.03
+"""A sustained window whose repetitions' interquartile range exceeds this share of their median is ``unsteady``."""
 OVERRUN_SHARE = 0.25
-"""A dtype's sustained lock-in may overrun the budget by at most this share of its part (see :func:`sustained`)."""
+"""A dtype's sustained window may overrun the budget by at most this share of its part (see :func:`sustained`)."""
 UNSTEADY = "unsteady"
-"""The tag of a sustained figure whose lock-in never held within ``LOCK_IN_MAX_SPREAD``."""
+"""The tag of a sustained figure whose window's repetitions spread more than ``UNSTEADY_SPREAD``."""
 WINDOW_OVERHEAD_S = 0.05
 """Planning allowance per timed window (telemetry edges, operands), on top of the repetitions."""
 TERA = 1e12
@@ -133,8 +144,14 @@ class Headline:
     shape: tuple[int, int, int] | None = None
     flops: int | None = None
     repeats: int = 0
+    seconds: float | None = None
+    """How long the figure's window of repetitions ran."""
     clock_mhz: float | None = None
     power_w: float | None = None
+    power_limit_w: float | None = None
+    """The power limit the device enforced during the window (NVML's), where it says."""
+    saturation: str | None = None
+    """What shows a sustained window was saturated (its power against the limit, or a throttle reason)."""
     energy_j: float | None = None
     energy_source: str | None = None
     j_per_tflop: float | None = None
@@ -143,9 +160,13 @@ class Headline:
     command: str | None = None
     telemetry: dict | None = field(default=None, repr=False)
     spreads: tuple[float, ...] = ()
-    """Lock-in spreads of the candidates tried (sustained only), in order."""
+    """The sustained window's spread (interquartile range over median of its repetitions)."""
     energy_unavailable: str | None = None
     """Why ``energy_j`` is ``None`` (from the telemetry), when it is."""
+    needs_s: float | None = None
+    """Headline seconds that were missing for the sustained window (withheld for want of budget)."""
+    accumulation: str | None = None
+    """How an fp8 product accumulated (``"fast"`` or ``"default"``); ``None`` for other dtypes."""
 
     @property
     def tflops(self) -> float | None:
@@ -200,7 +221,7 @@ def soak(device: HeadlineDevice, dtype: str, candidate: Candidate, *, max_s: flo
     while device.clock() - started + per_window * candidate.seconds <= max_s or not result.windows:
         window = device.repeat(dtype, candidate.shape, per_window)
         result.windows.append(window)
-        result.clocks.append(_telemetry_value(window.telemetry, "clock_mhz_mean"))
+        result.clocks.append(window_clock(window.telemetry))
         if clock_is_flat(result.clocks):
             result.ended = "flat"
             break
@@ -215,83 +236,84 @@ def soak(device: HeadlineDevice, dtype: str, candidate: Candidate, *, max_s: flo
 
 
 def _fits(device: HeadlineDevice, deadline: float, repeats: int, seconds: float, overhead_s: float = WINDOW_OVERHEAD_S,
-          windows: int = 1) -> bool:
-    return device.clock() + repeats * seconds + windows * overhead_s <= deadline
+          windows: int = 1, then_s: float = 0.0) -> bool:
+    return device.clock() + repeats * seconds + windows * overhead_s + then_s <= deadline
 
 
-@dataclass
-class _Trial:
-    candidate: Candidate
-    window: Window
-    centre: float
+def window_spread(samples) -> float:
+    """Interquartile range over median of a window's repetitions (its steadiness; single outliers do not move it).
 
-
-def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *, deadline: float,
-              device_name: str = "cpu", overhead_s: float = WINDOW_OVERHEAD_S,
-              overrun_s: float = 0.0) -> tuple[Headline, list[tuple[Window, Candidate]]]:
-    """The sustained headline of ``dtype`` from its top ``candidates`` (best first), and every window it timed.
-
-    When no candidate fits before ``deadline``, the cheapest one's lock-in still runs if its
-    repetitions take at most ``overrun_s``.
+    >>> window_spread([1.0] * 10 + [2.0])
+    0.0
     """
-    windows: list[tuple[Window, Candidate]] = []
+    if len(samples) < 4:
+        return spread(samples)
+    quartiles = statistics.quantiles(samples, n=4)
+    return (quartiles[2] - quartiles[0]) / statistics.median(samples)
+
+
+def _rank(device, dtype, candidates, deadline, overhead_s, windows) -> tuple[Candidate, float]:
+    """The candidate to sustain and its seconds per call: the fastest of up to ``TOP_CANDIDATES`` timed
+    ``CANDIDATE_REPEATS`` times each (by their trimmed centre), where that leaves room for the window."""
     trials = []
-    fitting = [candidate for candidate in candidates
-               if _fits(device, deadline, CANDIDATE_REPEATS + LOCK_IN_REPEATS, candidate.seconds, overhead_s, 2)]
-    if not fitting and candidates:
-        # Nothing fits what is left (a loaded machine made the earlier phases slow): the cheapest
-        # candidate's lock-in still runs when it is short next to the budget, so a figure exists.
-        cheapest = min(candidates, key=lambda candidate: candidate.seconds)
-        if LOCK_IN_REPEATS * cheapest.seconds <= overrun_s:
-            fitting = [cheapest]
-    if len(fitting) == 1:  # nothing to rank: the lock-in's repetitions are its trimmed centre
-        trials.append(_Trial(fitting[0], None, fitting[0].seconds))
-    for candidate in fitting if len(fitting) > 1 else []:  # the fastest that fit, at most TOP_CANDIDATES
-        if len(trials) == TOP_CANDIDATES:
+    for candidate in candidates:
+        if len(trials) == TOP_CANDIDATES or len(candidates) == 1:
             break
-        if not _fits(device, deadline, CANDIDATE_REPEATS + LOCK_IN_REPEATS, candidate.seconds, overhead_s, 2):
+        if not _fits(device, deadline, CANDIDATE_REPEATS, candidate.seconds, overhead_s, 2, SUSTAINED_MIN_S):
             continue
         window = device.repeat(dtype, candidate.shape, CANDIDATE_REPEATS)
         windows.append((window, candidate))
-        trials.append(_Trial(candidate, window, trimmed_centre(window.samples)))
+        trials.append((candidate, trimmed_centre(window.samples)))
     if not trials:
-        return Headline(dtype, "sustained", False, reason="the budget left no time for a candidate's repetitions"), windows
-    trials.sort(key=lambda trial: trial.candidate.flops / trial.centre, reverse=True)
-    spreads, lock_ins = [], []
-    for position, trial in enumerate(trials):
-        # Planned by what the candidate window measured (its trimmed centre), not by the sweep's figure.
-        per_call = trial.centre if trial.window is not None else trial.candidate.seconds
-        fits = _fits(device, deadline, LOCK_IN_REPEATS, per_call, overhead_s)
-        last_chance = not spreads and position == len(trials) - 1 and LOCK_IN_REPEATS * per_call <= overrun_s
-        if not (fits or last_chance or len(trials) == 1):
-            continue
-        lock_in = device.repeat(dtype, trial.candidate.shape, LOCK_IN_REPEATS)
-        windows.append((lock_in, trial.candidate))
-        spreads.append(spread(lock_in.samples))
-        lock_ins.append((lock_in, trial.candidate))
-        if spreads[-1] <= LOCK_IN_MAX_SPREAD:
-            return _sustained_headline(dtype, lock_in, trial.candidate, spreads, device_name), windows
-    if not spreads:
-        return Headline(dtype, "sustained", False,
-                        reason="the budget left no time for a lock-in after the candidates' repetitions"), windows
-    # No candidate held still: the steadiest is published, tagged as such (a noisy machine still gets a figure).
-    position = min(range(len(spreads)), key=spreads.__getitem__)
-    lock_in, candidate = lock_ins[position]
-    tried = ", ".join(f"{value:.1%}" for value in spreads)
-    headline = _sustained_headline(dtype, lock_in, candidate, spreads, device_name)
-    unsteady = f"{UNSTEADY}: no candidate held still (lock-in spreads {tried} > {LOCK_IN_MAX_SPREAD:.0%})"
-    return replace(headline, reason=unsteady), windows
+        return candidates[0], candidates[0].seconds
+    return max(trials, key=lambda trial: trial[0].flops / trial[1])
 
 
-def _sustained_headline(dtype, lock_in: Window, candidate: Candidate, spreads, device_name) -> Headline:
-    joules, source, per_tflop, why = _energy(lock_in, candidate.flops)
+def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *, deadline: float,
+              device_name: str = "cpu", overhead_s: float = WINDOW_OVERHEAD_S, overrun_s: float = 0.0,
+              physical=None, target_s: float = SUSTAINED_TARGET_S) -> tuple[Headline, list[tuple[Window, Candidate]]]:
+    """The sustained headline of ``dtype`` from its ``candidates`` (best first), and every window it timed.
+
+    The fastest candidate (ranked when there is time) runs back to back for ``target_s`` or what is left
+    before ``deadline``, at least ``SUSTAINED_MIN_S`` (which may overrun the deadline by ``overrun_s``);
+    the figure is the window's work over its time, and it is published only as
+    :func:`accounting.report.saturation.withheld_because` allows (``physical``: ``(compute capability,
+    SM count)`` for the physical check). A window the budget cannot give is not run: the headline is
+    withheld with ``needs_s``, the headline seconds that were missing.
+    """
+    windows: list[tuple[Window, Candidate]] = []
+    if not candidates:
+        return Headline(dtype, "sustained", False, reason="no candidate shape to sustain"), windows
+    chosen, per_call = _rank(device, dtype, candidates, deadline, overhead_s, windows)
+    room = deadline - device.clock() - overhead_s
+    seconds = min(target_s, room)
+    if seconds < SUSTAINED_MIN_S:
+        if SUSTAINED_MIN_S > room + overrun_s:
+            return Headline(dtype, "sustained", False, shape=chosen.shape, flops=chosen.flops, reason=(
+                f"the budget left {max(room, 0.0):.2f} s for the window, under the {SUSTAINED_MIN_S:g} s a "
+                "sustained figure needs"), needs_s=SUSTAINED_MIN_S - max(room, 0.0)), windows
+        seconds = SUSTAINED_MIN_S
+    repeats = max(1, math.ceil(seconds / per_call)) if per_call > 0 else 1
+    window = device.repeat(dtype, chosen.shape, repeats)
+    windows.append((window, chosen))
+    return _sustained_headline(dtype, window, chosen, device_name, physical), windows
+
+
+def _sustained_headline(dtype, window: Window, candidate: Candidate, device_name, physical) -> Headline:
+    joules, source, per_tflop, why = _energy(window, candidate.flops)
+    seconds = sum(window.samples)
+    rate = candidate.flops * len(window.samples) / seconds if seconds > 0 else None
+    reason = withheld_because(window.telemetry, seconds=seconds, flops_per_s=rate, dtype=dtype, physical=physical)
+    steadiness = window_spread(window.samples)
     return Headline(
-        dtype, "sustained", True, flops_per_s=candidate.flops / trimmed_centre(lock_in.samples),
-        shape=candidate.shape, flops=candidate.flops, repeats=len(lock_in.samples),
-        clock_mhz=_telemetry_value(lock_in.telemetry, "clock_mhz_mean"),
-        power_w=_telemetry_value(lock_in.telemetry, "power_w_mean"), energy_j=joules, energy_source=source,
-        j_per_tflop=per_tflop, energy_unavailable=why, telemetry=lock_in.telemetry, spreads=tuple(spreads),
-        command=reproduce_command(dtype, candidate.shape, device_name, LOCK_IN_REPEATS),
+        dtype, "sustained", reason is None, flops_per_s=rate,
+        shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples), seconds=seconds,
+        clock_mhz=window_clock(window.telemetry), power_w=window_power_w(window.telemetry),
+        power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"),
+        saturation=saturation_evidence(window.telemetry), energy_j=joules, energy_source=source,
+        j_per_tflop=per_tflop, energy_unavailable=why, telemetry=window.telemetry, spreads=(steadiness,),
+        reason=None if reason is None else f"withheld: {reason}",
+        command=reproduce_command(dtype, candidate.shape, device_name, len(window.samples)),
     )
 
 
@@ -317,14 +339,28 @@ def _window_clock_max(telemetry):
     return _telemetry_value(telemetry, "clock_mhz_max")
 
 
+def headline_budget_advice(extra_s: float) -> str:
+    """What a withheld sustained figure says it would take, where the caller knows no more than the headline phase.
+
+    >>> headline_budget_advice(0.42)
+    '0.4 s more for the headline phase would reach it'
+    """
+    return f"{extra_s:.1f} s more for the headline phase would reach it"
+
+
 def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candidate]], *, budget_s: float,
-                      device_name: str = "cpu", sweep_telemetry=()) -> dict:
+                      device_name: str = "cpu", sweep_telemetry=(), physical=None,
+                      budget_advice=headline_budget_advice, accumulations=None) -> dict:
     """Burst and sustained headlines for every dtype within ``budget_s``; also the soak and the run's maxima.
 
     ``candidates`` per dtype: the sweep's shapes, fastest first. ``sweep_telemetry``: the
     sweep's windows' telemetry, so the run's highest clock and power count them too.
+    ``physical``: ``(compute capability, SM count)`` for the physical check of every figure;
+    ``budget_advice(extra_headline_s)``: the words a sustained figure withheld for want of time ends with
+    (the report names the ``--budget`` that would reach it). ``accumulations``: per dtype, the fp8
+    accumulation its products used (``"fast"``/``"default"``), named on its figures.
     Returns ``{"headlines": {dtype: {"burst": Headline, "sustained": Headline}}, "soak": Soak,
-    "run_max_clock_mhz": ..., "run_max_power_w": ...}``.
+    "run_max_clock_mhz": ..., "run_max_power_w": ..., "power_limit_w": ...}``.
     """
     dtypes = [dtype for dtype, shapes in candidates.items() if shapes]
     started = device.clock()
@@ -345,12 +381,12 @@ def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candida
     soaked = Soak()
     if dtypes:
         # The soak runs the first dtype's largest measured shape that fits a soak window, in what the
-        # sustained phase (its cheapest candidate's repetitions, per dtype) leaves of the budget.
+        # sustained phase (ranking and a SUSTAINED_MIN_S window per dtype) leaves of the budget.
         first = candidates[dtypes[0]]
         fitting = [candidate for candidate in first if candidate.seconds <= SOAK_CHUNK_S] or first[-1:]
         large = max(fitting, key=lambda candidate: candidate.flops)
-        needed = sum(3 * overhead + (CANDIDATE_REPEATS + LOCK_IN_REPEATS) * min(c.seconds for c in candidates[d])
-                     for d in dtypes)
+        needed = sum(3 * overhead + CANDIDATE_REPEATS * TOP_CANDIDATES * min(c.seconds for c in candidates[d])
+                     + SUSTAINED_MIN_S for d in dtypes)
         left = budget_s - (device.clock() - started) - needed
         soak_s = min(SOAK_MAX_S, SOAK_SHARE * budget_s, left)
         if soak_s >= large.seconds + overhead:
@@ -363,46 +399,74 @@ def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candida
         remaining = budget_s - (device.clock() - started)
         deadline = device.clock() + remaining / (len(dtypes) - position)
         results[dtype], windows = sustained(device, dtype, candidates[dtype], deadline=deadline, device_name=device_name,
-                                            overhead_s=overhead, overrun_s=OVERRUN_SHARE * budget_s / len(dtypes))
+                                            overhead_s=overhead, overrun_s=OVERRUN_SHARE * budget_s / len(dtypes),
+                                            physical=physical)
         sustained_windows[dtype] = windows
     every_window = [window for window, _ in bursts.values()] + soaked.windows + [
         window for windows in sustained_windows.values() for window, _candidate in windows]
     telemetry = [window.telemetry for window in every_window] + list(sweep_telemetry)
-    clocks = [_window_clock_max(summary) for summary in telemetry]
-    clocks = [clock for clock in clocks if clock is not None]
-    powers = [_telemetry_value(summary, "power_w_max") for summary in telemetry]
-    powers = [power for power in powers if power is not None]
-    run_max_clock = max(clocks) if clocks else None
-    run_max_power = max(powers) if powers else None
+    run_max_clock = _highest(telemetry, "clock_mhz_max")
+    run_max_power = _highest(telemetry, "power_w_max")
+    limits = [value for value in (_telemetry_value(summary, "power_limit_w") for summary in telemetry) if value]
     headlines = {}
     for dtype in dtypes:
         pool = [bursts[dtype]] + sustained_windows[dtype]
+        accumulation = (accumulations or {}).get(dtype)
+        steady = _advised(results[dtype], soaked, budget_advice)
         headlines[dtype] = {
-            "burst": _burst_headline(dtype, pool, run_max_clock, run_max_power, device_name),
-            "sustained": _tagged(results[dtype], run_max_power, soaked.saturated_clock_mhz),
+            "burst": replace(_burst_headline(dtype, pool, run_max_clock, device_name, physical),
+                             accumulation=accumulation),
+            "sustained": replace(_tagged(steady, soaked.saturated_clock_mhz), accumulation=accumulation),
         }
-    return {"headlines": headlines, "soak": soaked, "run_max_clock_mhz": run_max_clock, "run_max_power_w": run_max_power}
+    return {"headlines": headlines, "soak": soaked, "run_max_clock_mhz": run_max_clock, "run_max_power_w": run_max_power,
+            "power_limit_w": min(limits) if limits else None}
 
 
-def _tagged(headline: Headline, run_max_power, saturated_clock) -> Headline:
-    if not headline.published:
+def _highest(telemetry, name):
+    values = [value for value in (_telemetry_value(summary, name) for summary in telemetry) if value is not None]
+    return max(values) if values else None
+
+
+def _advised(headline: Headline, soaked: Soak, budget_advice) -> Headline:
+    """A withheld sustained figure's reason, ending with what would reach it."""
+    if headline.published or not headline.reason:
         return headline
-    tags = validity_tags(headline.telemetry, run_max_power_w=run_max_power, saturated_clock_mhz=saturated_clock)
-    if headline.reason and headline.reason.startswith(UNSTEADY):
-        tags.append(headline.reason)
+    if headline.needs_s is not None:
+        return replace(headline, reason=f"{headline.reason}; {budget_advice(headline.needs_s)}")
+    unsaturated = "not power-saturated" in headline.reason or "still moving" in headline.reason
+    if unsaturated and soaked.seconds < SOAK_MAX_S:
+        soak_more = SOAK_MAX_S - soaked.seconds
+        return replace(headline, reason=f"{headline.reason}; a {SOAK_MAX_S:g} s thermal soak may reach it: "
+                                        f"{budget_advice(soak_more)}", needs_s=soak_more)
+    return headline
+
+
+def _tagged(headline: Headline, saturated_clock) -> Headline:
+    if headline.telemetry is None:
+        return headline
+    tags = validity_tags(headline.telemetry, saturated_clock_mhz=saturated_clock)
+    tags += saturation_tags(headline.telemetry) if headline.published else []
+    if headline.spreads and headline.spreads[0] > UNSTEADY_SPREAD:
+        tags.append(f"{UNSTEADY}: the window's repetitions spread {headline.spreads[0]:.1%} "
+                    f"(interquartile range over median) > {UNSTEADY_SPREAD:.0%}")
     return replace(headline, tags=tuple(tags))
 
 
-def _burst_headline(dtype, pool, run_max_clock, run_max_power, device_name) -> Headline:
+def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> Headline:
     rate, window, candidate, _seconds = _best_repetition(pool)
     # Its window's highest clock, against the run's highest: the same statistic on both sides, so the
     # noise of a measured clock (a VM's CPU: two readings per window) does not withhold it alone.
     clock = _window_clock_max(window.telemetry)
-    tags = tuple(validity_tags(window.telemetry, run_max_power_w=run_max_power))
+    tags = tuple(validity_tags(window.telemetry))
     common = dict(flops_per_s=rate, shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples),
-                  clock_mhz=clock, power_w=_telemetry_value(window.telemetry, "power_w_mean"), tags=tags,
+                  seconds=sum(window.samples), clock_mhz=clock, power_w=window_power_w(window.telemetry),
+                  power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"), tags=tags,
                   telemetry=window.telemetry,
                   command=reproduce_command(dtype, candidate.shape, device_name, BURST_REPEATS))
+    if physical is not None:
+        impossible = physical_check(rate, physical[0], dtype, multiprocessors=physical[1], clock_mhz=clock)
+        if impossible:
+            return Headline(dtype, "burst", False, reason=f"withheld: {impossible}", **common)
     if clock is None or run_max_clock is None:
         return Headline(dtype, "burst", True, reason="clock unknown: the 0.97 × highest-clock rule was not checked",
                         **common)

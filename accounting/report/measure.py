@@ -21,6 +21,7 @@ from accounting._checks import check_positive, check_positive_size, check_size
 from accounting.hardware.clocks import synchronize
 from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
 from accounting.hardware.peaks import last_level_cache_bytes
+from accounting.report.accumulation import case_options, split_key
 from accounting.report.checks import ResultChecker, is_out_of_memory
 from accounting.report.headlines import Window
 from accounting.report.results import BandwidthMeasurement
@@ -124,6 +125,8 @@ class MatmulTimer:
         """Makes the timed product (``None``: :func:`accounting.timing.matmul_case`; the fleet's ``--slow-rank`` wraps it)."""
         self.telemetry = telemetry
         self.checker = checker
+        self.checks: dict = {}
+        """Result checks of headline keys the sweep did not time (fp8 with default accumulation), by key."""
 
     def _sampler(self, *, measure_clock: bool):
         if self.telemetry is None:
@@ -137,14 +140,20 @@ class MatmulTimer:
     def repeat(self, dtype, shape, repeats: int) -> Window:
         """Time ``repeats`` single calls of ``shape`` (after one untimed call) inside one telemetry window.
 
+        ``dtype`` may be a headline key naming an fp8 accumulation
+        (:func:`accounting.report.accumulation.default_key`): the product then runs with it, and its first
+        window's product is checked once (outside the window; ``checks`` keeps what was found, by key).
         On a CPU whose clock is only nominal (a VM) the window's clock is measured under
         vector load just before and after it.
         """
         m, k, n = shape
         device = self.info.device
-        case = (self.case_factory or matmul_case)(dtype, m, k, n, device)
+        name, accumulation = split_key(dtype)
+        case = (self.case_factory or matmul_case)(name, m, k, n, device, **case_options(accumulation))
         case.fn()
         synchronize(device)
+        if name != dtype and self.checker is not None and dtype not in self.checks:
+            self.checks[dtype] = self.checker(name, case)  # the variant the sweep did not check
         sampler_context = self._sampler(measure_clock=True)
         with sampler_context as sampler:
             timing = time_fn(case.fn, device=device, warmup=0, repeats=repeats, min_time_s=0, max_repeats=repeats,

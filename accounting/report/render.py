@@ -10,6 +10,7 @@ bfloat16     1.93
 from accounting._units import GB, readable_bytes
 from accounting.console import NOT_KNOWN, fraction, table, tflops
 from accounting.hardware.cpu_clock import SCALAR_CLOCK_SOURCE
+from accounting.report.accumulation import figure_label
 from accounting.report.health_section import health_lines
 from accounting.report.model_section import model_lines
 
@@ -91,34 +92,53 @@ def _number(value, digits: int = 0) -> str:
     return NOT_KNOWN if value is None else f"{value:.{digits}f}"
 
 
+def _headline_figures(dtype: str, figures: dict):
+    """``(label, kind, figure)`` of a dtype's headlines: burst and sustained, then fp8's default-accumulation ones."""
+    for kind in ("burst", "sustained"):
+        if figures.get(kind):
+            yield figure_label(dtype, figures[kind].get("accumulation")), kind, figures[kind]
+    other = figures.get("default_accumulation") or {}
+    for kind in ("burst", "sustained"):
+        if other.get(kind):
+            yield figure_label(dtype, other[kind].get("accumulation") or "default"), kind, other[kind]
+
+
 def _headline_lines(report: dict) -> list[str]:
-    """Burst and sustained per dtype, each with its clock, power, energy and tags; then the soak and the commands."""
+    """Burst and sustained per dtype (fp8: per accumulation), each with its clock, power, energy, window and tags;
+    then the soak and the commands."""
     rows, commands = [], []
     for dtype, section in report["dtypes"].items():
-        for kind in ("burst", "sustained"):
-            figure = (section.get("headlines") or {}).get(kind)
-            if not figure:
-                continue
+        for label, kind, figure in _headline_figures(dtype, section.get("headlines") or {}):
             shown = figure["tflops"] if figure["published"] else None
             notes = list(figure["tags"])
             if figure.get("reason") and figure["reason"] not in notes:
                 notes.append(figure["reason"])
+            if not figure["published"] and figure.get("tflops"):
+                notes.append(f"measured {figure['tflops']:.1f} TFLOP/s")
             note = "; ".join(notes)
-            rows.append([dtype, kind, tflops(shown * 1e12 if shown is not None else None),
+            window = figure.get("seconds")
+            rows.append([label, kind, tflops(shown * 1e12 if shown is not None else None),
+                         fraction(figure.get("mfu")) if shown is not None else NOT_KNOWN,
                          "×".join(str(size) for size in figure["shape"]) if figure.get("shape") else NOT_KNOWN,
+                         NOT_KNOWN if window is None else f"{window:.3g}",
                          _number(figure.get("clock_mhz")), _number(figure.get("power_w")),
                          _number(figure.get("j_per_tflop"), 1), note])
             if figure["published"] and figure.get("command") and kind == "sustained":
-                commands.append(f"  {dtype} sustained: {figure['command']}")
+                commands.append(f"  {label} sustained: {figure['command']}")
     if not rows:
         return []
-    header = ["dtype", "headline", "TFLOP/s", "at m×k×n", "clock MHz", "power W", "J/TFLOP", "tags / notes"]
-    lines = ["Burst and sustained (clock and power of each figure's own window):", table(header, rows, indent="  ")]
+    header = ["dtype", "headline", "TFLOP/s", "MFU", "at m×k×n", "window s", "clock MHz", "power W", "J/TFLOP",
+              "tags / notes"]
+    lines = ["Burst and sustained (clock and power: the medians of each figure's own window; sustained: "
+             "at least 1 s, power-saturated):", table(header, rows, indent="  ")]
     soak = (report.get("telemetry") or {}).get("soak")
     if soak and soak.get("shape"):
         settled = soak.get("saturated_clock_mhz")
         lines.append(f"  thermal soak: {soak['seconds']:.1f} s of {soak['dtype']} {'×'.join(map(str, soak['shape']))}, "
                      f"ended: {soak['ended']}" + (f", settled at {settled:.0f} MHz" if settled is not None else ""))
+    limit = (report.get("telemetry") or {}).get("power_limit_w")
+    if limit:
+        lines.append(f"  enforced power limit: {limit:.0f} W (what power-suspect and saturation are judged against)")
     if commands:
         lines.append("  reproduce:")
         lines += [f"  {command}" for command in commands]

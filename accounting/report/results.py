@@ -46,7 +46,9 @@ import torch
 from accounting._units import TERA
 from accounting.console import DISTRIBUTION
 from accounting.flops import achieved_mfu
+from accounting.hardware.flops_per_clock import physical_check
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
+from accounting.report.accumulation import accumulation_of
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall, wrong_result
@@ -118,9 +120,13 @@ def checks_summary(measurements, *, seconds: float | None = None, skipped=()) ->
             "worst_excess": _finite(worst), "seconds": seconds, "skipped": list(skipped)}
 
 
-def _measurement_row(done, peak, ridge, run_max_power_w=None) -> dict:
+def _measurement_row(done, peak, ridge, physical=None) -> dict:
     intensity = arithmetic_intensity(done.m, done.k, done.n, done.dtype)
     telemetry = getattr(done, "telemetry", None) or {}
+    tags = validity_tags(telemetry or None)
+    impossible = figure_check(done.flops_per_second, done.dtype, telemetry, physical)
+    if impossible:
+        tags.append(impossible)
     return {
         "m": done.m, "k": done.k, "n": done.n, "size": done.size,
         "flops": done.flops, "seconds": done.seconds, "iqr_s": done.iqr_s, "repeats": done.repeats,
@@ -131,13 +137,30 @@ def _measurement_row(done, peak, ridge, run_max_power_w=None) -> dict:
         "phase": done.phase,
         "clock_mhz": telemetry.get("clock_mhz_mean"),
         "power_w": telemetry.get("power_w_mean"),
-        "tags": validity_tags(telemetry or None, run_max_power_w=run_max_power_w),
+        "tags": tags,
         "check": check_dict(getattr(done, "check", None)),
     }
 
 
+def figure_check(flops_per_s, dtype, telemetry, physical) -> str | None:
+    """:func:`accounting.hardware.flops_per_clock.physical_check` of a figure at its window's clock (the median of
+    its readings where kept, else their mean); ``physical``: ``(compute capability, SM count)``, ``None``: unknown.
+
+    >>> figure_check(793.1e12, "bfloat16", {"clock_mhz_mean": 1350.0}, ((9, 0), 132))[:40]
+    'impossible: 793.1 TFLOP/s > 132 SMs × 40'
+    >>> print(figure_check(793.1e12, "bfloat16", {"clock_mhz_mean": 1350.0}, None))
+    None
+    """
+    if physical is None or not flops_per_s:
+        return None
+    telemetry = telemetry or {}
+    clock = telemetry.get("clock_mhz_median") or telemetry.get("clock_mhz_mean")
+    capability, multiprocessors = physical
+    return physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors, clock_mhz=clock)
+
+
 def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,
-                  peak_source=None, native=None, mfu_against=None, headlines=None, run_max_power_w=None,
+                  peak_source=None, native=None, mfu_against=None, headlines=None, physical=None,
                   check_seconds: float | None = None, checks_skipped=()) -> dict:
     """Everything the report says about one dtype.
 
@@ -147,8 +170,9 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     shown with its MFU against ``mfu_against`` (the float32 path's peak, for a CPU
     that emulates it) but gets no floor and a ``not judged`` verdict.
     ``headlines``: ``{"burst": Headline, "sustained": Headline}``
-    (:mod:`accounting.report.headlines`); ``run_max_power_w`` the run's highest power, for
-    the rows' ``power-suspect`` tag. A verdict judged from a tagged number names the tags.
+    (:mod:`accounting.report.headlines`); ``physical``: ``(compute capability, SM count)`` of the device, for
+    each row's physical check (:func:`figure_check`: a figure above what the SMs can do at its clock is tagged
+    ``impossible``). A verdict judged from a tagged number names the tags.
     A product that failed its result check (each measurement's ``check``) makes the verdict
     ``wrong result``, whatever the speed; ``checks`` sums the checks up (``check_seconds`` their cost).
     """
@@ -160,8 +184,8 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     if roof and memory_speed:
         ridge = ridge_point(roof, memory_speed)
         basis = ridge_basis(spec_peak=peak is not None, spec_bandwidth=bool(spec_bandwidth))
-    rows = [_measurement_row(done, peak, ridge, run_max_power_w) for done in measurements]
-    best_row = None if best is None else _measurement_row(best, peak, ridge, run_max_power_w)
+    rows = [_measurement_row(done, peak, ridge, physical) for done in measurements]
+    best_row = None if best is None else _measurement_row(best, peak, ridge, physical)
     median = summary["median_flops_per_second"]
     best_mfu = best_row["mfu"] if best_row else None
     if not rows:
@@ -183,10 +207,11 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     verdict["tags"] = list(best_row["tags"]) if best_row else []
     if verdict["tags"] and verdict["healthy"] is not None:
         verdict["message"] += f" — from a tagged number ({'; '.join(verdict['tags'])})"
-    headline_dicts = {kind: figure.to_dict() for kind, figure in (headlines or {}).items()}
+    headline_dicts = headline_documents(headlines, peak)
     sustained = headline_dicts.get("sustained") or {}
     return {
         "native": None if native is None else native.native,
+        "accumulation": accumulation_of(dtype),
         "judged": judged,
         "emulated": False if native is None else native.emulated,
         "not_native_reason": None if native is None else native.reason,
@@ -209,6 +234,30 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
         "j_per_tflop": sustained.get("j_per_tflop"),
         "checks": checks_summary(measurements, seconds=check_seconds, skipped=checks_skipped),
     }
+
+
+def headline_documents(headlines, peak) -> dict:
+    """The headlines as JSON values, each with its MFU against ``peak`` (fp8 figures of both accumulations against
+    the same dense fp8 peak); ``default_accumulation`` (fp8) nested the same way, with its result check.
+
+    >>> from accounting.report.headlines import Headline
+    >>> found = headline_documents({"burst": Headline("float8_e4m3fn", "burst", True, flops_per_s=1.5e15,
+    ...                                                accumulation="fast")}, 1978.9e12)
+    >>> round(found["burst"]["mfu"], 3), found["burst"]["accumulation"]
+    (0.758, 'fast')
+    """
+    documents = {}
+    for kind, figure in (headlines or {}).items():
+        if kind == "check":
+            documents[kind] = check_dict(figure)
+        elif isinstance(figure, dict):
+            documents[kind] = headline_documents(figure, peak)
+        else:
+            document = figure.to_dict()
+            rate = document.get("flops_per_s")
+            document["mfu"] = rate / peak if rate and peak else None
+            documents[kind] = document
+    return documents
 
 
 def bandwidth_section(measured: "BandwidthMeasurement | None", spec_bytes_per_s: float | None) -> dict:

@@ -7,6 +7,7 @@ headlines, the sustained phase) and returns the document of :mod:`accounting.rep
 put together by :mod:`accounting.report.assembly`.
 """
 
+import math
 import os
 import time
 
@@ -33,6 +34,7 @@ from accounting.hardware.peaks import (
 from accounting.memory import format_name
 from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
+from accounting.report.accumulation import DEFAULT, default_key, is_fp8, split_key
 from accounting.report.assembly import (  # noqa: F401 (preview, telemetry_section: importable from here as before)
     check_evidence,
     dtype_sections,
@@ -192,6 +194,76 @@ def headline_candidates(sweeps: dict) -> dict:
     return candidates
 
 
+def physical_facts(info: DeviceInfo):
+    """``(compute capability, SM count)`` of a CUDA device for the physical check; ``None`` on a CPU."""
+    return (info.compute_capability, info.multiprocessors) if info.kind == "cuda" else None
+
+
+def report_budget_advice(budget_s: float, level: str):
+    """``advice(extra_headline_s)``: the ``--budget`` that gives the headline phase ``extra_headline_s`` more.
+
+    The headline phase gets ``HEADLINE_FRACTION`` of what the finishing reserve leaves, so each extra
+    second of it costs ``1 / (HEADLINE_FRACTION × (1 − FINISH_RESERVE_FRACTION))`` seconds of budget.
+
+    >>> report_budget_advice(60.0, "standard")(1.5)
+    '--budget 66 would reach it'
+    """
+    def advice(extra_s: float) -> str:
+        needed = budget_s + extra_s / (HEADLINE_FRACTION * (1 - FINISH_RESERVE_FRACTION))
+        option = "--budget" if level != LONG else "--budget (of which the standard part)"
+        return f"{option} {math.ceil(needed)} would reach it"
+    return advice
+
+
+FP8_DEFAULT_MIN_SHARE_S = 1.5
+"""fp8 is measured with default accumulation too when each headline key's part of what the soak leaves of the
+headline budget is at least this (a one-second sustained window and its ranking)."""
+
+
+def with_fp8_default_accumulation(candidates: dict, headline_budget_s: float, notes: list) -> dict:
+    """``candidates`` plus, for each fp8 dtype, its shapes again under the default-accumulation key
+    (:func:`accounting.report.accumulation.default_key`) where the budget allows; a note says when it does not.
+
+    >>> shapes = {"bfloat16": ["a"], "float8_e4m3fn": ["b"]}
+    >>> list(with_fp8_default_accumulation(shapes, 17.0, []))
+    ['bfloat16', 'float8_e4m3fn', 'float8_e4m3fn (default accumulation)']
+    >>> notes = []; list(with_fp8_default_accumulation(shapes, 3.0, notes)), notes[0][:60]
+    (['bfloat16', 'float8_e4m3fn'], 'float8_e4m3fn with default accumulation not measured: the he')
+    """
+    fp8 = [dtype for dtype, shapes in candidates.items() if shapes and is_fp8(dtype)]
+    if not fp8:
+        return candidates
+    keys = len([shapes for shapes in candidates.values() if shapes]) + len(fp8)
+    share = headline_budget_s * (1 - headline_phase.SOAK_SHARE) / keys
+    if share < FP8_DEFAULT_MIN_SHARE_S:
+        for dtype in fp8:
+            notes.append(f"{dtype} with default accumulation not measured: the headline phase's {headline_budget_s:.1f} s "
+                         f"leave {share:.1f} s a figure, under {FP8_DEFAULT_MIN_SHARE_S:g} s (its figures are with "
+                         "fast accumulation only)")
+        return candidates
+    extended = dict(candidates)
+    for dtype in fp8:
+        extended[default_key(dtype)] = list(candidates[dtype])
+    return extended
+
+
+def fold_accumulations(found: dict, checks: dict) -> dict:
+    """The headlines of default-accumulation keys moved under their dtype's ``"default_accumulation"``, each
+    sustained figure with its product's result check (``checks``: by key, from the timer)."""
+    headlines = found.get("headlines")
+    if not headlines:
+        return found
+    folded = {}
+    for key, figures in headlines.items():
+        dtype, accumulation = split_key(key)
+        if accumulation == DEFAULT and key != dtype:
+            figures = dict(figures, check=checks.get(key))
+            folded.setdefault(dtype, {})["default_accumulation"] = figures
+        else:
+            folded.setdefault(dtype, {}).update(figures)
+    return {**found, "headlines": folded}
+
+
 def max_sizes(plan: Plan) -> dict:
     """Largest square size per dtype that fits the device's free memory."""
     free = free_memory_bytes(plan.info.device)
@@ -343,12 +415,18 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
         if level != QUICK and hasattr(timer, "repeat"):  # a timer that times single repetitions (not a stand-in)
             progress.update(clock() - started, "burst and sustained headlines (idle, soak, lock-in)")
             headline_budget = max(budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
+            candidates = with_fp8_default_accumulation(headline_candidates(sweeps), headline_budget, plan.notes)
             found = headline_phase.measure_headlines(
-                timer, headline_candidates(sweeps), budget_s=headline_budget, device_name=str(info.device),
+                timer, candidates, budget_s=headline_budget, device_name=str(info.device),
                 sweep_telemetry=[getattr(done, "telemetry", None)
-                                 for measurements in sweeps.values() for done in measurements])
+                                 for measurements in sweeps.values() for done in measurements],
+                physical=physical_facts(info), budget_advice=report_budget_advice(plan.budget_s, level),
+                accumulations={key: split_key(key)[1] for key in candidates})
+            found = fold_accumulations(found, getattr(timer, "checks", {}))
         for dtype, figures in found.get("headlines", {}).items():
-            steady = figures["sustained"]
+            steady = figures.get("sustained")
+            if steady is None:
+                continue
             shown = tflops(steady.flops_per_s) if steady.published else "withheld"
             progress.update(clock() - started, f"{dtype} sustained: {shown} TFLOP/s")
         if level == LONG:
@@ -364,7 +442,7 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
     report["telemetry"] = telemetry_section(found)
     if level == LONG:
         report["burn"] = {dtype: result.to_dict() for dtype, result in burns.items()}
-    checks, unchecked = check_evidence(sweeps, burns, checker, plan)
+    checks, unchecked = check_evidence(sweeps, burns, checker, plan, found)
     verdicts = judge_devices(windows.windows, checks=checks, dtypes=sections,
                              throttle_reasons=throttle_reasons_seen(sweeps, found, burns), unchecked=unchecked,
                              judge_speed=level != QUICK)

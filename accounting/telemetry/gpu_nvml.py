@@ -276,6 +276,15 @@ class NvmlBackend:
             self._power_usage_source = power_source_of_power_usage(known)
         return float(milliwatts), self._power_usage_source
 
+    def _enforced_power_limit(self):
+        """Milliwatts: the power limit the driver enforces now (``nvmlDeviceGetEnforcedPowerLimit``: the lowest of
+        the board's default, the administrator's and any other limit), ``None`` where NVML does not say."""
+        call = getattr(self.nvml, "nvmlDeviceGetEnforcedPowerLimit", None)
+        if call is None:
+            self.unavailable["power_limit_w"] = "pynvml has no nvmlDeviceGetEnforcedPowerLimit"
+            return None
+        return self._ask(("power_limit_w",), call, self.handle)
+
     def _throttle_mask(self):
         """The clock-event mask: ``...ClocksEventReasons``, else the older ``...ClocksThrottleReasons`` (R525/R530
         drivers lack the new symbol that nvidia-ml-py has); each call that cannot answer is dropped for good."""
@@ -346,12 +355,14 @@ class NvmlBackend:
         energy_mj = self._ask(("energy_j",), nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
         temperature = self._ask(("temperature_c_max",), nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
         mask = self._throttle_mask()
+        limit_mw = self._enforced_power_limit() if edge else None
         now = self._now()
         return Reading(
             time_s=now,
             clock_mhz=float(clock) if clock is not None else None,
             power_w=power_mw / _MW_PER_W if power_mw is not None else None,
             power_source=power_source,
+            power_limit_w=limit_mw / _MW_PER_W if limit_mw is not None else None,
             energy_j=energy_mj / _MJ_PER_J if energy_mj is not None else None,
             temperature_c=float(temperature) if temperature is not None else None,
             throttle_reasons=decode_clock_event_reasons(int(mask)) if mask is not None else (),

@@ -34,8 +34,11 @@ READING_FIELDS = (
     "clock_mhz_min",
     "clock_mhz_mean",
     "clock_mhz_max",
+    "clock_mhz_median",
     "power_w_mean",
     "power_w_max",
+    "power_w_median",
+    "power_limit_w",
     "energy_j",
     "temperature_c_max",
     "load_average_1m",
@@ -53,13 +56,15 @@ class Reading:
 
     ``energy_j`` is the backend's cumulative energy counter (joules since some origin,
     wrap-around already undone); ``throttle_reasons`` are decoded names; ``power_source`` says
-    what ``power_w`` is (:data:`POWER_INSTANT`, :data:`POWER_AVERAGE_1S`, ...).
+    what ``power_w`` is (:data:`POWER_INSTANT`, :data:`POWER_AVERAGE_1S`, ...); ``power_limit_w`` is the
+    power limit the device enforces now (NVML's enforced limit), read at a window's edges only.
     """
 
     time_s: float
     clock_mhz: float | None = None
     power_w: float | None = None
     power_source: str | None = None
+    power_limit_w: float | None = None
     energy_j: float | None = None
     temperature_c: float | None = None
     throttle_reasons: tuple[str, ...] = ()
@@ -72,7 +77,11 @@ class Summary:
     """Device readings over a window (see the module docstring); ``None`` fields have a reason in ``unavailable``.
 
     ``clock_*``: the GPU's SM clock, or the CPU's clock (``clock_source`` says from
-    where). ``energy_source`` is ``"counter"`` (a GPU's total-energy counter),
+    where); ``clock_mhz_median`` and ``power_w_median`` are the medians of every reading in the window
+    (what a sustained figure quotes: one reading at an edge cannot move them), ``clock_mhz_early`` and
+    ``clock_mhz_late`` the medians of its first and second half of readings (whether the clock settled).
+    ``power_limit_w``: the lowest power limit the device enforced during the window (NVML's enforced
+    limit; ``None`` where the device does not say). ``energy_source`` is ``"counter"`` (a GPU's total-energy counter),
     ``"rapl"`` (the CPU's RAPL counter) or ``"power×time"`` (mean power × duration).
     ``throttle_reasons``: every reason seen during the window that held the clock
     down (idle and display-clock reasons are left out: they do not slow work).
@@ -99,9 +108,14 @@ class Summary:
     clock_mhz_min: float | None = None
     clock_mhz_mean: float | None = None
     clock_mhz_max: float | None = None
+    clock_mhz_median: float | None = None
+    clock_mhz_early: float | None = None
+    clock_mhz_late: float | None = None
     clock_source: str | None = None
     power_w_mean: float | None = None
     power_w_max: float | None = None
+    power_w_median: float | None = None
+    power_limit_w: float | None = None
     power_source: str | None = None
     energy_j: float | None = None
     energy_source: str | None = None

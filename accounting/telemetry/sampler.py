@@ -16,6 +16,7 @@ True
 
 
 import os
+import statistics
 import threading
 import time
 
@@ -125,12 +126,16 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
     >>> s = summarise("cuda:0", NoBackend("test"), readings)
     >>> s.clock_mhz_min, s.clock_mhz_mean, s.power_w_max, s.energy_j, s.energy_source
     (1200.0, 1300.0, 500.0, 800.0, 'power×time')
+    >>> s.clock_mhz_median, s.clock_mhz_early, s.clock_mhz_late, s.power_limit_w
+    (1300.0, 1400.0, 1200.0, None)
     """
     unavailable = dict(backend.unavailable)
     unavailable.update(extra_unavailable or {})
     duration = readings[-1].time_s - readings[0].time_s if readings else 0.0
     clocks = [r.clock_mhz for r in readings if r.clock_mhz is not None]
     power = [r.power_w for r in readings if r.power_w is not None]
+    limits = [r.power_limit_w for r in readings if r.power_limit_w is not None]
+    half = len(clocks) // 2
     temperatures = [r.temperature_c for r in readings if r.temperature_c is not None]
     others = [r.other_process_memory_bytes for r in readings if r.other_process_memory_bytes is not None]
     reasons = []
@@ -148,8 +153,13 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
         "clock_mhz_min": min(clocks) if clocks else None,
         "clock_mhz_mean": sum(clocks) / len(clocks) if clocks else None,
         "clock_mhz_max": max(clocks) if clocks else None,
+        "clock_mhz_median": statistics.median(clocks) if clocks else None,
+        "clock_mhz_early": statistics.median(clocks[:half]) if half else None,
+        "clock_mhz_late": statistics.median(clocks[half:]) if half else None,
         "power_w_mean": sum(power) / len(power) if power else None,
         "power_w_max": max(power) if power else None,
+        "power_w_median": statistics.median(power) if power else None,
+        "power_limit_w": min(limits) if limits else None,
         "energy_j": energy,
         "temperature_c_max": max(temperatures) if temperatures else None,
         "load_average_1m": _load_average(),
@@ -159,6 +169,11 @@ def summarise(device: str, backend, readings: list[Reading], *, extra_unavailabl
     }
     if energy_reason is not None:
         unavailable["energy_j"] = energy_reason
+    if half == 0:
+        for name in ("clock_mhz_early", "clock_mhz_late"):
+            unavailable[name] = f"{len(clocks)} clock reading(s): no halves to compare"
+    if not limits:
+        unavailable.setdefault("power_limit_w", "the device reports no enforced power limit")
     for name, value in values.items():
         if value is None:
             unavailable.setdefault(name, "no reading during the window")

@@ -6,17 +6,22 @@ must not call the device slow or healthy from it without saying so. Each tag is 
 string ``"<name>: <detail>"``; the names:
 
 - ``throttled`` — the device reported throttle reasons during the window (named).
-- ``power-suspect`` — mean power below ``POWER_SUSPECT_FRACTION`` × the run's highest power
+- ``power-suspect`` — the window's median power below ``POWER_SUSPECT_FRACTION`` × the power limit
+  the device enforces (NVML's enforced limit, read in the window) with no power-cap or thermal
+  throttle reason: the figure was not power-saturated, so a hot, loaded device may not hold it
   (where the power is an average over longer than the window, the tag says so: the idle time
-  before a short window is in it).
+  before a short window is in it). The limit, not the run's highest instant reading: instant
+  readings overshoot it (894–931 W on a 700 W H200), and a device at its power cap is saturated
+  whatever it read.
 - ``boosting`` — a sustained candidate ran above ``BOOSTING_FACTOR`` × the clock the
   device settled at after its thermal soak.
 - ``busy`` — another process holds more than ``BUSY_OTHER_PROCESS_BYTES`` on the device,
   or a sibling GPU is more than 10 % utilised or holds more than 4 GiB.
 
->>> validity_tags({"throttle_reasons": ["sw_power_cap"], "power_w_mean": 300.0, "busy_siblings": []},
-...               run_max_power_w=700.0)
-['throttled: sw_power_cap', 'power-suspect: 300 W < 0.9 × the highest in the run, 700 W']
+>>> validity_tags({"throttle_reasons": [], "power_w_median": 300.0, "power_limit_w": 700.0, "busy_siblings": []})
+['power-suspect: 300 W < 0.9 × the enforced power limit, 700 W']
+>>> validity_tags({"throttle_reasons": ["sw_power_cap"], "power_w_median": 600.0, "power_limit_w": 700.0})
+['throttled: sw_power_cap']
 >>> validity_tags({"throttle_reasons": [], "power_w_mean": None})
 []
 """
@@ -31,7 +36,12 @@ BUSY = "busy"
 TAG_NAMES = (THROTTLED, POWER_SUSPECT, BOOSTING, BUSY)
 
 POWER_SUSPECT_FRACTION = 0.9
-"""Below this share of the run's highest power a figure is ``power-suspect`` (not power-saturated)."""
+"""Below this share of the enforced power limit (and with no power-cap or thermal throttle reason) a figure is
+``power-suspect`` (not power-saturated)."""
+SATURATING_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                                "ppt_power", "socket_thermal", "vr_thermal", "hbm_thermal", "prochot_thermal"})
+"""Throttle reasons (NVML's and AMD SMI's names) that say the device is at its power or thermal limit: a window
+with one is saturated."""
 BOOSTING_FACTOR = 1.04
 """A sustained candidate's clock above this many times the saturated clock is ``boosting``."""
 BUSY_OTHER_PROCESS_BYTES = 2 * 2**30
@@ -44,20 +54,42 @@ def _get(summary, name):
     return summary.get(name) if isinstance(summary, dict) else getattr(summary, name, None)
 
 
-def validity_tags(summary, *, run_max_power_w: float | None = None, saturated_clock_mhz: float | None = None) -> list[str]:
+def window_power_w(summary) -> float | None:
+    """The window's power: the median of its readings (one overshooting instant reading cannot move it), else
+    the mean (a summary from before medians were kept).
+
+    >>> window_power_w({"power_w_median": 690.0, "power_w_mean": 720.0}), window_power_w({"power_w_mean": 5.0})
+    (690.0, 5.0)
+    """
+    median = _get(summary, "power_w_median")
+    return median if median is not None else _get(summary, "power_w_mean")
+
+
+def saturating_reasons(summary) -> list[str]:
+    """The window's throttle reasons that mean a power or thermal limit held the clock (:data:`SATURATING_REASONS`).
+
+    >>> saturating_reasons({"throttle_reasons": ["sw_power_cap", "hw_slowdown"]})
+    ['sw_power_cap']
+    """
+    return [reason for reason in _get(summary, "throttle_reasons") or () if reason in SATURATING_REASONS]
+
+
+def validity_tags(summary, *, power_limit_w: float | None = None, saturated_clock_mhz: float | None = None) -> list[str]:
     """The tags a window's telemetry (a :class:`~accounting.telemetry.Summary` or its ``to_dict()``) earns.
 
-    ``run_max_power_w``: the highest power any window of the run drew (for ``power-suspect``);
-    ``saturated_clock_mhz``: the clock after the thermal soak, given only for sustained
-    candidates (for ``boosting``). A reading that is ``None`` earns no tag: unknown is not bad.
+    ``power_limit_w``: the enforced power limit (for ``power-suspect``; default the window's own
+    ``power_limit_w`` reading); ``saturated_clock_mhz``: the clock after the thermal soak, given only for
+    sustained candidates (for ``boosting``). A reading that is ``None`` earns no tag: unknown is not bad.
     """
     tags = []
     reasons = _get(summary, "throttle_reasons") or ()
     if reasons:
         tags.append(f"{THROTTLED}: {', '.join(reasons)}")
-    power = _get(summary, "power_w_mean")
-    if power is not None and run_max_power_w and power < POWER_SUSPECT_FRACTION * run_max_power_w:
-        tag = f"{POWER_SUSPECT}: {power:.0f} W < {POWER_SUSPECT_FRACTION} × the highest in the run, {run_max_power_w:.0f} W"
+    power = window_power_w(summary)
+    limit = power_limit_w if power_limit_w is not None else _get(summary, "power_limit_w")
+    if (power is not None and limit and power < POWER_SUSPECT_FRACTION * limit
+            and not saturating_reasons(summary)):
+        tag = f"{POWER_SUSPECT}: {power:.0f} W < {POWER_SUSPECT_FRACTION} × the enforced power limit, {limit:.0f} W"
         source, duration = _get(summary, "power_source"), _get(summary, "duration_s")
         averaged = POWER_AVERAGING_S.get(source, 0.0)
         if duration is not None and duration < averaged:
@@ -86,7 +118,7 @@ def tag_names(tags) -> list[str]:
     return [tag.split(":", 1)[0] for tag in tags]
 
 
-def window_extra_info(summary, *, work_flops: int, run_max_power_w: float | None = None) -> dict:
+def window_extra_info(summary, *, work_flops: int, power_limit_w: float | None = None) -> dict:
     """What a benchmark's ``extra_info`` records about its timed window: clock, power, energy efficiency, tags.
 
     ``work_flops``: all FLOPs done inside the window. ``tflop_per_j`` is ``None`` (with the
@@ -109,5 +141,7 @@ def window_extra_info(summary, *, work_flops: int, run_max_power_w: float | None
         "energy_source": _get(summary, "energy_source"),
         "tflop_per_j": work_flops / 1e12 / energy if energy else None,
         "energy_unavailable": None if energy else unavailable.get("energy_j", "no telemetry"),
-        "tags": validity_tags(summary, run_max_power_w=run_max_power_w),
+        "power_w_median": window_power_w(summary),
+        "power_limit_w": power_limit_w if power_limit_w is not None else _get(summary, "power_limit_w"),
+        "tags": validity_tags(summary, power_limit_w=power_limit_w),
     }

@@ -285,6 +285,9 @@ def combined_nvml(telemetry_gpus=None, health_gpus=None):
         def __getattr__(self, name):  # the health calls and constants the telemetry fake lacks
             return getattr(health, name)
 
+        def nvmlDeviceGetEnforcedPowerLimit(self, handle):  # noqa: N802 - one limit for both readers: the health GPU's
+            return health.nvmlDeviceGetEnforcedPowerLimit(handle)
+
     combined = Combined(telemetry_gpus)
     combined.health = health
     return combined

@@ -79,6 +79,7 @@ class FakeGpu:
     power_mw: float = 650_000.0
     average_power_mw: float | None = None  # nvmlDeviceGetPowerUsage (a 1 s average on Hopper); None: power_mw
     energy_mj: int = 1_000_000
+    power_limit_mw: float = 700_000.0  # nvmlDeviceGetEnforcedPowerLimit
     temperature_c: float = 60.0
     throttle_mask: int = 0
     utilisation_pct: int = 0
@@ -208,6 +209,10 @@ class FakeNvml(types.ModuleType):
             entry.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
             entry.value.uiVal = int(self._gpu(handle).power_mw)
         return values
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):  # noqa: N802
+        self._check("nvmlDeviceGetEnforcedPowerLimit", handle)
+        return int(self._gpu(handle).power_limit_mw)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # noqa: N802
         self._check("nvmlDeviceGetTotalEnergyConsumption", handle)

@@ -1,0 +1,64 @@
+"""How an fp8 product accumulates, named on every figure: ``"fast"`` or ``"default"``.
+
+cuBLAS's fp8 products (``torch._scaled_mm``) run with ``use_fast_accum=True`` (``"fast"``: the tensor
+cores' partial sums stay in their own narrower accumulator; the package's default, what forward passes use)
+or without (``"default"``: partial sums promoted to float32 in chunks; slower, what gradients' products
+use). The two differ by 10–15 % in speed (H200: 1567 against 1399 TFLOP/s burst), so an fp8 figure that does
+not say which it used cannot be compared with anything. Both are judged against the same dense fp8 peak.
+
+The report's sweep runs fp8 with fast accumulation; its headline phase also measures the default one
+under the key :func:`default_key` (``"float8_e4m3fn (default accumulation)"``), which
+:func:`split_key` takes apart again.
+
+>>> split_key("float8_e4m3fn"), split_key(default_key("float8_e4m3fn")), split_key("bfloat16")
+(('float8_e4m3fn', 'fast'), ('float8_e4m3fn', 'default'), ('bfloat16', None))
+>>> figure_label("float8_e4m3fn", "default"), figure_label("bfloat16", None)
+('float8_e4m3fn (default accumulation)', 'bfloat16')
+"""
+
+from accounting.errors import AccountingError
+from accounting.memory import format_name
+
+FAST = "fast"
+DEFAULT = "default"
+ACCUMULATIONS = (FAST, DEFAULT)
+_DEFAULT_SUFFIX = f" ({DEFAULT} accumulation)"
+
+
+def is_fp8(dtype: str) -> bool:
+    """Whether ``dtype`` names a float8 format."""
+    try:
+        return format_name(dtype).startswith("float8")
+    except AccountingError:  # a name that is no format (a headline key) is not fp8
+        return False
+
+
+def accumulation_of(dtype: str) -> str | None:
+    """The accumulation the package's fp8 products use by default (``"fast"``), ``None`` for other dtypes."""
+    return FAST if is_fp8(dtype) else None
+
+
+def default_key(dtype: str) -> str:
+    """The headline key of ``dtype`` measured with default accumulation."""
+    return dtype + _DEFAULT_SUFFIX
+
+
+def split_key(key: str) -> tuple[str, str | None]:
+    """``(dtype, accumulation)`` of a headline key (``accumulation`` ``None`` for dtypes that are not fp8)."""
+    if key.endswith(_DEFAULT_SUFFIX):
+        return key[:-len(_DEFAULT_SUFFIX)], DEFAULT
+    return key, accumulation_of(key)
+
+
+def case_options(accumulation: str | None) -> dict:
+    """Keyword arguments of :func:`accounting.timing.matmul_case` for ``accumulation`` (none for the default fast).
+
+    >>> case_options("default"), case_options("fast"), case_options(None)
+    ({'fp8_fast_accum': False}, {}, {})
+    """
+    return {"fp8_fast_accum": False} if accumulation == DEFAULT else {}
+
+
+def figure_label(dtype: str, accumulation: str | None) -> str:
+    """``dtype`` with its accumulation where it has one."""
+    return dtype if accumulation is None else f"{dtype} ({accumulation} accumulation)"

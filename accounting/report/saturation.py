@@ -1,0 +1,129 @@
+"""Whether a timed window may be published as *sustained*: seconds long, sampled throughout, power-saturated, settled.
+
+A sustained figure says what a hot device does under steady load, so its window must show it:
+
+- it lasted at least ``SUSTAINED_MIN_S`` (one second: a power limiter acts over tens of milliseconds and
+  an energy counter updates every 20–100 ms; 9 single products of 1–2 ms each measure the burst again);
+- on a GPU, telemetry sampled throughout it, at least ``MIN_READINGS`` readings (its clock and power
+  are the readings' medians: an edge reading taken at the end of a soak cannot stand for them);
+- evidence of saturation: the median power at least ``SATURATION_POWER_FRACTION`` × the power limit
+  the device enforces, or a power-cap or thermal throttle reason during the window;
+- a settled clock: the medians of its first and second half of readings within
+  ``CLOCK_SETTLED_FRACTION`` of each other;
+- the figure within what the SMs can do at that clock
+  (:func:`accounting.hardware.flops_per_clock.physical_check`).
+
+A device that reports no power limit and no throttle reasons (a CPU) cannot show saturation; its figure
+is published with the tag ``saturation-unknown`` rather than withheld for what it cannot report.
+
+>>> gpu = {"backend": "nvml", "samples": 103, "clock_mhz_median": 1455.0, "clock_mhz_early": 1455.0,
+...        "clock_mhz_late": 1455.0, "power_w_median": 691.0, "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"]}
+>>> print(withheld_because(gpu, seconds=2.07))
+None
+>>> withheld_because({**gpu, "samples": 2}, seconds=0.015)
+'the window ran 0.015 s, under the 1 s a sustained figure needs'
+"""
+
+import statistics
+
+from accounting.hardware.flops_per_clock import physical_check
+from accounting.telemetry.validity import POWER_SUSPECT_FRACTION, saturating_reasons, window_power_w
+
+SUSTAINED_MIN_S = 1.0
+"""A sustained window lasts at least this long."""
+SUSTAINED_TARGET_S = 2.0
+"""…and this long where the budget allows (mamf-finder's MSMF and the recorded H200 windows used 2 s)."""
+MIN_READINGS = 10
+"""A GPU's sustained window has at least this many telemetry readings (the sampler reads every 20 ms)."""
+SATURATION_POWER_FRACTION = POWER_SUSPECT_FRACTION
+"""At or above this share of the enforced power limit a window is power-saturated."""
+CLOCK_SETTLED_FRACTION = 0.03
+"""The clock has settled when its first- and second-half medians differ by at most this share of their median."""
+SATURATION_UNKNOWN = "saturation-unknown"
+"""The tag of a sustained figure from a device that reports no power limit and no throttle reasons."""
+GPU_BACKENDS = frozenset({"nvml", "amdsmi"})
+
+
+def is_gpu_window(telemetry) -> bool:
+    """Whether the window was read by a GPU's telemetry (whose readings the sustained rules ask for)."""
+    telemetry = telemetry or {}
+    return telemetry.get("backend") in GPU_BACKENDS or telemetry.get("power_limit_w") is not None
+
+
+def window_clock(telemetry) -> float | None:
+    """The window's clock: the median of its readings where kept, else their mean.
+
+    >>> window_clock({"clock_mhz_median": 1455.0, "clock_mhz_mean": 1500.0}), window_clock({"clock_mhz_mean": 9.0})
+    (1455.0, 9.0)
+    """
+    telemetry = telemetry or {}
+    median = telemetry.get("clock_mhz_median")
+    return median if median is not None else telemetry.get("clock_mhz_mean")
+
+
+def saturation_evidence(telemetry) -> str | None:
+    """What shows the window was power- or thermally saturated (``None``: nothing does).
+
+    >>> saturation_evidence({"power_w_median": 640.0, "power_limit_w": 700.0, "throttle_reasons": []})
+    'power 640 W ≥ 0.9 × the enforced limit 700 W'
+    >>> saturation_evidence({"power_w_median": 500.0, "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"]})
+    'throttle reason sw_power_cap'
+    """
+    telemetry = telemetry or {}
+    power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
+    if power is not None and limit and power >= SATURATION_POWER_FRACTION * limit:
+        return f"power {power:.0f} W ≥ {SATURATION_POWER_FRACTION} × the enforced limit {limit:.0f} W"
+    reasons = saturating_reasons(telemetry)
+    if reasons:
+        return f"throttle reason {', '.join(reasons)}"
+    return None
+
+
+def clock_unsettled(telemetry) -> str | None:
+    """Why the window's clock had not settled (``None``: it had, or its halves are unknown).
+
+    >>> clock_unsettled({"clock_mhz_early": 1650.0, "clock_mhz_late": 1455.0, "clock_mhz_median": 1500.0})
+    'the clock was still moving: 1650 MHz in the first half of the window, 1455 MHz in the second'
+    """
+    telemetry = telemetry or {}
+    early, late = telemetry.get("clock_mhz_early"), telemetry.get("clock_mhz_late")
+    if early is None or late is None:
+        return None
+    centre = statistics.fmean([early, late])
+    if centre > 0 and abs(early - late) > CLOCK_SETTLED_FRACTION * centre:
+        return f"the clock was still moving: {early:.0f} MHz in the first half of the window, {late:.0f} MHz in the second"
+    return None
+
+
+def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = None, dtype: str | None = None,
+                     physical=None) -> str | None:
+    """Why a window of ``seconds`` with ``telemetry`` (``Summary.to_dict()``) is not a sustained figure; ``None``: it is.
+
+    ``physical``: ``(compute capability, SM count)`` for the physical check of ``flops_per_s`` of ``dtype``.
+    """
+    telemetry = telemetry or {}
+    if seconds < SUSTAINED_MIN_S:
+        return f"the window ran {seconds:.3g} s, under the {SUSTAINED_MIN_S:g} s a sustained figure needs"
+    gpu = is_gpu_window(telemetry)
+    readings = telemetry.get("samples") or 0
+    if gpu and readings < MIN_READINGS:
+        return f"{readings} telemetry readings in the window, under the {MIN_READINGS} a sustained figure needs"
+    if physical is not None and flops_per_s and dtype is not None:
+        capability, multiprocessors = physical
+        impossible = physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors,
+                                    clock_mhz=window_clock(telemetry))
+        if impossible:
+            return impossible
+    if gpu and saturation_evidence(telemetry) is None:
+        power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
+        drew = "power unknown" if power is None else f"{power:.0f} W"
+        against = "" if not limit else f" < {SATURATION_POWER_FRACTION} × the enforced limit {limit:.0f} W"
+        return f"not power-saturated: {drew}{against} and no power-cap or thermal throttle reason"
+    return clock_unsettled(telemetry)
+
+
+def saturation_tags(telemetry) -> list[str]:
+    """``[saturation-unknown: ...]`` for a device that cannot show saturation (not a GPU window), else ``[]``."""
+    if is_gpu_window(telemetry) or saturation_evidence(telemetry) is not None:
+        return []
+    return [f"{SATURATION_UNKNOWN}: the device reports no power limit or throttle reason, so saturation is not shown"]
