@@ -32,6 +32,8 @@ from accounting import (
     transformer_activation_bytes,
     transformer_flops,
 )
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from accounting.hardware.devices import DeviceInfo
 from accounting.hardware.precision import float32_matmul_mode
 from accounting.model_mfu import (
@@ -48,6 +50,7 @@ from accounting.model_mfu import (
 )
 from accounting.model_mfu import measure as measure_module
 from accounting.model_mfu import step as step_module
+from accounting.model_mfu.kernels import FUSED_KERNELS
 from accounting.model_mfu.measure import ModelMeasurement
 from accounting.model_mfu.sizes import MODEL_SIZES
 from accounting.model_mfu.step import LEARNING_RATE, TrainingStep, check_step_device, predicted_peak_bytes
@@ -88,20 +91,49 @@ def test_hardware_flops_with_recomputation_equal_flop_counter(config, batch_size
         config, batch_size, embeddings=False).forward
 
 
-def test_the_real_step_counts_what_the_formula_says():
-    """On the CPU, for real: time_fn's count of a training step (optimizer included) is the model FLOPs."""
-    step = build_training_step(model_size("tiny", layers=1, seq=16), precision="fp32")
+def _attention_ops(step) -> set:
+    """The attention operators torch dispatches in one step (its own record, not the package's counter)."""
+    seen = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        step()
+    return {name for name in seen if "attention" in name or name == "aten.bmm"}
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-llama"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_the_real_step_counts_what_the_formula_says(name, attention):
+    """On the CPU, for real: time_fn's count of a training step (optimizer included) is the model FLOPs, plus,
+    where torch ran a fused attention kernel, the QKᵀ its backward computes again; the kernel named is the one
+    torch dispatched."""
+    step = build_training_step(model_size(name, layers=1, seq=16), precision="fp32", attention=attention)
     result = measure_training_step(step, device="cpu", peak_flops=1e12, warmup=1, repeats=1)
-    assert result.hardware_flops == result.model_flops == transformer_flops(step.size.config, 4).training
+    config = step.size.config
+    assert result.model_flops == transformer_flops(config, 4).training
+    assert result.hardware_flops == hardware_flops(config, 4, False, result.attention_kernel)
+    fused = {op for op in _attention_ops(step) if op.startswith("aten._scaled_dot_product") and "backward" not in op}
+    if attention == "eager":
+        assert result.attention_kernel == "eager" and not fused and result.hardware_flops == result.model_flops
+    elif fused:
+        assert [result.attention_kernel] == [FUSED_KERNELS[op] for op in fused]
+        assert result.hardware_flops - result.model_flops == 2 * 4 * config.heads * 16 * 16 * config.head_width
+    else:  # the math kernel: matmuls, the model's FLOPs exactly
+        assert result.attention_kernel == "math" and result.hardware_flops == result.model_flops
 
 
 def test_mfu_and_hfu_arithmetic_on_a_checkpointed_step():
-    step = build_training_step(model_size("tiny", layers=2, seq=32), precision="fp32", recompute=True)
+    step = build_training_step(model_size("tiny", layers=2, seq=32), precision="fp32", recompute=True,
+                               attention="eager")
     peak = 2e11
     result = measure_training_step(step, device="cpu", peak_flops=peak, warmup=1, repeats=2)
     config, batch = step.size.config, step.size.batch_size
     assert result.model_flops == transformer_flops(config, batch).training
-    assert result.hardware_flops == hardware_flops(config, batch, recompute=True) > result.model_flops
+    assert result.hardware_flops == hardware_flops(config, batch, True, result.attention_kernel) > result.model_flops
     assert result.mfu == pytest.approx(result.model_flops / result.median_s / peak)
     assert result.hfu == pytest.approx(result.hardware_flops / result.median_s / peak)
     assert result.hfu / result.mfu == pytest.approx(result.hardware_flops / result.model_flops)
@@ -120,17 +152,29 @@ def test_a_recomputing_bf16_step_is_predicted_within_a_few_percent():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_saved_activations_of_the_einops_model(precision):
-    config = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", ["tiny", "tiny-llama"])
+def test_saved_activations_of_the_einops_model(name, attention, precision):
+    """What a forward keeps for backward (live-tensor tracker) against the formula of the attention that ran.
+
+    Exact (but for the loss's scalars) for the Llama family with either attention and for GPT-2 with eager
+    attention (bf16: CPU LayerNorm keeps bf16 statistics where the formula counts fp32). GPT-2 with SDPA keeps two
+    (tokens × width) tensors a layer fewer than the formula, which counts the copies of Q and K Hugging Face's
+    GPT-2 makes around its SDPA call: this model hands SDPA views of its fused projection.
+    """
+    config = model_size(name, layers=2, seq=32).config
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = GPT(config).to(dtype)
-    tokens = torch.randint(0, 100, (3, 32))
+    model = GPT(config, attention=attention).to(dtype)
+    tokens = torch.randint(0, config.vocabulary, (3, 32))
     with LiveTensorBytes() as live:
         loss = language_model_loss(model(tokens), tokens)
         saved = live.current
     del loss
-    # fp32: exact but for the loss's scalars; bf16: CPU LayerNorm keeps bf16 statistics (formula: fp32).
-    assert saved == pytest.approx(transformer_activation_bytes(config, 3, precision), rel=1e-3 if dtype == torch.float32 else 0.02, abs=64)
+    predicted = transformer_activation_bytes(config, 3, precision, attention=attention)
+    if name == "tiny" and attention == "sdpa":
+        predicted -= config.layers * 2 * (3 * 32) * config.width * dtype.itemsize
+    layernorm_bf16 = name == "tiny" and dtype == torch.bfloat16
+    assert saved == pytest.approx(predicted, rel=0.02 if layernorm_bf16 else 1e-3, abs=64)
 
 
 def test_the_model_is_shape_checked_under_jaxtyping():
@@ -174,7 +218,7 @@ def test_a_config_that_does_not_fit_memory_is_refused_before_allocating(monkeypa
 
 @pytest.mark.parametrize("call, error, message", [
     pytest.param(lambda: model_size("medium"), AccountingError,
-                 r"^model size must be one of 'tiny', 'small', 'gpt2-small', got 'medium'", id="unknown-size"),
+                 r"^model size must be one of 'tiny', 'small', 'gpt2-small', 'tiny-llama', 'tinyllama-1.1b', got 'medium'", id="unknown-size"),
     pytest.param(lambda: model_size("tiny", heads=5), AccountingError, r"^heads=5 does not divide width=64",
                  id="heads-do-not-divide"),
     pytest.param(lambda: model_size("tiny", batch=0), AccountingError, r"^batch must be a positive integer, got 0",

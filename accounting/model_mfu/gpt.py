@@ -1,20 +1,29 @@
 """A decoder-only transformer built from a :class:`~accounting.TransformerConfig`, written as the lecture writes models.
 
-Named axes with einops (``rearrange``, ``einsum``) and shapes in jaxtyping annotations;
-the architecture is the one :mod:`accounting.transformer` describes (GPT-2: learned
-positions, pre-norm blocks, fused Q/K/V projection, GELU MLP, eager causal attention,
-final LayerNorm, unembedding tied to the token embedding unless the config says not).
-Its matmuls are exactly those :func:`accounting.transformer_flops` counts, so the
-FLOPs of a training step are known in closed form (the tests check them against
-``FlopCounterMode``), and its saved activations those of
-:func:`accounting.transformer_activation_bytes`.
+Named axes with einops (``rearrange``) and shapes in jaxtyping annotations. Two families, told apart by
+the config's ``norm`` as the memory formulas tell them apart (:mod:`accounting.activation_memory`):
 
-Attention is eager on purpose: the (T × T) scores are materialised and counted, as the
-FLOP and memory formulas assume. (With a head width or a sequence length of 1, einsum
-computes an attention product as an elementwise ``mul``, which is not matmul work: the
-FLOP count then falls short of the formula.) ``recompute=True`` wraps each block in
-``torch.utils.checkpoint`` (activation recomputation): the block's forward runs again
-in the backward pass, which costs hardware FLOPs but not model FLOPs.
+- ``norm="layernorm"``: GPT-2 — learned positions (or none), LayerNorm, one fused Q/K/V projection, a GELU
+  MLP, final LayerNorm, unembedding tied to the token embedding unless the config says not;
+- ``norm="rmsnorm"``: Llama — RMSNorm in fp32, separate Q, K and V projections, rotary positions (unless the
+  config has a learned table), grouped-query attention (``kv_heads``), a SwiGLU MLP (``mlp="swiglu"``),
+  untied unembedding (TinyLlama, Llama 2 and 3), as Hugging Face's ``LlamaForCausalLM`` computes them
+  (:mod:`accounting.model_mfu.layers`).
+
+Either family takes ``kv_heads``, ``head_width``, ``mlp``, ``bias`` and ``qkv_bias`` as the config gives them;
+a config with experts, or GPT-2's unfused GELU, is refused by name. The parameters are exactly
+``config.parameter_count``, and the matmuls exactly those :func:`accounting.transformer_flops` counts.
+
+Attention (``attention=``, :data:`~accounting.model_mfu.layers.ATTENTIONS`): ``"sdpa"`` (the default) calls
+``torch.nn.functional.scaled_dot_product_attention`` with ``is_causal=True``, as a GPU user writes it: it runs
+a fused kernel where one takes the inputs (flash, memory-efficient or cuDNN on CUDA, the CPU's flash kernel),
+which saves no (s × s) matrix and recomputes QKᵀ in backward (hardware FLOPs beyond the model's), and its math
+kernel elsewhere (on ``meta`` tensors, and on CUDA for fp32 with grouped-query attention). ``"eager"``
+materialises the (s × s) scores, as GPT-2 and Hugging Face's ``eager`` attention do. (Eager with a head width or
+a sequence length of 1: a matmul of a 1-wide axis is an elementwise product to torch, not matmul work, and the
+FLOP count falls short of the formula.) ``recompute=True`` wraps each block in ``torch.utils.checkpoint``
+(activation recomputation): the block's forward runs again in the backward pass, which costs hardware FLOPs
+but not model FLOPs.
 
 >>> import torch
 >>> from accounting import TransformerConfig
@@ -24,93 +33,125 @@ in the backward pass, which costs hardware FLOPs but not model FLOPs.
 True
 >>> model(torch.zeros(3, 16, dtype=torch.long)).shape
 torch.Size([3, 16, 64])
+>>> llama = TransformerConfig(layers=1, width=32, heads=4, kv_heads=2, sequence_length=8, vocabulary=64,
+...     ffn_width=88, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, learned_positions=False)
+>>> sum(p.numel() for p in GPT(llama).parameters()) == llama.parameter_count
+True
 """
-
-import math
 
 import torch
 import torch.nn.functional as F
-from einops import einsum, rearrange
+from einops import rearrange
 from jaxtyping import Float, Int
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from accounting._checks import check_choice
 from accounting.errors import AccountingError, AccountingTypeError
+from accounting.model_mfu.layers import ATTENTIONS, RMSNorm, apply_rotary, attend, rotary_tables
 from accounting.transformer import TransformerConfig
+
+
+def _norm(config: TransformerConfig) -> nn.Module:
+    return RMSNorm(config.width) if config.norm == "rmsnorm" else nn.LayerNorm(config.width, bias=config.bias)
 
 
 class Block(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then x + MLP(norm(x))."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, attention: str = "sdpa"):
         super().__init__()
-        h, f = config.width, config.ffn_width
-        self.heads = config.heads
-        self.attention_norm = nn.LayerNorm(h, bias=config.bias)
-        self.qkv = nn.Linear(h, 3 * h, bias=config.bias)
-        self.projection = nn.Linear(h, h, bias=config.bias)
-        self.mlp_norm = nn.LayerNorm(h, bias=config.bias)
+        h, f, a, kv = config.width, config.ffn_width, config.attention_width, config.kv_width
+        self.heads, self.kv_heads, self.attention_kind = config.heads, config.kv_heads, attention
+        self.llama = config.norm == "rmsnorm"
+        self.swiglu = config.mlp == "swiglu"
+        self.attention_norm = _norm(config)
+        if self.llama:  # separate projections, as Llama's q_proj, k_proj and v_proj
+            self.q = nn.Linear(h, a, bias=config.qkv_bias)
+            self.k = nn.Linear(h, kv, bias=config.qkv_bias)
+            self.v = nn.Linear(h, kv, bias=config.qkv_bias)
+        else:  # one fused projection, as GPT-2's c_attn
+            self.qkv = nn.Linear(h, a + 2 * kv, bias=config.qkv_bias)
+        self.projection = nn.Linear(a, h, bias=config.bias)
+        self.mlp_norm = _norm(config)
+        if self.swiglu:
+            self.gate = nn.Linear(h, f, bias=config.bias)
         self.up = nn.Linear(h, f, bias=config.bias)
         self.down = nn.Linear(f, h, bias=config.bias)
-        future = torch.ones(config.sequence_length, config.sequence_length, dtype=torch.bool).triu(1)
-        self.register_buffer("future", future, persistent=False)
+        if attention == "eager":
+            future = torch.ones(config.sequence_length, config.sequence_length, dtype=torch.bool).triu(1)
+            self.register_buffer("future", future, persistent=False)
+        else:
+            self.future = None
 
-    def attention(self, x: Float[torch.Tensor, "batch seq width"]) -> Float[torch.Tensor, "batch seq width"]:
-        q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)
-        length = x.shape[1]
-        scores = einsum(q, k, "b h t_q d, b h t_k d -> b h t_q t_k") / math.sqrt(q.shape[-1])
-        weights = scores.masked_fill(self.future[:length, :length], float("-inf")).softmax(dim=-1)
-        mixed = einsum(weights, v, "b h t_q t_k, b h t_k d -> b h t_q d")
+    def _heads(self, x: Float[torch.Tensor, "batch seq width"]):
+        """Queries (batch, heads, seq, d), keys and values (batch, kv_heads, seq, d): views of the projections."""
+        if self.llama:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        else:
+            kv = self.kv_heads * (self.projection.in_features // self.heads)
+            q, k, v = self.qkv(x).split([self.projection.in_features, kv, kv], dim=-1)
+        return (rearrange(q, "b t (h d) -> b h t d", h=self.heads),
+                rearrange(k, "b t (h d) -> b h t d", h=self.kv_heads),
+                rearrange(v, "b t (h d) -> b h t d", h=self.kv_heads))
+
+    def attention(self, x: Float[torch.Tensor, "batch seq width"], rotary=None) -> Float[torch.Tensor, "batch seq width"]:
+        q, k, v = self._heads(x)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        mixed = attend(q, k, v, attention=self.attention_kind, future=self.future, fp32_softmax=self.llama)
         return self.projection(rearrange(mixed, "b h t d -> b t (h d)"))
 
-    def forward(self, x: Float[torch.Tensor, "batch seq width"]) -> Float[torch.Tensor, "batch seq width"]:
-        x = x + self.attention(self.attention_norm(x))
-        return x + self.down(F.gelu(self.up(self.mlp_norm(x))))
+    def mlp(self, x: Float[torch.Tensor, "batch seq width"]) -> Float[torch.Tensor, "batch seq width"]:
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x)))
+
+    def forward(self, x: Float[torch.Tensor, "batch seq width"], rotary=None) -> Float[torch.Tensor, "batch seq width"]:
+        x = x + self.attention(self.attention_norm(x), rotary)
+        return x + self.mlp(self.mlp_norm(x))
 
 
-def _check_gpt2_shaped(config: TransformerConfig) -> None:
-    """This model is GPT-2's architecture: a config of another family is an error naming what differs, never a
-    GPT-2 built in its place.
+def _check_buildable(config: TransformerConfig) -> None:
+    """What this model does not build is an error naming it, never another model built in its place.
 
-    >>> _check_gpt2_shaped(TransformerConfig(layers=1, width=64, heads=8, sequence_length=8, vocabulary=32,
-    ...                                      kv_heads=2, mlp="swiglu"))
+    >>> _check_buildable(TransformerConfig(layers=1, width=64, heads=8, sequence_length=8, vocabulary=32,
+    ...                                    experts=4, experts_per_token=2, mlp="swiglu", gelu="unfused"))
     Traceback (most recent call last):
     ...
-    accounting.errors.AccountingError: GPT builds GPT-2's architecture only; this config has kv_heads=2 (not heads=8), mlp='swiglu' (not 'gelu'): measure a Hugging Face model of it instead
+    accounting.errors.AccountingError: GPT does not build experts=4 (a mixture of experts), gelu='unfused' (GPT-2's tanh formula in elementwise ops): measure a Hugging Face model of it instead
     """
-    differences = [f"{name}={value!r} (not {expected})" for name, value, expected, same in (
-        ("kv_heads", config.kv_heads, f"heads={config.heads}", config.kv_heads == config.heads),
-        ("head_width", config.head_width, f"width / heads = {config.width // config.heads}",
-         config.head_width * config.heads == config.width),
-        ("mlp", config.mlp, "'gelu'", config.mlp == "gelu"),
-        ("norm", config.norm, "'layernorm'", config.norm == "layernorm"),
-        ("qkv_bias", config.qkv_bias, f"bias={config.bias}", config.qkv_bias == config.bias),
-        ("experts", config.experts, "1", config.experts == 1),
-        ("gelu", config.gelu, "'fused': F.gelu", config.gelu == "fused"),
-    ) if not same]
+    differences = [f"{name}={value!r} ({why})" for name, value, why, refused in (
+        ("experts", config.experts, "a mixture of experts", config.experts > 1),
+        ("gelu", config.gelu, "GPT-2's tanh formula in elementwise ops", config.gelu != "fused"),
+    ) if refused]
     if differences:
-        raise AccountingError(f"GPT builds GPT-2's architecture only; this config has {', '.join(differences)}: "
-                              "measure a Hugging Face model of it instead")
+        raise AccountingError(f"GPT does not build {', '.join(differences)}: measure a Hugging Face model of it "
+                              "instead")
 
 
 class GPT(nn.Module):
     """The whole model: tokens (batch, seq) → logits (batch, seq, vocabulary)."""
 
-    def __init__(self, config: TransformerConfig, *, recompute: bool = False):
+    def __init__(self, config: TransformerConfig, *, recompute: bool = False, attention: str = "sdpa"):
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         if not isinstance(recompute, bool):
             raise AccountingTypeError(f"recompute must be True or False, got {recompute!r}")
-        _check_gpt2_shaped(config)
+        if not isinstance(attention, str):
+            raise AccountingTypeError(f"attention must be one of {', '.join(map(repr, ATTENTIONS))}, got {attention!r}")
+        self.attention = check_choice(attention, ATTENTIONS, "attention")
+        _check_buildable(config)
         self.config = config
         self.recompute = recompute
+        self.rotary = config.norm == "rmsnorm" and not config.learned_positions
         self.token_embedding = nn.Embedding(config.vocabulary, config.width)
         self.position_embedding = (
             nn.Parameter(torch.randn(config.max_positions, config.width) * 0.02) if config.learned_positions else None
         )
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
-        self.final_norm = nn.LayerNorm(config.width, bias=config.bias)
+        self.blocks = nn.ModuleList(Block(config, attention) for _ in range(config.layers))
+        self.final_norm = _norm(config)
         self.unembedding = nn.Linear(config.width, config.vocabulary, bias=False)
         if config.tied_embeddings:
             self.unembedding.weight = self.token_embedding.weight
@@ -125,8 +166,12 @@ class GPT(nn.Module):
         x = self.token_embedding(tokens)
         if self.position_embedding is not None:
             x = x + self.position_embedding[:length]
+        rotary = rotary_tables(length, self.config.head_width, x.dtype, x.device) if self.rotary else None
         for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if self.recompute and self.training else block(x)
+            if self.recompute and self.training:
+                x = checkpoint(block, x, rotary, use_reentrant=False)
+            else:
+                x = block(x, rotary)
         return self.unembedding(self.final_norm(x))
 
 

@@ -18,6 +18,7 @@ prediction is a lower bound on GPT-shaped configs; :data:`PEAK_MEMORY_BAND` is w
 benchmark accepts (:func:`check_peak_memory`).
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from accounting._checks import check_non_negative, check_positive_size
@@ -28,8 +29,9 @@ from accounting.hardware.devices import detect_device
 from accounting.hardware.peaks import device_peak_flops
 from accounting.memory import storage_bytes
 from accounting.model_mfu._peak_memory import PeakMemory
+from accounting.model_mfu.kernels import attention_kernel, formula_attention, recomputed_scores_flops
 from accounting.model_mfu.sizes import ModelSize
-from accounting.model_mfu.step import TrainingStep, check_step_device, predicted_peak_bytes
+from accounting.model_mfu.step import TrainingStep, check_step_device, compile_step, predicted_peak_bytes
 from accounting.timing import time_fn
 from accounting.training_memory import precision_policy
 from accounting.transformer_flops import transformer_flops
@@ -45,8 +47,9 @@ PEAK_DTYPES = {"fp32": "float32", "bf16-mixed": "bfloat16", "bf16": "bfloat16"}
 """The dtype whose dense peak a policy's MFU divides by: the one its matmuls run in."""
 
 
-def hardware_flops(config, batch_size: int, recompute: bool) -> int:
-    """Matmul FLOPs a step executes: model FLOPs, plus the recomputed forward of every block.
+def hardware_flops(config, batch_size: int, recompute: bool, kernel: str = "math") -> int:
+    """Matmul FLOPs a step executes: model FLOPs, plus the recomputed forward of every block, plus the QKᵀ a
+    fused attention kernel's backward computes again (``kernel``: see :mod:`accounting.model_mfu.kernels`).
 
     torch's non-reentrant checkpoint stops recomputing once the tensors backward needs are
     back (``torch.utils.checkpoint``'s early stop, the default), so each block's last matmul
@@ -56,13 +59,16 @@ def hardware_flops(config, batch_size: int, recompute: bool) -> int:
     >>> config = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=100)
     >>> hardware_flops(config, 4, recompute=False) == transformer_flops(config, 4).training
     True
+    >>> hardware_flops(config, 4, False, "flash") - hardware_flops(config, 4, False)  # 2 layers · 2·4·4·32·32·16
+    1048576
     """
     flops = transformer_flops(config, batch_size)
+    fused = recomputed_scores_flops(config, batch_size) if formula_attention(kernel) == "sdpa" else 0
     if not recompute:
-        return flops.training
+        return flops.training + fused
     blocks = transformer_flops(config, batch_size, embeddings=False).forward
     down_projection = 2 * flops.tokens * config.ffn_width * config.width
-    return flops.training + blocks - config.layers * down_projection
+    return flops.training + blocks - config.layers * down_projection + fused
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,13 @@ class ModelMeasurement:
     measured_peak_bytes: int
     predicted_peak_bytes: int
     flop_count_seconds: float
+    attention: str = "sdpa"
+    """The model's attention (``"sdpa"`` or ``"eager"``)."""
+    attention_kernel: str = ""
+    """The kernel that ran it, read off the FLOP count (:func:`~accounting.model_mfu.kernels.attention_kernel`);
+    the prediction is the memory formula's for that kernel."""
+    compiled: bool = False
+    """The timed step ran ``torch.compile``'s model (FLOPs and peak memory: counted on the eager model)."""
 
     @property
     def tokens(self) -> int:
@@ -125,7 +138,9 @@ class ModelMeasurement:
             "peak_tflops": None if self.peak_flops is None else self.peak_flops / 1e12,
             "mfu": self.mfu, "hfu": self.hfu, "measured_peak_bytes": self.measured_peak_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "memory_ratio": self.memory_ratio,
-            "flop_count_seconds": self.flop_count_seconds,
+            "flop_count_seconds": self.flop_count_seconds, "attention": self.attention,
+            "attention_kernel": self.attention_kernel, "compiled": self.compiled,
+            "family": "llama" if c.norm == "rmsnorm" else "gpt2", "kv_heads": c.kv_heads, "ffn_width": c.ffn_width, "mlp": c.mlp,
         }
 
 
@@ -157,20 +172,46 @@ def step_measurement(step: TrainingStep, *, median_s: float, iqr_s: float, repea
     """Join a timing of ``step`` (from any timer) and its FLOP count with one more step's peak memory.
 
     ``count`` is the :class:`~accounting.flop_count.FlopCount` of one step (its hardware
-    FLOPs); the memory step runs here, after the timing, so the tracker never slows a timed step.
+    FLOPs, and the attention kernel that ran); the memory step runs here, after the timing, so the tracker never
+    slows a timed step. It runs the eager model (a compiled step's memory is not the formula's to predict).
     """
     with PeakMemory(step.device) as memory:
-        step()
+        step.eager_step()
     measured_peak = storage_bytes(*step.persistent_tensors()) + memory.peak
     size = step.size
+    kernel = attention_kernel(count, step.attention)
     return ModelMeasurement(
         size=size, precision=precision_policy(step.precision).name, recompute=step.recompute,
         device=info.name, device_kind=info.kind, dtype=PEAK_DTYPES[step.precision], median_s=median_s,
         iqr_s=iqr_s, repeats=repeats, model_flops=transformer_flops(size.config, size.batch_size).training,
         hardware_flops=count.total, peak_flops=peak_flops, measured_peak_bytes=measured_peak,
-        predicted_peak_bytes=predicted_peak_bytes(size, step.precision, step.recompute),
-        flop_count_seconds=count.seconds,
+        predicted_peak_bytes=predicted_peak_bytes(size, step.precision, step.recompute, formula_attention(kernel)),
+        flop_count_seconds=count.seconds, attention=step.attention, attention_kernel=kernel, compiled=step.compiled,
     )
+
+
+COMPILE_WARMUP = 2
+"""Untimed calls of a compiled step: the first compiles forward and backward, the second runs what it compiled."""
+
+
+def measure_compiled_step(step: TrainingStep, eager: ModelMeasurement, *, device="cpu", repeats: int = 5,
+                          min_time_s: float = 0.0, compiler=None) -> tuple[ModelMeasurement | None, str | None]:
+    """Time ``torch.compile``'s version of ``step`` beside its eager measurement ``eager``.
+
+    Returns ``(measurement, None)``: ``eager`` with the compiled step's time (the same model FLOPs; its hardware
+    FLOPs and peak memory are the eager step's, since the compiled kernels are opaque to ``FlopCounterMode``); or
+    ``(None, why)`` where compiling or running the compiled step failed — reported beside the eager figure,
+    never raised, since an eager figure without a compiled one is still a result.
+    """
+    try:
+        compiled = compile_step(step, compiler)
+        timing = time_fn(compiled, device=device, warmup=COMPILE_WARMUP, repeats=repeats, min_time_s=min_time_s,
+                         count_flops=False)
+    except Exception as error:  # noqa: BLE001 - whatever the compiler raises is the result to report
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return None, f"torch.compile failed: {type(error).__name__}" + (f": {message[:200]}" if message else "")
+    return dataclasses.replace(eager, median_s=timing.median, iqr_s=timing.iqr, repeats=len(timing.samples),
+                               compiled=True), None
 
 
 def check_peak_memory(measurement: ModelMeasurement, band=PEAK_MEMORY_BAND) -> None:

@@ -15,6 +15,10 @@ A step is forward, fp32 cross-entropy, backward, ``optimizer.step()``, then
 ``zero_grad()`` (gradients set to ``None``), so nothing of the step outlives it but the
 weights and the optimizer state: the steady state the memory prediction describes.
 
+The model's attention is ``scaled_dot_product_attention`` unless ``attention="eager"``
+(:data:`~accounting.model_mfu.layers.ATTENTIONS`). :func:`compile_step` gives the same step with the
+forward of ``torch.compile(model)``: same weights, optimizer and batch, to time beside the eager one.
+
 >>> from accounting.model_mfu.sizes import model_size
 >>> step = build_training_step(model_size("tiny", layers=1), precision="fp32")
 >>> loss = step()
@@ -23,6 +27,7 @@ weights and the optimizer state: the steady state the memory prediction describe
 """
 
 import contextlib
+import dataclasses
 
 import torch
 
@@ -32,6 +37,8 @@ from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.devices import as_device, free_memory_bytes
 from accounting.hardware.precision import float32_matmul_mode
 from accounting.model_mfu.gpt import GPT, language_model_loss
+from accounting.model_mfu.kernels import expected_formula_attention
+from accounting.model_mfu.layers import ATTENTIONS
 from accounting.model_mfu.sizes import ModelSize
 from accounting.timing import MEMORY_FRACTION
 from accounting.training_memory import precision_policy, transformer_training_memory
@@ -46,7 +53,7 @@ class TrainingStep:
     """``step()`` trains ``model`` on one batch; ``master`` holds the fp32 copies of ``bf16-mixed``."""
 
     def __init__(self, size: ModelSize, model: GPT, optimizer: torch.optim.Optimizer, tokens: torch.Tensor,
-                 targets: torch.Tensor, precision: str, master: list | None = None):
+                 targets: torch.Tensor, precision: str, master: list | None = None, forward=None):
         self.size = size
         self.model = model
         self.optimizer = optimizer
@@ -54,6 +61,16 @@ class TrainingStep:
         self.targets = targets
         self.precision = precision
         self.master = master
+        self.forward = model if forward is None else forward
+        """What the step calls for the logits: the model, or ``torch.compile``'s wrapper of it."""
+
+    @property
+    def attention(self) -> str:
+        return self.model.attention
+
+    @property
+    def compiled(self) -> bool:
+        return self.forward is not self.model
 
     @property
     def device(self) -> torch.device:
@@ -76,8 +93,15 @@ class TrainingStep:
         return contextlib.nullcontext()
 
     def __call__(self) -> torch.Tensor:
+        return self._step(self.forward)
+
+    def eager_step(self) -> torch.Tensor:
+        """One step through the eager model, compiled or not (the step whose FLOPs and memory are predicted)."""
+        return self._step(self.model)
+
+    def _step(self, forward) -> torch.Tensor:
         with self._matmul_mode():
-            loss = language_model_loss(self.model(self.tokens), self.targets)
+            loss = language_model_loss(forward(self.tokens), self.targets)
             loss.backward()
         if self.master is not None:
             for copy, weight in zip(self.master, self.model.parameters()):
@@ -92,22 +116,25 @@ class TrainingStep:
         return loss.detach()
 
 
-def predicted_peak_bytes(size: ModelSize, precision: str, recompute: bool = False) -> int:
-    """``transformer_training_memory`` of the step's config, batch, optimizer, policy and recomputation."""
-    return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision,
+def predicted_peak_bytes(size: ModelSize, precision: str, recompute: bool = False, attention: str = "sdpa") -> int:
+    """``transformer_training_memory`` of the step's config, batch, optimizer, policy, recomputation and attention
+    (``"sdpa"``: a fused kernel; ``"eager"``: the (s × s) weights kept, as eager attention and SDPA's math kernel do)."""
+    return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision, attention=attention,
                                        recompute="full" if recompute else "none").peak
 
 
-def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None) -> int:
+def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None, attention: str = "sdpa") -> int:
     """The predicted peak, if it fits ``MEMORY_FRACTION`` of the free memory; else an error naming both.
 
     >>> from accounting.model_mfu.sizes import model_size
     >>> check_fits(model_size("gpt2-small"), "fp32", "cpu", free_bytes=2**30)
     Traceback (most recent call last):
     ...
-    accounting.errors.AccountingError: gpt2-small: 12 layers, width 768, 12 heads, 1024 tokens x batch 12, vocabulary 50257 in fp32 needs 21.87 GiB at its predicted peak, but cpu has 1.00 GiB free (80% of it may be used)
+    accounting.errors.AccountingError: gpt2-small: 12 layers, width 768, 12 heads, 1024 tokens x batch 12, vocabulary 50257 in fp32 needs 15.97 GiB at its predicted peak, but cpu has 1.00 GiB free (80% of it may be used)
     """
-    predicted = predicted_peak_bytes(size, precision)
+    kind = as_device(device).type
+    predicted = predicted_peak_bytes(size, precision, attention=expected_formula_attention(size.config, precision, kind,
+                                                                                           attention))
     free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
     if predicted > MEMORY_FRACTION * free:
         raise AccountingError(
@@ -117,8 +144,45 @@ def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None =
     return predicted
 
 
+def size_that_fits(size: ModelSize, precisions, device, free_bytes: int | None = None,
+                   fallback: ModelSize | None = None, attention: str = "sdpa") -> tuple[ModelSize | None, str]:
+    """``size`` at the largest batch (at most its own) whose every policy in ``precisions`` fits the device's free
+    memory (:func:`check_fits`), else ``fallback`` at its own batch if that fits; ``(None, why)`` when neither does.
+
+    Returns ``(size, why)``: ``why`` says what was chosen and, where the batch shrank or the fallback was taken, why.
+
+    >>> from accounting.model_mfu.sizes import model_size
+    >>> size, why = size_that_fits(model_size("tinyllama-1.1b"), ["bf16"], "cuda", free_bytes=24 * 2**30,
+    ...                            fallback=model_size("gpt2-small"))
+    >>> size.batch_size, why
+    (2, 'tinyllama-1.1b at batch 2 of 4: batch 4 needs 23.83 GiB at its predicted peak in bf16, over 80% of 24.00 GiB free')
+    """
+    free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
+    precisions, kind = tuple(precisions), as_device(device).type
+    refusal = None
+    for batch in range(size.batch_size, 0, -1):
+        candidate = dataclasses.replace(size, batch_size=batch)
+        needs = [(precision, predicted_peak_bytes(
+            candidate, precision, attention=expected_formula_attention(size.config, precision, kind, attention)))
+            for precision in precisions]
+        worst = max(needs, key=lambda pair: pair[1])
+        if worst[1] <= MEMORY_FRACTION * free:
+            if batch == size.batch_size:
+                return candidate, f"{size.name} at batch {batch}: fits {readable_bytes(free)} free"
+            return candidate, f"{size.name} at batch {batch} of {size.batch_size}: {refusal}"
+        if refusal is None:
+            refusal = (f"batch {batch} needs {readable_bytes(worst[1])} at its predicted peak in {worst[0]}, over "
+                       f"{MEMORY_FRACTION:.0%} of {readable_bytes(free)} free")
+    if fallback is not None:
+        chosen, why = size_that_fits(fallback, precisions, device, free, attention=attention)
+        if chosen is not None:
+            return chosen, (f"{fallback.name} at batch {chosen.batch_size} in place of {size.name}: {size.name} does "
+                            f"not fit even at batch 1 ({refusal})")
+    return None, f"{size.name} does not fit even at batch 1: {refusal}"
+
+
 def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu", recompute: bool = False,
-                        seed: int = 0) -> TrainingStep:
+                        seed: int = 0, attention: str = "sdpa") -> TrainingStep:
     """The model, AdamW and one batch of random tokens for ``size``, on ``device``, under ``precision``.
 
     Refused before anything is allocated when the predicted peak does not fit (:func:`check_fits`).
@@ -127,12 +191,16 @@ def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu
         raise AccountingTypeError(f"size must be a ModelSize (see model_size), got {size!r}")
     policy = precision_policy(precision).name
     check_choice(policy, STEP_POLICIES, "precision of a training step")
+    if not isinstance(attention, str):
+        raise AccountingTypeError(f"attention must be one of {', '.join(map(repr, ATTENTIONS))}, got {attention!r}")
+    check_choice(attention, ATTENTIONS, "attention")
     device = as_device(device)
     seed = check_size(seed, "seed")
-    check_fits(size, policy, device)  # before allocating anything
+    check_fits(size, policy, device, attention=attention)  # before allocating anything
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = GPT(size.config, recompute=recompute).to(device)
+    with torch.device(device):  # initialised where it runs: a 1B model's CPU initialisation takes seconds
+        model = GPT(size.config, recompute=recompute, attention=attention)
     if policy != "fp32":
         model = model.to(torch.bfloat16)
     master = None
@@ -153,3 +221,16 @@ def check_step_device(step: TrainingStep, device) -> torch.device:
         if actual.type != device.type or (device.index is not None and (actual.index or 0) != device.index):
             raise AccountingError(f"the {what} are on {actual} but device={str(device)!r} was given")
     return device
+
+
+def compile_step(step: TrainingStep, compiler=None) -> TrainingStep:
+    """The same step (weights, optimizer, batch) with the forward of ``torch.compile(step.model)``.
+
+    Compilation happens at the first call, so a compiler that fails (no C++ compiler, an unsupported op) fails
+    there: :func:`accounting.model_mfu.measure.measure_compiled_step` reports that, it never raises it.
+    """
+    if not isinstance(step, TrainingStep):
+        raise AccountingError(f"step must be a TrainingStep (see build_training_step), got {step!r}")
+    compiler = torch.compile if compiler is None else compiler
+    return TrainingStep(step.size, step.model, step.optimizer, step.tokens, step.targets, step.precision,
+                        step.master, forward=compiler(step.model))
