@@ -95,6 +95,8 @@ def check_dict(check) -> dict | None:
     """A :class:`~accounting.health.results.ResultCheck` as plain JSON values (``None`` for no check).
 
     ``excess`` (worst |residual| / tolerance; at most 1 passes) is ``null`` for a result that is not finite.
+    ``checked`` is false for a product with no bound to judge it by (``not_checked``: why; not a failure);
+    ``accumulation`` is the fp8 accumulation whose bound was used.
 
     >>> from accounting.health.results import ResultCheck
     >>> not_finite = ResultCheck("float32", (8, 4, 2), float("inf"), 3, (0, 2), float("nan"), 1e-6, True)
@@ -105,19 +107,26 @@ def check_dict(check) -> dict | None:
         return None
     return {"ok": check.ok, "shape": list(check.shape), "excess": _finite(check.excess), "row": check.row,
             "columns": list(check.columns), "residual": _finite(check.residual), "tolerance": _finite(check.tolerance),
-            "repeat_identical": check.repeat_identical, "reason": check.reason}
+            "repeat_identical": check.repeat_identical, "reason": check.reason,
+            "checked": getattr(check, "checked", True), "not_checked": getattr(check, "note", "") or None,
+            "accumulation": getattr(check, "accumulation", None)}
 
 
 def checks_summary(measurements, *, seconds: float | None = None, skipped=()) -> dict:
     """What the result checks of one dtype's products found: how many ran, which failed, the worst, their cost.
 
-    ``seconds``: the time the checks took (outside the timed calls); ``skipped``: products not checked, and why.
+    ``seconds``: the time the checks took (outside the timed calls); ``skipped``: products not checked, and why;
+    ``not_checked``: checks with no bound to judge their product by (never ``failed``).
     """
     checks = [done.check for done in measurements if getattr(done, "check", None) is not None]
-    finite = [check.excess for check in checks if math.isfinite(check.excess)]
-    worst = math.inf if len(finite) < len(checks) else max(finite, default=None)
-    return {"checked": len(checks), "failed": [check_dict(check) for check in checks if not check.ok],
-            "worst_excess": _finite(worst), "seconds": seconds, "skipped": list(skipped)}
+    judged = [check for check in checks if getattr(check, "checked", True)]
+    unjudged = [check for check in checks if not getattr(check, "checked", True)]
+    finite = [check.excess for check in judged if math.isfinite(check.excess)]
+    worst = math.inf if len(finite) < len(judged) else max(finite, default=None)
+    return {"checked": len(judged), "failed": [check_dict(check) for check in checks if not check.ok],
+            "not_checked": [check_dict(check) for check in unjudged],
+            "worst_excess": _finite(worst), "seconds": seconds,
+            "skipped": list(skipped)}
 
 
 def _measurement_row(done, peak, ridge, physical=None) -> dict:
