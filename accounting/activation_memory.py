@@ -205,23 +205,43 @@ def _math_width(formats: ActivationFormats) -> int:
     return max(formats.matmul, _FP32)
 
 
-def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
-    """Q, K, V and the attention output; with eager attention or SDPA's math kernel, the (s × s) weights."""
+def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
+    """Bytes one block's ``scaled_dot_product_attention`` call saves for backward, each storage once.
+
+    Fused kernels (``sdpa-flash``, ``sdpa-cudnn``, ``sdpa-efficient``): Q, K and V as they come in,
+    the output, and an fp32 log-sum-exp per query and head (padded to 32 queries by memory-efficient
+    attention). Math (``sdpa-math``): the scaled Q, the scaled K repeated to every query head, V
+    repeated, and the softmax output (referenced twice: by the softmax and by the product with V), in
+    fp32 for 16-bit inputs (torch's math kernel upcasts them unless ``allow_fp16_bf16_reduction_math_sdp``).
+
+    >>> config = TransformerConfig(layers=1, width=8, heads=2, kv_heads=1, sequence_length=4, vocabulary=10,
+    ...                            norm="rmsnorm", mlp="swiglu")
+    >>> sdpa_saved_bytes(config, 1, activation_formats("bf16"), "sdpa-math")  # 4 * (3*4*8 + 2*4*4)
+    512
+    """
+    check_choice(attention, SDPA_ATTENTIONS, "attention")
     s, heads, mu = config.sequence_length, config.heads, formats.matmul
     tokens = s * batch
     q, kv = tokens * config.attention_width, tokens * config.kv_width
     if attention == "sdpa-math":
-        # The scaled Q, the scaled K repeated to every query head (transposed), V repeated, the
-        # softmax output (referenced twice: by softmax and by the product with V), all in the math
-        # kernel's width, and the output the projection saves (merged heads, μ).
         wide = _math_width(formats)
-        return wide * 3 * q + wide * heads * s * s * batch + mu * q
+        return wide * 3 * q + wide * heads * s * s * batch
+    rows = math.ceil(s / _EFFICIENT_LSE_ROWS) * _EFFICIENT_LSE_ROWS if attention == "sdpa-efficient" else s
+    log_sum_exp = _FP32 * heads * rows * batch
+    if _llama_style(config):  # q (rotated), k (rotated) and v at their own widths, the output
+        return mu * (2 * q + 2 * kv) + log_sum_exp
+    return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, two copies, the output
+
+
+def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
+    """Q, K, V and the attention output; with eager attention or SDPA's math kernel, the (s × s) weights."""
+    s, heads, mu = config.sequence_length, config.heads, formats.matmul
+    q = s * batch * config.attention_width
     if attention in SDPA_ATTENTIONS:
-        rows = math.ceil(s / _EFFICIENT_LSE_ROWS) * _EFFICIENT_LSE_ROWS if attention == "sdpa-efficient" else s
-        log_sum_exp = _FP32 * heads * rows * batch
-        if _llama_style(config):  # q (rotated), k (rotated) and v at their own widths, the output
-            return mu * (2 * q + 2 * kv) + log_sum_exp
-        return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, two copies, the output
+        # The math kernel's output is a new tensor the projection saves merged (μ); a fused kernel's
+        # output is laid out so that the merged heads are a view of what it saved.
+        merged = mu * q if attention == "sdpa-math" else 0
+        return sdpa_saved_bytes(config, batch, formats, attention) + merged
     # Eager: contiguous copies of Q, K and V for the batched matmuls (K and V repeated to every
     # query head), the merged heads for the output projection, and the softmax output: in fp32 for
     # Llama (softmax(dtype=float32), then cast), in the activations' dtype for GPT-2 (autocast runs

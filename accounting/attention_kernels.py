@@ -247,14 +247,12 @@ def cuda_kernel_rules(call: SdpaCall, capability: tuple[int, int]) -> SdpaKernel
     refusals = {"flash": _flash_refusal(call, capability), "cudnn": _cudnn_refusal(call, capability),
                 "efficient": _efficient_refusal(call, capability)}
     refused = {name: reason for name, reason in refusals.items() if reason is not None}
+    tried = {}
     for name in _cuda_priority(capability):
-        if name == "math":
-            break
-        if name not in refused:
-            earlier = {key: value for key, value in refused.items() if _cuda_priority(capability).index(key)
-                       < _cuda_priority(capability).index(name)}
-            return SdpaKernel(name, device, "rules", _refusal_text(earlier), refused)
-    return SdpaKernel("math", device, "rules", _refusal_text(refused), refused)
+        if name == "math" or name not in refused:
+            return SdpaKernel(name, device, "rules", _refusal_text(tried), refused)
+        tried[name] = refused[name]
+    raise AssertionError("math ends every priority order")
 
 
 def _cuda_priority(capability) -> tuple[str, ...]:
