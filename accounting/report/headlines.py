@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from accounting.hardware.flops_per_clock import physical_check
+from accounting.report.accumulation import case_options, default_key, split_key
 from accounting.report.saturation import (
     SUSTAINED_MIN_S,
     SUSTAINED_TARGET_S,
@@ -123,12 +124,18 @@ def clock_is_flat(clocks, *, readings: int = FLAT_READINGS, within_mhz: float = 
 def reproduce_command(dtype: str, shape, device: str, repeats: int) -> str:
     """A shell command that times ``shape`` the way the headline did (the package's own matmul case and timer).
 
+    ``dtype`` may be a headline key naming an fp8 accumulation (:mod:`accounting.report.accumulation`).
+
     >>> reproduce_command("float32", (1024, 512, 256), "cpu", 9)  # doctest: +ELLIPSIS
     'python -c "from accounting.timing import matmul_case, time_fn; c = matmul_case(\\'float32\\', 1024, 512, 256, ...'
+    >>> "fp8_fast_accum=False" in reproduce_command(default_key("float8_e4m3fn"), (64, 64, 64), "cuda:0", 9)
+    True
     """
     m, k, n = shape
+    name, accumulation = split_key(dtype)
+    options = "".join(f", {key}={value!r}" for key, value in case_options(accumulation).items())
     return (f"python -c \"from accounting.timing import matmul_case, time_fn; "
-            f"c = matmul_case('{dtype}', {m}, {k}, {n}, '{device}'); "
+            f"c = matmul_case('{name}', {m}, {k}, {n}, '{device}'{options}); "
             f"t = time_fn(c.fn, device='{device}', repeats={repeats}, min_time_s=0); "
             f"print(c.flops / t.median / 1e12, 'TFLOP/s')\"")
 
@@ -283,13 +290,13 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
     """
     windows: list[tuple[Window, Candidate]] = []
     if not candidates:
-        return Headline(dtype, "sustained", False, reason="no candidate shape to sustain"), windows
+        return Headline(split_key(dtype)[0], "sustained", False, reason="no candidate shape to sustain"), windows
     chosen, per_call = _rank(device, dtype, candidates, deadline, overhead_s, windows)
     room = deadline - device.clock() - overhead_s
     seconds = min(target_s, room)
     if seconds < SUSTAINED_MIN_S:
         if SUSTAINED_MIN_S > room + overrun_s:
-            return Headline(dtype, "sustained", False, shape=chosen.shape, flops=chosen.flops, reason=(
+            return Headline(split_key(dtype)[0], "sustained", False, shape=chosen.shape, flops=chosen.flops, reason=(
                 f"the budget left {max(room, 0.0):.2f} s for the window, under the {SUSTAINED_MIN_S:g} s a "
                 "sustained figure needs"), needs_s=SUSTAINED_MIN_S - max(room, 0.0)), windows
         seconds = SUSTAINED_MIN_S
@@ -303,10 +310,11 @@ def _sustained_headline(dtype, window: Window, candidate: Candidate, device_name
     joules, source, per_tflop, why = _energy(window, candidate.flops)
     seconds = sum(window.samples)
     rate = candidate.flops * len(window.samples) / seconds if seconds > 0 else None
-    reason = withheld_because(window.telemetry, seconds=seconds, flops_per_s=rate, dtype=dtype, physical=physical)
+    name = split_key(dtype)[0]
+    reason = withheld_because(window.telemetry, seconds=seconds, flops_per_s=rate, dtype=name, physical=physical)
     steadiness = window_spread(window.samples)
     return Headline(
-        dtype, "sustained", reason is None, flops_per_s=rate,
+        name, "sustained", reason is None, flops_per_s=rate,
         shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples), seconds=seconds,
         clock_mhz=window_clock(window.telemetry), power_w=window_power_w(window.telemetry),
         power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"),
@@ -464,14 +472,14 @@ def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> H
                   telemetry=window.telemetry,
                   command=reproduce_command(dtype, candidate.shape, device_name, BURST_REPEATS))
     if physical is not None:
-        impossible = physical_check(rate, physical[0], dtype, multiprocessors=physical[1], clock_mhz=clock)
+        impossible = physical_check(rate, physical[0], split_key(dtype)[0], multiprocessors=physical[1], clock_mhz=clock)
         if impossible:
-            return Headline(dtype, "burst", False, reason=f"withheld: {impossible}", **common)
+            return Headline(split_key(dtype)[0], "burst", False, reason=f"withheld: {impossible}", **common)
     if clock is None or run_max_clock is None:
-        return Headline(dtype, "burst", True, reason="clock unknown: the 0.97 × highest-clock rule was not checked",
-                        **common)
+        return Headline(split_key(dtype)[0], "burst", True,
+                        reason="clock unknown: the 0.97 × highest-clock rule was not checked", **common)
     if clock < BURST_CLOCK_FRACTION * run_max_clock:
-        return Headline(dtype, "burst", False, reason=(
+        return Headline(split_key(dtype)[0], "burst", False, reason=(
             f"withheld: its clock {clock:.0f} MHz < {BURST_CLOCK_FRACTION} × the run's highest {run_max_clock:.0f} MHz"),
             **common)
-    return Headline(dtype, "burst", True, **common)
+    return Headline(split_key(dtype)[0], "burst", True, **common)

@@ -21,7 +21,7 @@ is published with the tag ``saturation-unknown`` rather than withheld for what i
 >>> print(withheld_because(gpu, seconds=2.07))
 None
 >>> withheld_because({**gpu, "samples": 2}, seconds=0.015)
-'the window ran 0.015 s, under the 1 s a sustained figure needs'
+'the window ran 0.015 s, under the 1 s a sustained figure needs; 2 telemetry readings in the window, under the 10 a sustained figure needs'
 """
 
 import statistics
@@ -97,29 +97,34 @@ def clock_unsettled(telemetry) -> str | None:
 
 def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = None, dtype: str | None = None,
                      physical=None) -> str | None:
-    """Why a window of ``seconds`` with ``telemetry`` (``Summary.to_dict()``) is not a sustained figure; ``None``: it is.
+    """Why a window of ``seconds`` with ``telemetry`` (``Summary.to_dict()``) is not a sustained figure (every reason,
+    joined by ``"; "``); ``None``: it is one.
 
     ``physical``: ``(compute capability, SM count)`` for the physical check of ``flops_per_s`` of ``dtype``.
     """
     telemetry = telemetry or {}
+    reasons = []
     if seconds < SUSTAINED_MIN_S:
-        return f"the window ran {seconds:.3g} s, under the {SUSTAINED_MIN_S:g} s a sustained figure needs"
+        reasons.append(f"the window ran {seconds:.3g} s, under the {SUSTAINED_MIN_S:g} s a sustained figure needs")
     gpu = is_gpu_window(telemetry)
     readings = telemetry.get("samples") or 0
     if gpu and readings < MIN_READINGS:
-        return f"{readings} telemetry readings in the window, under the {MIN_READINGS} a sustained figure needs"
+        reasons.append(f"{readings} telemetry readings in the window, under the {MIN_READINGS} a sustained figure needs")
     if physical is not None and flops_per_s and dtype is not None:
         capability, multiprocessors = physical
         impossible = physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors,
                                     clock_mhz=window_clock(telemetry))
         if impossible:
-            return impossible
+            reasons.append(impossible)
     if gpu and saturation_evidence(telemetry) is None:
         power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
         drew = "power unknown" if power is None else f"{power:.0f} W"
         against = "" if not limit else f" < {SATURATION_POWER_FRACTION} × the enforced limit {limit:.0f} W"
-        return f"not power-saturated: {drew}{against} and no power-cap or thermal throttle reason"
-    return clock_unsettled(telemetry)
+        reasons.append(f"not power-saturated: {drew}{against} and no power-cap or thermal throttle reason")
+    unsettled = clock_unsettled(telemetry)
+    if unsettled:
+        reasons.append(unsettled)
+    return "; ".join(reasons) or None
 
 
 def saturation_tags(telemetry) -> list[str]:
