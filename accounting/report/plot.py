@@ -7,6 +7,7 @@ without a display and without matplotlib unless a plot is asked for.
 
 from accounting._units import TERA
 from accounting.console import DPI, load_pyplot
+from accounting.report.accumulation import figure_label
 from accounting.report.model_section import draw_model_panel
 
 LOG_Y_RATIO = 20.0
@@ -39,8 +40,10 @@ def headline_label(dtype: str, figure: dict) -> str:
     'bfloat16 sustained 708 TFLOP/s at 1339 MHz, 700 W'
     >>> headline_label("float32", {"kind": "burst", "tflops": 0.0561, "clock_mhz": None, "power_w": None})
     'float32 burst 0.0561 TFLOP/s (clock unknown)'
+    >>> headline_label("float8_e4m3fn", {"kind": "burst", "tflops": 1567.3, "clock_mhz": 1980.0, "accumulation": "fast"})
+    'float8_e4m3fn (fast accumulation) burst 1.57e+03 TFLOP/s at 1980 MHz'
     """
-    text = f"{dtype} {figure['kind']} {figure['tflops']:.3g} TFLOP/s"
+    text = f"{figure_label(dtype, figure.get('accumulation'))} {figure['kind']} {figure['tflops']:.3g} TFLOP/s"
     readings = []
     if figure.get("clock_mhz") is not None:
         readings.append(f"{figure['clock_mhz']:.0f} MHz")
@@ -50,11 +53,12 @@ def headline_label(dtype: str, figure: dict) -> str:
 
 
 def _published_headlines(section: dict) -> list[dict]:
-    """The dtype's published headlines that name a shape, burst first."""
+    """The dtype's published headlines that name a shape, burst first (fp8: fast accumulation, then default)."""
     figures = section.get("headlines") or {}
-    return [figures[kind] for kind in HEADLINE_MARKERS
-            if figures.get(kind) and figures[kind].get("published") and figures[kind].get("tflops") is not None
-            and figures[kind].get("shape")]
+    other = figures.get("default_accumulation") or {}  # fp8 with default accumulation, after the fast figures
+    return [group[kind] for group in (figures, other) for kind in HEADLINE_MARKERS
+            if group.get(kind) and group[kind].get("published") and group[kind].get("tflops") is not None
+            and group[kind].get("shape")]
 
 
 def write_plot(report: dict, path: str) -> None:
