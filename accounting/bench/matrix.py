@@ -17,6 +17,10 @@ precision policies to run, a model-MFU floor per policy and the rounds::
     "model": {"cpu": {"size": "small", "quick_size": "tiny", "precisions": ["fp32"],
                       "floors": {"fp32": 0.01}, "rounds": 3}}
 
+Optional per kind: ``fallback_size``, the size to run where ``size`` does not fit the device even at batch 1,
+and ``sizes``, per named size its own ``precisions``, ``floors`` and ``chip_floors`` (keyed as the matmul
+sections' are), overriding the kind's for that size.
+
 ``floors`` are MFU floors per dtype; ``chip_floors`` (optional) override them per chip,
 keyed by the peak table's row name (``"MI300X"``; any other key is an error). A
 section that lists a float8 dtype needs every shape's K and N divisible by 16
@@ -77,7 +81,8 @@ MAX_MIN_TIME_S = 60.0
 """The most ``min_time_s`` may ask of one benchmark: a minute of rounds (a larger value is a typo)."""
 _KIND_KEYS = {"dtypes", "shapes", "quick_shapes", "floors", "chip_floors", "rounds", "min_time_s"}
 _REGRESSION_KEYS = {"metric", "threshold_percent", "per_kind", "per_benchmark"}
-_MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds"}
+_MODEL_KEYS = {"size", "quick_size", "precisions", "floors", "rounds", "fallback_size", "sizes"}
+_MODEL_SIZE_KEYS = {"precisions", "floors", "chip_floors"}
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,23 @@ class ModelMatrix:
     precisions: tuple[str, ...]
     floors: dict = field(default_factory=dict)
     rounds: int = DEFAULT_ROUNDS
+    fallback_size: str | None = None
+    sizes: dict = field(default_factory=dict)
+    """Size name -> :class:`ModelSizeMatrix`: that size's own policies and floors."""
+
+    def precisions_of(self, size: str) -> tuple[str, ...]:
+        """The policies ``size`` runs: its own list, else the kind's."""
+        own = self.sizes.get(size)
+        return own.precisions if own is not None and own.precisions else self.precisions
+
+
+@dataclass(frozen=True)
+class ModelSizeMatrix:
+    """One size's overrides: policies (empty: the kind's), floors per policy, and per chip."""
+
+    precisions: tuple[str, ...] = ()
+    floors: dict = field(default_factory=dict)
+    chip_floors: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,8 +195,9 @@ class BenchConfig:
                                   f"{', '.join(f'model.{k}' for k in self.models) or 'no model section'}")
         return self.models[kind]
 
-    def model_floor(self, kind: str, precision: str) -> float:
-        """The model-MFU floor of a precision policy on ``kind``.
+    def model_floor(self, kind: str, precision: str, size: str | None = None, chip: str | None = None) -> float:
+        """The model-MFU floor of a precision policy on ``kind``: the size's floor on this chip (a table row or a
+        device name), else the size's, else the kind's.
 
         >>> config = parse_benchmarks({"regression": {"metric": "median", "threshold_percent": 5},
         ...     "cpu": {"dtypes": ["fp32"], "shapes": [[64, 64, 64]], "floors": {"fp32": 0.1}},
@@ -184,6 +207,12 @@ class BenchConfig:
         (0.02, 'small')
         """
         matrix = self.model(kind)
+        own = matrix.sizes.get(size)
+        if own is not None:
+            row = None if chip is None else (chip if chip in own.chip_floors else _chip_row(chip))
+            for table in (own.chip_floors.get(row, {}), own.floors):
+                if precision in table:
+                    return table[precision]
         if precision not in matrix.floors:
             raise AccountingError(f"{self.source}: model.{kind}.floors has no floor for {precision}")
         return matrix.floors[precision]
@@ -327,7 +356,42 @@ def _model_kind(kind: str, value, source: str) -> ModelMatrix:
     rounds = value.get("rounds", DEFAULT_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
         fail(source, f"{where}.rounds", f"= {rounds!r}: must be a positive integer")
-    return ModelMatrix(kind, sizes["size"], sizes["quick_size"], tuple(precisions), floors, rounds)
+    fallback = value.get("fallback_size")
+    if fallback is not None and fallback not in MODEL_SIZES:
+        fail(source, f"{where}.fallback_size", f"= {fallback!r}: must be one of {', '.join(MODEL_SIZES)}")
+    per_size = {name: _model_size_matrix(entry, source, f"{where}.sizes.{name}")
+                for name, entry in mapping(value.get("sizes", {}), source, f"{where}.sizes").items()
+                if not name.startswith("_")}
+    for name in per_size:
+        if name not in MODEL_SIZES:
+            fail(source, f"{where}.sizes.{name}", f"is not a model size; sizes: {', '.join(MODEL_SIZES)}")
+    return ModelMatrix(kind, sizes["size"], sizes["quick_size"], tuple(precisions), floors, rounds, fallback, per_size)
+
+
+def _model_size_matrix(value, source, where) -> ModelSizeMatrix:
+    value = mapping(value, source, where)
+    check_keys(value, _MODEL_SIZE_KEYS, source, where)
+    precisions = value.get("precisions", [])
+    if not isinstance(precisions, list):
+        fail(source, f"{where}.precisions", f"must be a list of precision policies, got {precisions!r}")
+    for position, name in enumerate(precisions):
+        if name not in STEP_POLICIES:
+            fail(source, f"{where}.precisions[{position}]", f"= {name!r}: a training step runs {', '.join(STEP_POLICIES)}")
+
+    def floors_of(table, at):
+        floors = {}
+        for key, floor in mapping(table, source, at).items():
+            if key.startswith("_"):
+                continue
+            if key not in STEP_POLICIES:
+                fail(source, f"{at}.{key}", f"is not a precision policy; a training step runs {', '.join(STEP_POLICIES)}")
+            floors[key] = _floor(floor, source, f"{at}.{key}")
+        return floors
+
+    chip_floors = {_chip(chip, source, f"{where}.chip_floors.{chip}"): floors_of(table, f"{where}.chip_floors.{chip}")
+                   for chip, table in mapping(value.get("chip_floors", {}), source, f"{where}.chip_floors").items()
+                   if not chip.startswith("_")}
+    return ModelSizeMatrix(tuple(precisions), floors_of(value.get("floors", {}), f"{where}.floors"), chip_floors)
 
 
 def _models(value, source: str) -> dict:
