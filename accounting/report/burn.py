@@ -67,12 +67,13 @@ class BurnResult:
         return [check for check in self.checks if not check.ok]
 
     def to_dict(self) -> dict:
-        """Plain JSON values."""
+        """Plain JSON values (a check with no bound to judge by is listed under ``not_checked``, not ``failed``)."""
+        judged = [check for check in self.checks if check.checked]
         return {"dtype": self.dtype, "shape": list(self.shape), "seconds": self.seconds, "products": self.products,
                 "mismatches": self.mismatches, "first_mismatch": self.first_mismatch, "checks": len(self.checks),
                 "failed": [check_dict(check) for check in self.failed_checks],
-                "worst_excess": check_dict(max(self.checks, key=lambda check: check.excess))["excess"]
-                if self.checks else None,
+                "worst_excess": check_dict(max(judged, key=lambda check: check.excess))["excess"] if judged else None,
+                "not_checked": [check.note for check in self.checks if not check.checked],
                 "telemetry": self.telemetry}
 
 

@@ -162,7 +162,8 @@ class ResultChecker:
         a, b = case.operands[0], case.operands[1]
         shape = (a.shape[0], a.shape[1], b.shape[1])
         checked = types.SimpleNamespace(fn=self._fn(dtype, timed_first(case) if timed else case.fn, shape), operands=case.operands,
-                                        dtype=case.dtype, runs_as=getattr(case, "runs_as", None))
+                                        dtype=case.dtype, runs_as=getattr(case, "runs_as", None),
+                                        accumulation=getattr(case, "accumulation", None))
         started = self.clock()
         try:
             result = check_case(checked)
@@ -180,8 +181,11 @@ class ResultChecker:
 
 def check_result(case, result: torch.Tensor, *, repeat_identical: bool | None = None) -> ResultCheck:
     """Freivalds' check of ``result``, a product ``case`` computed (fp8 scales and the dtype that ran taken from
-    the case), with ``repeat_identical`` passed through (the sustained phase's bitwise comparison)."""
+    the case, and an fp8 case's accumulation, which picks its bound), with ``repeat_identical`` passed through (the
+    sustained phase's bitwise comparison)."""
     name = format_name(getattr(case, "runs_as", None) or case.dtype)
-    scales = case.operands[2:4] if name.startswith("float8") else (None, None)
+    fp8 = name.startswith("float8")
+    scales = case.operands[2:4] if fp8 else (None, None)
     return check_product(case.operands[0], case.operands[1], result, scale_a=scales[0], scale_b=scales[1], dtype=name,
-                         repeat_identical=repeat_identical)
+                         repeat_identical=repeat_identical,
+                         accumulation=getattr(case, "accumulation", None) if fp8 else None)

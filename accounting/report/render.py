@@ -165,6 +165,10 @@ def _case_lines(dtype: str, section: dict) -> list[str]:
              if row.get("check") and not row["check"]["ok"]]
     if wrong:
         lines += ["  wrong results:"] + [f"  {line}" for line in wrong]
+    unchecked = [f"  {row['check']['not_checked']}" for row in section["measurements"]
+                 if row.get("check") and row["check"].get("checked") is False]
+    if unchecked:
+        lines += ["  results not checked (no rounding bound to judge them by):"] + [f"  {line}" for line in unchecked]
     return lines
 
 

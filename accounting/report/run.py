@@ -395,7 +395,8 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
 
         def on_measurement(done, _elapsed):
             check = getattr(done, "check", None)
-            checked = "" if check is None else ", checked" if check.ok else ", WRONG RESULT"
+            checked = ("" if check is None else ", WRONG RESULT" if not check.ok
+                       else ", result not checked" if not getattr(check, "checked", True) else ", checked")
             speed = tflops(done.flops_per_second)
             progress.update(clock() - started, f"{done.dtype} {done.m}×{done.k}×{done.n}: {speed} TFLOP/s{checked}")
 
