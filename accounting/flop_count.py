@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -144,8 +145,6 @@ def _routed(offsets, extent: int, describe: str) -> int:
     if offsets is None:
         raise AccountingError(f"{describe}: the grouped dimension needs offs=, got None")
     if isinstance(offsets, torch.Tensor):
-        from torch._subclasses.fake_tensor import is_fake
-
         if offsets.device.type == "meta" or is_fake(offsets):
             return extent
         offsets = offsets.tolist()
