@@ -11,8 +11,9 @@ refused, never turned into an MFU of 0.
 
 Formulas are supplied here where this torch's registry lacks them (:func:`missing_formulas`),
 each in the same convention: ``torch._scaled_mm`` (every fp8 matmul; torch counts it only from
-2.7, pytorch/pytorch#144973), ``torch._grouped_mm`` and ``torch._scaled_grouped_mm`` (the expert
-matmuls of a mixture of experts, from the routing offsets: :func:`grouped_mm_flop`) and the CPU's
+2.7, pytorch/pytorch#144973) and ``_scaled_mm_v2`` (``torch.nn.functional.scaled_mm``),
+``torch._grouped_mm`` and ``torch._scaled_grouped_mm`` (and its ``_v2``: the expert matmuls of a
+mixture of experts, from the routing offsets: :func:`grouped_mm_flop`) and the CPU's
 fused attention kernel (``_scaled_dot_product_flash_attention_for_cpu`` and its backward: torch's
 own count for the CUDA flash kernel, so SDPA counts the same on every device).
 
@@ -36,6 +37,7 @@ only, no memory, no arithmetic.
 262144
 """
 
+import math
 import re
 import time
 from collections import Counter
@@ -99,9 +101,11 @@ def operator_name(op) -> str:
         return op
     if isinstance(op, torch._ops.OpOverload):
         op = op.overloadpacket
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return str(op)
     if isinstance(op, torch._ops.HigherOrderOperator):
         return op.name()
-    return str(getattr(op, "__name__", op)) if not isinstance(op, torch._ops.OpOverloadPacket) else str(op)
+    return getattr(op, "__name__", str(op))  # a Triton kernel, counted through its own registry entry
 
 
 def is_matmul_class(op) -> bool:
@@ -133,6 +137,17 @@ def scaled_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     """
     (m, k), (_, n) = (tuple(getattr(x, "shape", x)) for x in (a_shape, b_shape))
     return 2 * m * n * k
+
+
+def scaled_mm_v2_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of ``torch._scaled_mm_v2`` (what ``torch.nn.functional.scaled_mm`` runs): 2·m·n·k, with (m, n) the
+    output's shape and k what is left of ``a``, whichever dimension ``contraction_dim`` names.
+
+    >>> scaled_mm_v2_flop((64, 32), (32, 16), out_shape=(64, 16))
+    65536
+    """
+    m, n = out_shape
+    return 2 * m * n * (math.prod(a_shape) // m)
 
 
 def _routed(offsets, extent: int, describe: str) -> int:
@@ -209,6 +224,20 @@ def scaled_grouped_mm_flop(a, b, scale_a=None, scale_b=None, offs=None, *args, o
 scaled_grouped_mm_flop._get_raw = True
 
 
+def scaled_grouped_mm_v2_flop(a, b, scale_a=None, recipe_a=None, swizzle_a=None, scale_b=None, recipe_b=None,
+                              swizzle_b=None, offs=None, *args, out_val=None, **kwargs) -> int:
+    """FLOPs of ``torch._scaled_grouped_mm_v2`` (what ``torch.nn.functional.scaled_grouped_mm`` runs):
+    :func:`grouped_mm_flop`'s, its offsets after the scales, recipes and swizzles.
+
+    >>> scaled_grouped_mm_v2_flop((32, 64), (4, 64, 32), *[None] * 6, [8, 16, 24, 32])
+    131072
+    """
+    return grouped_mm_flop(a, b, offs)
+
+
+scaled_grouped_mm_v2_flop._get_raw = True
+
+
 def cpu_attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     """FLOPs of the CPU's fused attention forward: torch's count for the CUDA flash kernel (both products,
     the full (s × s) scores; a causal mask halves nothing, as in ``FlopCounterMode``).
@@ -233,6 +262,8 @@ SUPPLIED_FORMULAS = {
     "_scaled_mm": scaled_mm_flop,
     "_grouped_mm": grouped_mm_flop,
     "_scaled_grouped_mm": scaled_grouped_mm_flop,
+    "_scaled_mm_v2": scaled_mm_v2_flop,
+    "_scaled_grouped_mm_v2": scaled_grouped_mm_v2_flop,
     "_scaled_dot_product_flash_attention_for_cpu": cpu_attention_flop,
     "_scaled_dot_product_flash_attention_for_cpu_backward": cpu_attention_backward_flop,
 }

@@ -16,7 +16,7 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError
-from accounting.flop_count import count_flops, missing_formulas, scaled_grouped_mm_flop
+from accounting.flop_count import count_flops, missing_formulas, scaled_grouped_mm_flop, scaled_grouped_mm_v2_flop
 
 pytestmark = pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="this torch has no torch._grouped_mm")
 
@@ -154,12 +154,33 @@ def test_scaled_grouped_mm_counts_as_the_grouped_product_on_meta():
     assert count.by_operator == {"aten._scaled_grouped_mm": plain}
 
 
-def test_scaled_grouped_mm_reads_its_offsets_where_the_schema_puts_them():
-    schema = torch.ops.aten._scaled_grouped_mm.default._schema
+@pytest.mark.parametrize("name, formula", [
+    pytest.param("_scaled_grouped_mm", scaled_grouped_mm_flop, id="v1"),
+    pytest.param("_scaled_grouped_mm_v2", scaled_grouped_mm_v2_flop, id="v2"),
+])
+def test_scaled_grouped_mm_reads_its_offsets_where_the_schema_puts_them(name, formula):
+    if not hasattr(torch.ops.aten, name):
+        pytest.skip(f"this torch has no aten.{name}")
+    schema = getattr(torch.ops.aten, name).default._schema
     position = [argument.name for argument in schema.arguments].index("offs")
     a, b = torch.zeros(20, 16), torch.zeros(3, 16, 8)
     args = [a, b] + [None] * (position - 2) + [torch.tensor([4, 4, 9], dtype=torch.int32)]
-    assert scaled_grouped_mm_flop(*args) == _counted_by_torch(lambda: [a[:4] @ b[0], a[4:9] @ b[2]])
+    assert formula(*args) == _counted_by_torch(lambda: [a[:4] @ b[0], a[4:9] @ b[2]])
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "scaled_mm"), reason="this torch has no F.scaled_mm")
+@pytest.mark.parametrize("m, k, n", [(32, 64, 48), (16, 32, 16)])
+def test_functional_scaled_mm_counts_as_its_matmul(m, k, n):
+    """``torch.nn.functional.scaled_mm`` runs ``_scaled_mm_v2``, which FlopCounterMode has no formula for."""
+    from torch.nn.functional import ScalingType
+
+    a = torch.zeros(m, k, device="meta").to(torch.float8_e4m3fn)
+    b = torch.zeros(n, k, device="meta").to(torch.float8_e4m3fn).t()
+    scale = torch.ones((), device="meta")
+    count = count_flops(lambda: torch.nn.functional.scaled_mm(a, b, scale, ScalingType.TensorWise, scale,
+                                                              ScalingType.TensorWise, output_dtype=torch.bfloat16))
+    assert count.total == _counted_by_torch(lambda: torch.zeros(m, k, device="meta") @ torch.zeros(k, n, device="meta"))
+    assert list(count.by_operator) == ["aten._scaled_mm_v2"]
 
 
 def test_a_torch_with_its_own_grouped_formula_keeps_it(monkeypatch):
