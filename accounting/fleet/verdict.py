@@ -20,6 +20,8 @@ Pure functions of the gathered records (see :mod:`accounting.fleet.results`), te
 - **wrong values**: a collective whose checked result had wrong elements on any rank (nccl-tests' ``#wrong``);
 - **slow collective**: a collective whose best bus bandwidth over its message sizes (launch-bound sizes
   aside) is below its scope's minimum (``--min-busbw``, :mod:`accounting.fleet.thresholds`);
+- **impossible**: a rank whose best figure for a dtype is more than its SMs can do at the clock it was read at
+  (:func:`impossible_flags`);
 - **failed** / **left out** / **hung**: a rank that raised (its error), that its group left out of a scope's
   collectives because it failed there, or that never reached a barrier.
 
@@ -44,6 +46,7 @@ from accounting.fleet.identity import DRIFT_FIELDS
 from accounting.fleet.links import common_end, link_rows, slow_links
 from accounting.fleet.neighbours import neighbours
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
+from accounting.report.accumulation import accumulation_of, figure_label
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, WRONG_RESULT
 
 STRAGGLER = "straggler"
@@ -61,6 +64,8 @@ SLOW_MEMORY = "slow memory"
 OFTEN_SLOWEST = "often slowest"
 SLOW_LINK = "slow link"
 BUSY = "busy"
+IMPOSSIBLE = "impossible"
+"""A rank's best figure above what its SMs can do at the clock it was read at (the physical check)."""
 
 TIME_OVER_RANKS = "mean"
 """How a row's time is taken over its ranks: their mean, as nccl-tests reports by default (``-a 1``)."""
@@ -98,8 +103,10 @@ def _g(value: float) -> str:
 
 
 def stragglers(dtype: str, best: dict, *, fraction: float) -> list[Flag]:
-    """Ranks whose ``best[rank]`` (TFLOP/s, or any rate) is below ``fraction ×`` the median of the others'."""
-    return [Flag(STRAGGLER, rank, f"rank {rank} {dtype}: best {_g(value)} TFLOP/s < {fraction:g} × "
+    """Ranks whose ``best[rank]`` (TFLOP/s, or any rate) is below ``fraction ×`` the median of the others'
+    (an fp8 dtype named with its accumulation, :mod:`accounting.report.accumulation`)."""
+    label = figure_label(dtype, accumulation_of(dtype))
+    return [Flag(STRAGGLER, rank, f"rank {rank} {label}: best {_g(value)} TFLOP/s < {fraction:g} × "
                                   f"{_g(median)} (median of the other ranks)", subject=dtype)
             for rank, value, median in below_peers(best, fraction=fraction)]
 
@@ -215,6 +222,29 @@ def floor_flags(records) -> list[Flag]:
             status = section["verdict"]["status"]
             if status in (FLOOR, OVER_PEAK, WRONG_PRODUCT):
                 flags.append(Flag(status, rank, f"rank {rank} {dtype}: {section['verdict']['message']}", subject=dtype))
+    return flags
+
+
+def impossible_flags(records) -> list[Flag]:
+    """Ranks whose best figure for a dtype fails the physical check (more than the SMs can do at its clock,
+    :func:`accounting.hardware.flops_per_clock.physical_check`): the clock was read outside the work, or the
+    timer is wrong, so the figure is not compared as it stands.
+
+    >>> best = {"flops_per_s": 7.931e14, "tags": ["impossible: 793.1 TFLOP/s > 132 SMs × 4096 FLOP/clock × 1350 MHz"]}
+    >>> [flag.message for flag in impossible_flags([{"report": {"dtypes": {"bfloat16": {"best": best}}}}])]
+    ['rank 0 bfloat16: best 793 TFLOP/s fails the physical check: 793.1 TFLOP/s > 132 SMs × 4096 FLOP/clock × 1350 MHz']
+    """
+    flags = []
+    for rank, record in enumerate(records):
+        report = (record or {}).get("report")
+        for dtype, section in (report or {}).get("dtypes", {}).items():
+            best = section.get("best") or {}
+            for tag in best.get("tags") or ():
+                if tag.startswith(f"{IMPOSSIBLE}:"):
+                    label = figure_label(dtype, accumulation_of(dtype))
+                    flags.append(Flag(IMPOSSIBLE, rank, f"rank {rank} {label}: best {_g(best['flops_per_s'] / TERA)} "
+                                                        f"TFLOP/s fails the physical check:{tag.split(':', 1)[1]}",
+                                      subject=dtype))
     return flags
 
 
@@ -347,6 +377,7 @@ def judge(records, *, fraction: float, min_busbw_gbps=None, hung=(), figure_frac
     flags += busy_flags(found, low)
     flags += [flag for flag in low if flag.rank not in busy]
     flags += floor_flags(records)
+    flags += impossible_flags(records)
     identities = {rank: record["identity"] for rank, record in enumerate(records) if record and record.get("identity")}
     flags += drift(identities)
     flags += collective_flags(rows, min_busbw_gbps=min_busbw_gbps)
