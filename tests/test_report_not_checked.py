@@ -1,7 +1,8 @@
 """A product with no bound to judge it by is "not checked" everywhere the report shows checks: never "wrong".
 
 The checks are real :class:`~accounting.health.results.ResultCheck` s from real products (CPU), one of them
-judged with a precision model whose bound overflows ((1 + 10³)^257 is past float64) (what the old fp8 GPU model did from k = 8192).
+judged with a precision model whose bound overflows (``(1 + 10³)^257`` is past float64), as the old fp8 GPU
+model's did from k = 8192.
 """
 
 import math

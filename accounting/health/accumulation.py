@@ -96,7 +96,7 @@ def check_accumulation(accumulation) -> str:
 
 
 def fp8_coefficient(k: int, accumulation: str | None) -> float:
-    """``α``: the bound on an fp8 product's ``|fl(AB) − AB|`` (before its output's rounding) as a multiple of ``|A||B|``.
+    """``α``: the bound on an fp8 product's ``|fl(AB) − AB|`` (before its output's rounding), a multiple of |A||B|.
 
     ``accumulation`` ``"default"`` or ``"fast"`` (module docstring); ``None`` (not known) takes the larger of the two.
     """
