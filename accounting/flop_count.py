@@ -38,7 +38,6 @@ only, no memory, no arithmetic.
 """
 
 import math
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -118,11 +117,16 @@ def is_matmul_class(op) -> bool:
 
     >>> is_matmul_class(torch.ops.aten._grouped_mm), is_matmul_class("aten.upsample_bilinear2d")
     (True, False)
-    >>> is_matmul_class("mylib::expert_mm"), is_matmul_class("aten.mv")
-    (True, False)
+    >>> is_matmul_class("mylib::expert_mm"), is_matmul_class("aten::mm.default"), is_matmul_class("aten.mv")
+    (True, True, False)
     """
-    name = re.split(r"[.:]", operator_name(op).split("::")[-1])
-    words = set(name[1 if len(name) > 1 else 0].split("_"))
+    name = operator_name(op)
+    if "::" in name:  # "aten::mm", "aten::mm.default"
+        name = name.split("::", 1)[1].split(".")[0]
+    else:  # "aten.mm", "aten.mm.default", "mm"
+        parts = name.split(".")
+        name = parts[1] if len(parts) > 1 else parts[0]
+    words = set(name.split("_"))
     return bool(words & MATMUL_WORDS) and not words & PREPARATION_WORDS
 
 

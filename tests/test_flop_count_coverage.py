@@ -19,6 +19,10 @@ from tests.test_flop_count import _runner
 @pytest.mark.parametrize("op", list(flop_counter.flop_registry), ids=operator_name)
 def test_every_operator_torch_counts_is_matmul_class(op):
     assert is_matmul_class(op)
+    if isinstance(op, torch._ops.OpOverloadPacket):  # every spelling of it: overloads, schema and dotted names
+        for overload in op.overloads():
+            assert is_matmul_class(getattr(op, overload)) and is_matmul_class(f"{op._qualified_op_name}.{overload}")
+            assert is_matmul_class(f"{operator_name(op)}.{overload}")
 
 
 @pytest.mark.parametrize("name", [name for name in SUPPLIED_FORMULAS if hasattr(torch.ops.aten, name)])
