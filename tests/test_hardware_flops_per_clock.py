@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from accounting.hardware.flops_per_clock import FLOPS_PER_CLOCK_PER_SM, PHYSICAL_MARGIN, physical_check
+from accounting.hardware.devices import DeviceInfo
+from accounting.hardware.flops_per_clock import (
+    FLOPS_PER_CLOCK_PER_SM,
+    PHYSICAL_MARGIN,
+    physical_check,
+    physical_check_record,
+)
 from accounting.hardware.peaks import peak_flops
 
 RECORDED = Path(__file__).parent / "data" / "hosts" / "nvidia-h200"
@@ -29,6 +35,7 @@ PARTS = [
     ("NVIDIA H200", (9, 0), 132, 1980),
 ]
 COLUMN_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "tf32": "tf32", "fp8": "fp8", "float32": "fp32"}
+COLUMN_OF = {"bfloat16": "bfloat16", "float16": "float16", "tf32": "tf32", "float8_e4m3fn": "fp8", "float32": "float32"}
 
 
 @pytest.mark.parametrize("name, capability, sms, max_mhz", PARTS, ids=[part[0] for part in PARTS])
@@ -86,3 +93,17 @@ def test_the_check_is_strict_at_the_margin_and_passes_what_it_cannot_judge():
     assert physical_check(1e18, (10, 0), "bf16", multiprocessors=148, clock_mhz=1000.0) is None
     assert physical_check(1e18, (9, 0), "bf16", multiprocessors=None, clock_mhz=1000.0) is None
     assert physical_check(1e18, (9, 0), "bf16", multiprocessors=132, clock_mhz=None) is None
+
+
+def test_the_recorded_pytest_gpu_matmuls_pass_the_benchmarks_physical_check_and_a_slower_clock_fails_them():
+    recorded = json.loads((RECORDED / "pytest-gpu.json").read_text())
+    capability, sms = recorded_device()[1:]
+    h200 = DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=capability, multiprocessors=sms)
+    matmuls = [bench["extra_info"] for bench in recorded["benchmarks"] if bench["name"].startswith("test_gpu_matmul")]
+    assert len(matmuls) == 10
+    for info in matmuls:
+        rate, clock = info["achieved_tflops"] * 1e12, info["telemetry"]["clock_mhz_mean"]
+        assert physical_check_record(h200, info["dtype"], rate, clock)["ok"] is True, info["dtype"]
+        # read against 0.7 × the lowest clock at which the SMs could give it, the same figure is impossible
+        assert physical_check_record(h200, info["dtype"], rate, clock * 0.7 * rate / (
+            sms * FLOPS_PER_CLOCK_PER_SM[capability][COLUMN_OF[info["dtype"]]] * clock * 1e6))["ok"] is False

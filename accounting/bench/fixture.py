@@ -26,11 +26,12 @@ from accounting.flops import achieved_mfu
 from accounting.hardware.clocks import clock_for, synchronize
 from accounting.hardware.devices import DeviceInfo, as_device, detect_device
 from accounting.hardware.dtypes import dtype_name
+from accounting.hardware.flops_per_clock import physical_check_record
 from accounting.hardware.peaks import device_peak_flops
 from accounting.health.results import check_case
 from accounting.live_memory import LiveTensorBytes
 from accounting.telemetry.sampler import Sampler
-from accounting.telemetry.validity import window_extra_info
+from accounting.telemetry.validity import summary_clock_mhz, window_extra_info
 from accounting.timing import WARMUP_CALLS, flush_bytes, rounds_for, should_flush_l2, time_fn
 
 _DEVICE_INFOS = pytest.StashKey[dict]()
@@ -190,6 +191,9 @@ class FlopsBenchmark:
         if sampler is not None:
             self.benchmark.extra_info["telemetry"] = window_extra_info(
                 sampler.summary, work_flops=int(flops) * (rounds + warmup_rounds))
+            # a figure above what the SMs can do at the window's clock: its clock or its timer is wrong
+            self.benchmark.extra_info["physical_check"] = physical_check_record(
+                info, name, tflops * TERA if tflops else None, summary_clock_mhz(sampler.summary))
         if median and hasattr(self.config, "stash"):
             mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
             peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"

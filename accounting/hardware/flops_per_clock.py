@@ -94,3 +94,30 @@ def physical_check_note(compute_capability, dtype, *, multiprocessors: int | Non
             "compute capability " + ".".join(str(part) for part in compute_capability))
         return f"physical check not made: no dense FLOP/clock/SM for {dtype_name(dtype)} on {where}"
     return None
+
+
+def physical_check_record(info, dtype, flops_per_s: float | None, clock_mhz: float | None) -> dict:
+    """The physical check of a benchmark's figure as ``extra_info`` keeps it: ``ok`` (``None``: not made),
+    ``reason`` (why it failed, or why it was not made) and the ceiling at ``clock_mhz``.
+
+    ``info``: the :class:`~accounting.hardware.devices.DeviceInfo` of the timed device.
+
+    >>> from accounting.hardware.devices import DeviceInfo
+    >>> h200 = DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), multiprocessors=132)
+    >>> physical_check_record(h200, "bf16", 726e12, 1980.0)["ok"], physical_check_record(h200, "bf16", 793e12, 1350.0)["ok"]
+    (True, False)
+    >>> physical_check_record(DeviceInfo("cpu", "a CPU", None, 2**30), "float32", 1e11, None)["ok"] is None
+    True
+    """
+    if info.kind != "cuda":
+        return {"ok": None, "reason": "physical check not made: not a GPU", "ceiling_flops_per_s": None}
+    note = physical_check_note(info.compute_capability, dtype, multiprocessors=info.multiprocessors)
+    if note is None and not clock_mhz:
+        note = "physical check not made: no clock reading in the window"
+    if note is not None or not flops_per_s:
+        return {"ok": None, "reason": note or "physical check not made: no figure", "ceiling_flops_per_s": None}
+    ceiling = dense_flops_per_s(info.compute_capability, dtype, multiprocessors=info.multiprocessors,
+                                clock_mhz=clock_mhz)
+    why = physical_check(flops_per_s, info.compute_capability, dtype, multiprocessors=info.multiprocessors,
+                         clock_mhz=clock_mhz)
+    return {"ok": why is None, "reason": why, "ceiling_flops_per_s": ceiling}

@@ -65,6 +65,16 @@ def window_power_w(summary) -> float | None:
     return median if median is not None else _get(summary, "power_w_mean")
 
 
+def summary_clock_mhz(summary) -> float | None:
+    """The window's clock: the median of its readings, else their mean (a summary from before medians were kept).
+
+    >>> summary_clock_mhz({"clock_mhz_median": 1455.0, "clock_mhz_mean": 1500.0})
+    1455.0
+    """
+    median = _get(summary, "clock_mhz_median")
+    return median if median is not None else _get(summary, "clock_mhz_mean")
+
+
 def saturating_reasons(summary) -> list[str]:
     """The window's throttle reasons that mean a power or thermal limit held the clock (:data:`SATURATING_REASONS`).
 
