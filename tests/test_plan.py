@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.activation_memory import ATTENTIONS, RECOMPUTES
+from accounting.attention_kernels import AttentionDevice
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.peaks import find_chip, peak_flops
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
@@ -44,16 +45,18 @@ TINY_GPT2 = {**GPT2_SMALL, "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions
 H100 = plan_device("H100 SXM", "bfloat16")
 
 
-def expected_peak(config, micro_batch, settings: PlanSettings) -> int:
-    """Per-device peak from the library's memory function, called as a user would call it."""
+def expected_peak(config, micro_batch, settings: PlanSettings, device=H100) -> int:
+    """Per-device peak from the library's memory function, called as a user would call it (SDPA's kernel
+    chosen for the device's compute capability, an A100's where the device's is not known)."""
+    capability = device.attention_device or AttentionDevice("cuda", (8, 0))
     return transformer_training_memory(
         config, micro_batch, optimizer=settings.optimizer, precision=settings.precision, attention=settings.attention,
-        recompute=settings.recompute, sharding=settings.sharding, devices=settings.devices,
+        recompute=settings.recompute, sharding=settings.sharding, devices=settings.devices, device=capability,
     ).peak
 
 
 def fits(config, micro_batch, settings, device=H100) -> bool:
-    return expected_peak(config, micro_batch, settings) <= device.memory_bytes * (1 - settings.headroom)
+    return expected_peak(config, micro_batch, settings, device) <= device.memory_bytes * (1 - settings.headroom)
 
 
 # ---- memory and fit decisions, against the memory functions -------------------------------------
@@ -309,3 +312,35 @@ def test_bad_settings_are_named(settings_, message):
 def test_bad_devices_are_named(name, options, message):
     with pytest.raises(AccountingError, match=message):
         plan_device(name, "bfloat16", **options)
+
+
+# ---- which attention kernel the plan counts ------------------------------------------------------
+
+TINYLLAMA = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+             "max_position_embeddings": 2048, "tie_word_embeddings": False, "hidden_act": "silu"}
+
+
+@pytest.mark.parametrize("precision, dtype, kernel", [("fp32", "float32", "math"), ("bf16-mixed", "bfloat16", "cudnn")])
+def test_the_plan_says_which_kernel_it_counted(precision, dtype, kernel):
+    """TinyLlama's shape on an H200: fp32 with grouped-query heads runs the math kernel (its s x s weights
+    counted, as the H200 measured), bf16 a fused one; the text and the document say which."""
+    config = TransformerConfig.from_hf(TINYLLAMA)
+    h200 = plan_device("H200 SXM", dtype)
+    plan = make_plan(config, h200, PlanSettings(precision=precision), global_batch=4, micro_batch=4)
+    assert plan.memory.attention == f"sdpa-{kernel}"
+    assert plan.memory.peak == expected_peak(config, 4, PlanSettings(precision=precision), h200)
+    text = render_plan(plan, "tinyllama.json")
+    assert f"Attention: sdpa runs its {kernel} kernel on cuda (compute capability 9.0)" in text
+    assert ("saves the (s x s) attention weights" in text) == (kernel == "math")
+    document = plan_document(plan, "tinyllama.json")["training"]
+    assert document["attention_counted"] == f"sdpa-{kernel}" and document["attention_kernel"]["source"] == "rules"
+
+
+def test_a_device_of_unknown_capability_is_planned_as_an_a100_and_says_so():
+    config = TransformerConfig.from_hf(TINYLLAMA)
+    device = plan_device("my-accelerator", "float32", memory_gb=200, peak_tflops=100)
+    plan = make_plan(config, device, PlanSettings(precision="fp32"), global_batch=1)
+    assert "compute capability of my-accelerator not known: assumed 8.0" in render_plan(plan, "x")
+    assert render_plan(make_plan(config, device, PlanSettings(attention="eager"), global_batch=1), "x").count(
+        "Attention:") == 0

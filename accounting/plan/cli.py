@@ -102,7 +102,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="how model states are divided among the devices (zero1: optimizer state, zero2: and "
                              "gradients, zero3: and parameters; FSDP's names too). Default: %(default)s")
     parser.add_argument("--attention", choices=ATTENTIONS, default="sdpa",
-                        help="eager (the s x s scores are saved) or sdpa (a fused kernel: none). Default: %(default)s")
+                        help="eager (the s x s scores are saved); sdpa: the kernel scaled_dot_product_attention runs "
+                             "on the device for this dtype and shape (fused kernels save no s x s scores, the math "
+                             "kernel does: fp32 with grouped-query heads on an H100/H200, say); or sdpa-flash, "
+                             "sdpa-math... by name. Default: %(default)s")
     parser.add_argument("--recompute", choices=RECOMPUTES, default="none",
                         help="full: every block keeps only its input and recomputes the rest in backward. "
                              "Default: %(default)s")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from accounting._checks import check_choice, check_positive, check_positive_size, check_real
 from accounting.activation_memory import ATTENTIONS, RECOMPUTES
+from accounting.attention_kernels import AttentionDevice, SdpaKernel
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.plan.devices import PlanDevice
 from accounting.sharding import ZERO3, sharding_stage
@@ -30,6 +31,14 @@ LARGEST_MICRO_BATCH = 2**20
 
 MOST_DEVICES = 2**17
 """Where the search for the fewest devices that fit stops."""
+
+ASSUMED_ATTENTION_DEVICE = AttentionDevice("cuda", (8, 0))
+"""The GPU whose attention kernels a plan assumes for a device of unknown compute capability (an A100's)."""
+
+
+def attention_device(device: PlanDevice) -> AttentionDevice:
+    """The device whose SDPA kernel the plan counts: the device's own, else :data:`ASSUMED_ATTENTION_DEVICE`."""
+    return device.attention_device or ASSUMED_ATTENTION_DEVICE
 
 
 @dataclass(frozen=True)
@@ -73,14 +82,18 @@ class DeviceMemory:
     update: int
     backward: int
     peak: int
+    attention: str = "eager"
+    attention_kernel: SdpaKernel | None = None
 
     @property
     def model_states(self) -> int:
         return self.parameters + self.gradients + self.optimizer
 
 
-def device_memory(config: TransformerConfig, micro_batch: int, settings: PlanSettings) -> DeviceMemory:
-    """Bytes per device of a step of ``micro_batch`` sequences per device.
+def device_memory(config: TransformerConfig, micro_batch: int, settings: PlanSettings,
+                  device: AttentionDevice = ASSUMED_ATTENTION_DEVICE) -> DeviceMemory:
+    """Bytes per device of a step of ``micro_batch`` sequences per device, with ``--attention sdpa``
+    counted as the kernel SDPA runs on ``device`` (``attention`` and ``attention_kernel`` say which).
 
     The peak is :class:`accounting.TrainingMemory`'s: weights, master weights, optimizer state
     and the unit ZeRO-3 gathers throughout, and the largest phase — the saved activations with
@@ -95,11 +108,12 @@ def device_memory(config: TransformerConfig, micro_batch: int, settings: PlanSet
     memory = transformer_training_memory(
         config, micro_batch, optimizer=settings.optimizer, precision=settings.precision,
         attention=settings.attention, recompute=settings.recompute, sharding=settings.sharding,
-        devices=settings.devices,
+        devices=settings.devices, device=device,
     )
     optimizer = memory.master_weights + memory.optimizer_state
     return DeviceMemory(micro_batch, memory.parameters, memory.gradients, optimizer, memory.gathered,
-                        memory.activations, memory.transient, memory.update, memory.backward, memory.peak)
+                        memory.activations, memory.transient, memory.update, memory.backward, memory.peak,
+                        memory.attention, memory.attention_kernel)
 
 
 def usable_bytes(device: PlanDevice, settings: PlanSettings) -> int:
@@ -107,13 +121,14 @@ def usable_bytes(device: PlanDevice, settings: PlanSettings) -> int:
     return int(device.memory_bytes * (1 - settings.headroom))
 
 
-def largest_micro_batch(config: TransformerConfig, settings: PlanSettings, usable: int, limit: int) -> int:
+def largest_micro_batch(config: TransformerConfig, settings: PlanSettings, usable: int, limit: int,
+                        device: AttentionDevice = ASSUMED_ATTENTION_DEVICE) -> int:
     """The most sequences per device (at most ``limit``) whose step fits in ``usable`` bytes; 0 if not even one.
 
     Memory grows with the micro-batch, so the answer is found by doubling, then bisection.
     """
     def fits(batch):
-        return device_memory(config, batch, settings).peak <= usable
+        return device_memory(config, batch, settings, device).peak <= usable
 
     if not fits(1):
         return 0
@@ -131,7 +146,7 @@ def fewest_devices(config: TransformerConfig, settings: PlanSettings, device: Pl
     """The fewest devices on which one sequence per device fits under ZeRO-3, or ``None`` (none up to the limit)."""
     def fits(devices):
         zero3 = replace(settings, devices=devices, sharding=ZERO3)
-        return device_memory(config, 1, zero3).peak <= usable_bytes(device, settings)
+        return device_memory(config, 1, zero3, attention_device(device)).peak <= usable_bytes(device, settings)
 
     if not fits(MOST_DEVICES):
         return None
@@ -232,7 +247,7 @@ def _why_not(config, settings, device, memory: DeviceMemory, usable: int) -> tup
                    "optimizer state and gathered unit"]
     for option, changed in (("--recompute full", replace(settings, recompute="full")),
                             ("--attention sdpa", replace(settings, attention="sdpa"))):
-        if device_memory(config, 1, changed).peak <= usable:  # (a remedy already taken does not fit)
+        if device_memory(config, 1, changed, attention_device(device)).peak <= usable:  # (a remedy taken does not fit)
             reasons.append(f"with {option}, one sequence per device fits")
     fewest = fewest_devices(config, settings, device)
     if fewest is None:
@@ -279,7 +294,8 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
         tokens = check_positive(tokens, "tokens")
     batch_given = global_batch is not None
     limit = LARGEST_MICRO_BATCH if global_batch is None else global_batch // devices
-    largest = largest_micro_batch(config, settings, usable, limit)
+    kernels = attention_device(device)
+    largest = largest_micro_batch(config, settings, usable, limit, kernels)
     if micro_batch is None and global_batch is None:
         micro_batch = max(largest, 1)
     elif micro_batch is None:  # the largest that fits and divides the per-device batch (largest <= per device)
@@ -287,8 +303,8 @@ def make_plan(config: TransformerConfig, device: PlanDevice, settings: PlanSetti
         micro_batch = max([size for size in range(1, largest + 1) if per_device % size == 0], default=1)
     if global_batch is None:
         global_batch = devices * micro_batch
-    memory = device_memory(config, micro_batch, settings)
-    reasons = _why_not(config, settings, device, device_memory(config, 1, settings), usable)
+    memory = device_memory(config, micro_batch, settings, kernels)
+    reasons = _why_not(config, settings, device, device_memory(config, 1, settings, kernels), usable)
     if not reasons and memory.peak > usable:
         reasons = (f"micro-batch {micro_batch} needs {_gib(memory.peak)} per device, more than the {_gib(usable)} "
                    f"usable; the largest that fits is {largest}",)

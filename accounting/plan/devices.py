@@ -15,6 +15,13 @@ closer to 80 GiB; the difference is a margin, not something to plan on using.
 ('H100 SXM', 80000000000, 989400000000000.0)
 >>> plan_device("NVIDIA A100-SXM4-40GB", "float32").memory_bytes
 40000000000
+
+Which attention kernel ``scaled_dot_product_attention`` runs depends on the GPU's compute
+capability (:mod:`accounting.attention_kernels`): each NVIDIA row has its own
+(:data:`COMPUTE_CAPABILITIES`); for any other device the plan assumes an A100's (8.0) and says so.
+
+>>> plan_device("H200 SXM", "bfloat16").attention_device
+AttentionDevice(type='cuda', capability=(9, 0))
 """
 
 import warnings
@@ -22,6 +29,7 @@ from dataclasses import dataclass
 
 from accounting._checks import check_positive
 from accounting._units import GB, TERA
+from accounting.attention_kernels import AttentionDevice
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.peaks import CHIP_ROWS, PeakUnknownWarning, find_chip, peak_flops
 
@@ -36,6 +44,26 @@ class PlanDevice:
     dtype: str
     memory_source: str
     peak_source: str
+    attention_device: AttentionDevice | None = None
+
+
+COMPUTE_CAPABILITIES = (
+    # NVIDIA's table of CUDA GPUs (developer.nvidia.com/cuda-gpus), by the peak table's row names; the
+    # first prefix that matches a row wins (A100 before A10, A10G before A10).
+    ("GH200", (9, 0)), ("H100", (9, 0)), ("H200", (9, 0)), ("GB200", (10, 0)), ("B200", (10, 0)),
+    ("A100", (8, 0)), ("A10G", (8, 6)), ("A10", (8, 6)), ("L40S", (8, 9)), ("L4", (8, 9)), ("T4", (7, 5)),
+    ("V100", (7, 0)), ("RTX 4090", (8, 9)), ("RTX 3090", (8, 6)),
+)
+"""(row prefix, compute capability) of the NVIDIA rows of the peak table."""
+
+
+def compute_capability(row: str) -> tuple[int, int] | None:
+    """The compute capability of a peak-table row, ``None`` for a device that has none (AMD's) or an unknown one.
+
+    >>> compute_capability("A100 SXM"), compute_capability("A10G"), compute_capability("MI300X")
+    ((8, 0), (8, 6), None)
+    """
+    return next((capability for prefix, capability in COMPUTE_CAPABILITIES if row.startswith(prefix)), None)
 
 
 def known_devices() -> tuple[str, ...]:
@@ -78,4 +106,6 @@ def plan_device(name: str, dtype: str, *, memory_gb=None, peak_tflops=None) -> P
         if peak is None:
             raise AccountingError(f"{label} has no published {dtype} peak: give one with --peak-tflops")
         peak_source = "datasheet, dense"
-    return PlanDevice(label, int(memory), peak, dtype, memory_source, peak_source)
+    capability = compute_capability(chip.row) if chip is not None else None
+    attention = AttentionDevice("cuda", capability) if capability is not None else None
+    return PlanDevice(label, int(memory), peak, dtype, memory_source, peak_source, attention)

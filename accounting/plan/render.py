@@ -38,6 +38,17 @@ def _gib(count: int) -> str:
     return f"{count / 2**30:.2f}"
 
 
+def _kernel_text(plan: Plan) -> str:
+    """Which kernel ``--attention sdpa`` was counted as, on which device, and why."""
+    kernel = plan.memory.attention_kernel
+    assumed = "" if plan.device.attention_device else (
+        f" (compute capability of {plan.device.name} not known: assumed {kernel.device.capability[0]}."
+        f"{kernel.device.capability[1]})")
+    why = f": {kernel.reason}" if kernel.reason else ""
+    saves = "saves the (s x s) attention weights" if not kernel.fused else "saves no (s x s) scores"
+    return f"sdpa runs its {kernel.name} kernel on {kernel.device}{assumed}, which {saves}{why}"
+
+
 def render_plan(plan: Plan, source: str) -> str:
     """The plan as ``accounting plan`` prints it; ``source`` names where the model came from.
 
@@ -52,6 +63,7 @@ def render_plan(plan: Plan, source: str) -> str:
         f"Run: {s.devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, {d.peak_flops_per_second / 1e12:g} TFLOP/s "
         f"dense {d.dtype}), {s.sharding}, {s.precision}, {s.optimizer}, attention {s.attention}, "
         f"recompute {s.recompute}",
+        *([f"Attention: {_kernel_text(plan)}"] if m.attention_kernel is not None else []),
         f"Batch: {plan.global_batch} sequences per step = {s.devices} device{plural} x micro-batch {plan.micro_batch}"
         f" x {plan.accumulation_steps} accumulation step{'s' if plan.accumulation_steps > 1 else ''}; "
         f"{plan.tokens_per_step:,} tokens",
@@ -108,7 +120,10 @@ def plan_document(plan: Plan, source: str) -> dict:
             "peak_flops_per_second": d.peak_flops_per_second, "peak_source": d.peak_source,
         },
         "training": {"sharding": s.sharding, "precision": s.precision, "optimizer": s.optimizer,
-                     "attention": s.attention, "recompute": s.recompute},
+                     "attention": s.attention, "recompute": s.recompute, "attention_counted": m.attention,
+                     "attention_kernel": None if m.attention_kernel is None else {
+                         "name": m.attention_kernel.name, "device": str(m.attention_kernel.device),
+                         "source": m.attention_kernel.source, "reason": m.attention_kernel.reason}},
         "batch": {
             "global": plan.global_batch, "global_given": plan.batch_given, "per_device": plan.per_device_batch,
             "micro": plan.micro_batch,
