@@ -30,7 +30,8 @@ few hundred MHz between jobs and rises to its working clock as soon as work star
 load the power cap holds its clock (:data:`NORMAL_AT_FULL_LOAD`). So on a GPU the clock before
 and after decides nothing, nor does the power cap; the clocks, power and throttle reasons
 *during each benchmark's timed rounds* do (:mod:`accounting.gate.gpu_rounds`). Other processes,
-busy siblings and any other throttle reason before or after still disturb the run.
+busy siblings and any other throttle reason before or after still disturb the run, and so do new ECC errors
+and Xid events during it (:mod:`accounting.gate.device_events`).
 
 A benchmark whose every current run was disturbed is *inconclusive*, with the reason named;
 a disturbed baseline run is passed over for an older quiet one. A reading the backend
@@ -58,6 +59,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from accounting.gate.device_events import ECC_KEY, fault_disturbances, read_ecc_device
 from accounting.gate.settings import SETTINGS_KEY
 from accounting.gate.settings import read_device as read_settings
 from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
@@ -235,10 +237,12 @@ def clock_mismatch(current_mhz: float | None, baseline_mhz: float | None) -> str
 
 def read(device: str) -> dict:
     """One telemetry reading of ``device`` now, as plain JSON values (stored with the run); on an NVIDIA GPU
-    with its settings that set its speed (power limit, application clocks: :mod:`accounting.gate.settings`)."""
+    with its settings that set its speed (power limit, application clocks: :mod:`accounting.gate.settings`) and its
+    ECC counts (:mod:`accounting.gate.device_events`)."""
     reading = snapshot(device).to_dict()
     if str(device).startswith("cuda"):
         reading[SETTINGS_KEY] = read_settings(device)
+        reading[ECC_KEY] = read_ecc_device(device)
     return reading
 
 
@@ -256,4 +260,4 @@ def recorded_disturbances(guard: dict | None) -> list[str]:
     if not guard:
         return []
     return disturbances(guard.get("before"), guard.get("after"), own_before=guard.get("own_before") or 0.0,
-                        own_after=guard.get("own_after") or 0.0, host_cpu=guard.get("host_cpu"))
+                        own_after=guard.get("own_after") or 0.0, host_cpu=guard.get("host_cpu")) + fault_disturbances(guard)

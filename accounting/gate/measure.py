@@ -41,6 +41,7 @@ from pathlib import Path
 from accounting.errors import AccountingError
 from accounting.gate import forkserver, guard
 from accounting.gate._select import ONLY_ENV
+from accounting.gate.device_events import XIDS_KEY, watch_xids
 from accounting.gate.forkserver import ForkServer, ForkServerError
 from accounting.gate.storage import GUARD_KEY, current_name, run_files
 from accounting.telemetry.sampler import host_cpu_times
@@ -110,6 +111,9 @@ class Runner:
     cwd: str | None = None
     workdir: str = "."
     reader: object = guard.read
+    events: object = watch_xids
+    """Starts watching the device's fault events for one run, or gives ``None`` (:func:`accounting.gate.device_events.
+    watch_xids`: Xids on NVIDIA GPUs; tests replace it)."""
     cpu_times: object = host_cpu_times
     """Reads the machine's CPU time (:func:`accounting.telemetry.host_cpu_times`; tests replace it)."""
     threads: int | None = None
@@ -197,8 +201,12 @@ class Runner:
         host_before, own_cpu_before = self.cpu_times(), _own_cpu_s()
         log = workdir / f"{name}.log"
         self.wait_ready()  # before the clock starts: a run's time is pytest's, not the server's imports
+        watch = self.events(self.device)
         started, cpu_started = guard.now(), _children_cpu_s()
-        returncode, stdout, child_cpu = self._launch(pytest_args, {**env, **extra_env}, extra_env, log)
+        try:
+            returncode, stdout, child_cpu = self._launch(pytest_args, {**env, **extra_env}, extra_env, log)
+        finally:
+            xids = watch.stop() if watch is not None else None
         ended = guard.now()
         forks_cpu = child_cpu if child_cpu is not None else 0.0  # the server's forks are not this process's children
         host = host_cpu_record(host_before, self.cpu_times(), _own_cpu_s() - own_cpu_before + forks_cpu,
@@ -221,7 +229,7 @@ class Runner:
             self.notes.append(f"{name}: some tests failed ({summary}); their benchmarks are not in the run")
         record = {"before": before, "after": after, "own_before": own_before, "own_after": own_after,
                   "duration_s": duration, "busy_threads": busy, "device": self.device, "host_cpu": host,
-                  "threads": self.threads}
+                  "threads": self.threads, XIDS_KEY: xids}
         _add_guard(output, record)
         self._learn_node_ids(output)
         path = output
