@@ -22,6 +22,7 @@ from accounting.acceptance.figures import (
 )
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome
 from accounting.acceptance.summary import HELD, NO_GPU, NOT_HELD, exit_status, render, result
+from tests.support import h200_report_replay as recorded
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -187,3 +188,28 @@ def test_a_real_report_s_json_gives_its_figures(tmp_path):
     assert expected and all(name in names for name in expected)  # an unpublished one too, with its reason
     assert names[-1] == "memory bandwidth (device copy)"
     assert report_headline(document).startswith(f"health {document['health']['state']}, verdict ")
+
+
+def test_the_recorded_h200_sustained_figures_are_judged_against_mamf_finders_msmf():
+    """The recorded acceptance run's bf16 "sustained" (825 TFLOP/s from a 15 ms window, the burst again) is above
+    mamf-finder's MSMF ± 5 % on the same card; the recorded 2-s windows (684–689) are in it."""
+    report = recorded.load("report.json")
+    figures = {f.name: f for f in report_figures(report, "NVIDIA H200", step="report")}
+    assert figures["bfloat16 sustained"].verdict == ABOVE
+    assert "MSMF 707" in figures["bfloat16 sustained"].expected.source
+    for window in recorded.sustained_windows()["sustained_windows"]:
+        steady = {"flops_per_s": window["tflops"] * 1e12, "shape": [4608, 6208, 5632], "published": True}
+        document = {"dtypes": {"bfloat16": {"headlines": {"sustained": steady}}}}
+        [figure] = report_figures(document, "NVIDIA H200", step="report")
+        assert figure.verdict == IN_RANGE, window
+
+
+def test_fp8_figures_name_their_accumulation_and_only_the_default_one_meets_mamf_finders_anchor():
+    fast = {"flops_per_s": 1567.3e12, "shape": [4608, 6144, 5632], "accumulation": "fast"}
+    default = {"flops_per_s": 1399.0e12, "shape": [4608, 6144, 5632], "accumulation": "default"}
+    document = {"dtypes": {"float8_e4m3fn": {"headlines": {"burst": fast, "default_accumulation": {"burst": default}}}}}
+    figures = {f.name: f for f in report_figures(document, "NVIDIA H200", step="report")}
+    assert set(figures) == {"float8_e4m3fn (fast accumulation) burst", "float8_e4m3fn (default accumulation) burst"}
+    assert "MAMF 1399" in figures["float8_e4m3fn (default accumulation) burst"].expected.source
+    assert "MAMF" not in figures["float8_e4m3fn (fast accumulation) burst"].expected.source
+    assert all(figure.verdict == IN_RANGE for figure in figures.values())

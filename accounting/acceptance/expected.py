@@ -10,7 +10,9 @@ Two kinds of fact, kept apart:
   its anchor by :data:`ANCHOR_TOLERANCE` (the anchors are best shapes on quiet cards; the report's burst
   is the best of a budgeted sweep, its sustained figure runs under a power and thermal soak).
 
-So a matmul figure is expected in ``[ANCHOR_TOLERANCE × anchor, MFU_CEILING × peak]``, the copy bandwidth in
+So a matmul figure is expected in ``[ANCHOR_TOLERANCE × anchor, MFU_CEILING × peak]`` — a headline where
+mamf-finder measured the same card and accumulation: a burst at least ``BURST_OF_MAMF`` × its MAMF, a
+sustained figure within ``SUSTAINED_OF_MSMF`` of its MSMF (:func:`expected_headline`) — the copy bandwidth in
 ``[anchor low, datasheet bandwidth]``, the SM clock at or below the chip's maximum and the mean power at or
 below its TDP (with :data:`POWER_MARGIN`).
 
@@ -135,6 +137,49 @@ def expected_matmul(device_name: str | None, dtype: str) -> Expected | None:
     else:
         return None
     return Expected(ANCHOR_TOLERANCE * anchor, MFU_CEILING * peak, "TFLOP/s", f"{row}: {source}")
+
+
+# mamf-finder v4 (stas00/ml-engineering, fast-mamf branch, --search auto, default fp8 accumulation) on the H200
+# the package's first GPU run used, the same hour (driver 580.159.04, torch 2.11.0+cu130):
+# source: tests/data/hosts/nvidia-h200/mamf-bf16.txt: MAMF 816.3 TFLOP/s (3072x2816x20480, 1980 MHz),
+#         MSMF 707.0 TFLOP/s (8192x8448x20480, 691 W, 1454 MHz);
+# source: tests/data/hosts/nvidia-h200/mamf-fp8.txt: MAMF 1399.0, MSMF 1244.5 (8448x8192x16384, 693 W, 1325 MHz).
+# (row, peak column, accumulation): (MAMF, MSMF); bf16's accumulation is None.
+_MAMF_ANCHORS = {
+    ("H200 SXM", "bfloat16", None): (816.3, 707.0),
+    ("H200 SXM", FP8, "default"): (1399.0, 1244.5),
+}
+BURST_OF_MAMF = 0.98
+"""A healthy burst reads at least this share of mamf-finder's MAMF (the same accumulation)."""
+SUSTAINED_OF_MSMF = 0.05
+"""A healthy sustained figure reads within this share either side of mamf-finder's MSMF (the same accumulation):
+both are power-saturated figures of seconds-long windows, on different shapes."""
+
+
+def expected_headline(device_name: str | None, dtype: str, kind: str, accumulation: str | None = None) -> Expected | None:
+    """The healthy range of a ``burst`` or ``sustained`` headline: against mamf-finder's MAMF (burst ≥ 0.98 ×) or
+    MSMF (sustained ± 5 %) where one was measured with the same accumulation, else :func:`expected_matmul`.
+
+    >>> r = expected_headline("NVIDIA H200", "bfloat16", "sustained")
+    >>> round(r.low, 1), round(r.high, 1)
+    (671.6, 742.4)
+    >>> round(expected_headline("NVIDIA H200", "float8_e4m3fn", "burst", "default").low, 1)
+    1371.0
+    >>> expected_headline("NVIDIA H200", "float8_e4m3fn", "sustained", "fast") == expected_matmul("NVIDIA H200", "fp8")
+    True
+    """
+    row = chip_of(device_name)
+    anchors = None if row is None else _MAMF_ANCHORS.get((row, peak_column(dtype), accumulation))
+    if anchors is None:
+        return expected_matmul(device_name, dtype)
+    mamf, msmf = anchors
+    peak = find_chip(device_name).tflops.get(peak_column(dtype))
+    said = f" ({accumulation} accumulation)" if accumulation else ""
+    if kind == "burst":
+        return Expected(BURST_OF_MAMF * mamf, MFU_CEILING * peak, "TFLOP/s",
+                        f"{row}: ≥ {BURST_OF_MAMF:g} × mamf-finder MAMF {mamf:g}{said}; ≤ {MFU_CEILING:g} × datasheet {peak:g}")
+    return Expected((1 - SUSTAINED_OF_MSMF) * msmf, (1 + SUSTAINED_OF_MSMF) * msmf, "TFLOP/s",
+                    f"{row}: mamf-finder MSMF {msmf:g}{said} ± {SUSTAINED_OF_MSMF:.0%}")
 
 
 def expected_bandwidth(device_name: str | None) -> Expected | None:

@@ -17,6 +17,7 @@ from accounting.acceptance.expected import (
     Expected,
     expected_bandwidth,
     expected_clock,
+    expected_headline,
     expected_matmul,
     expected_model_mfu,
     expected_power,
@@ -70,25 +71,37 @@ def report_figures(document: dict, device_name: str | None, *, step: str) -> lis
                 figures.append(Figure(step, f"{dtype} product", best["flops_per_s"] / 1e12, "TFLOP/s", matmul,
                                       f"{_shape((best.get('m'), best.get('k'), best.get('n')))} (m×k×n)"))
             continue
-        for kind in HEADLINES:
-            headline = headlines.get(kind)
-            if not headline:
-                continue
-            flops = headline.get("flops_per_s")
-            note = _shape(headline.get("shape")) if headline.get("shape") else ""
-            if not headline.get("published", True):
-                note += f"{'; ' if note else ''}not published: {headline.get('reason')}"
-            figures.append(Figure(step, f"{dtype} {kind}", flops / 1e12 if flops else None, "TFLOP/s", matmul, note))
-            if headline.get("clock_mhz") is not None:
-                figures.append(Figure(step, f"{dtype} {kind} SM clock", headline["clock_mhz"], "MHz",
-                                      expected_clock(device_name), digits=0))
-            if headline.get("power_w") is not None:
-                figures.append(Figure(step, f"{dtype} {kind} power", headline["power_w"], "W",
-                                      expected_power(device_name), digits=0))
+        for group in (headlines, headlines.get("default_accumulation") or {}):  # fp8: fast, then default
+            for kind in HEADLINES:
+                headline = group.get(kind)
+                if headline:
+                    figures += _headline_figures(step, dtype, kind, headline, device_name)
     bandwidth = (document.get("bandwidth") or {}).get("measured_bytes_per_s")
     if bandwidth:
         figures.append(Figure(step, "memory bandwidth (device copy)", bandwidth / 1e12, "TB/s",
                               expected_bandwidth(device_name), "bytes read + written", digits=2))
+    return figures
+
+
+def _headline_figures(step: str, dtype: str, kind: str, headline: dict, device_name: str | None) -> list[Figure]:
+    """A headline's TFLOP/s (named with its fp8 accumulation, against mamf-finder where it measured the same
+    card and accumulation: :func:`~accounting.acceptance.expected.expected_headline`), clock and power."""
+    accumulation = headline.get("accumulation")
+    label = dtype if accumulation is None else f"{dtype} ({accumulation} accumulation)"
+    flops = headline.get("flops_per_s")
+    note = _shape(headline.get("shape")) if headline.get("shape") else ""
+    if headline.get("seconds"):
+        note += f"{'; ' if note else ''}window {headline['seconds']:.3g} s"
+    if not headline.get("published", True):
+        note += f"{'; ' if note else ''}not published: {headline.get('reason')}"
+    figures = [Figure(step, f"{label} {kind}", flops / 1e12 if flops else None, "TFLOP/s",
+                      expected_headline(device_name, dtype, kind, accumulation), note)]
+    if headline.get("clock_mhz") is not None:
+        figures.append(Figure(step, f"{label} {kind} SM clock", headline["clock_mhz"], "MHz",
+                              expected_clock(device_name), digits=0))
+    if headline.get("power_w") is not None:
+        figures.append(Figure(step, f"{label} {kind} power", headline["power_w"], "W",
+                              expected_power(device_name), digits=0))
     return figures
 
 
