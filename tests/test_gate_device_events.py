@@ -80,4 +80,4 @@ def test_the_runner_watches_for_xids_while_pytest_runs_and_keeps_them_with_the_r
     run = load_run(runner.run("current-1").path)
     assert run.guard["xids"] == [79]
     assert order == ["read", "watch", "stop", "read"]  # the watch spans the pytest process, inside the readings
-    assert recorded_disturbances(run.guard) == ["Xid 79 during the run"]
+    assert "Xid 79 during the run" in recorded_disturbances(run.guard)  # beside the shared machine's own load
