@@ -1,7 +1,8 @@
 """Fast but wrong is not healthy: check timed results, read health counters, judge each device.
 
 - :mod:`~accounting.health.results`: Freivalds' check of a product against a rounding-error
-  bound, and a repeat check (:func:`check_case` for a benchmark's case);
+  bound (:mod:`~accounting.health.precision`; an fp8 product's on a GPU by its accumulation,
+  :mod:`~accounting.health.accumulation`), and a repeat check (:func:`check_case` for a benchmark's case);
 - :mod:`~accounting.health.faults`: an injected wrong element or flipped bit, to see the check fire;
 - :mod:`~accounting.health.counters`: readings around a run (:class:`Window`), filled by
   :mod:`~accounting.health.nvml`, :mod:`~accounting.health.amd` and :mod:`~accounting.health.cpu`;
