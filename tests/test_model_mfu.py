@@ -159,8 +159,9 @@ def test_saved_activations_of_the_einops_model(name, attention, precision):
 
     Exact (but for the loss's scalars) for the Llama family with either attention and for GPT-2 with eager
     attention (bf16: CPU LayerNorm keeps bf16 statistics where the formula counts fp32). GPT-2 with SDPA keeps two
-    (tokens × width) tensors a layer fewer than the formula, which counts the copies of Q and K Hugging Face's
-    GPT-2 makes around its SDPA call: this model hands SDPA views of its fused projection.
+    (tokens × width) tensors a layer fewer than the formula counts, as Hugging Face's GPT-2 does (the next test):
+    SDPA reads views of the fused projection and its output is already laid out (batch, seq, heads, d). When the
+    formula drops the two, this test fails: then drop the correction and narrow ``PEAK_MEMORY_BAND``.
     """
     config = model_size(name, layers=2, seq=32).config
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
@@ -175,6 +176,29 @@ def test_saved_activations_of_the_einops_model(name, attention, precision):
         predicted -= config.layers * 2 * (3 * 32) * config.width * dtype.itemsize
     layernorm_bf16 = name == "tiny" and dtype == torch.bfloat16
     assert saved == pytest.approx(predicted, rel=0.02 if layernorm_bf16 else 1e-3, abs=64)
+
+
+def _saved_storages(fn) -> list:
+    """(shape, bytes) of every storage a call saves for backward, by ``saved_tensors_hooks``."""
+    seen = {}
+
+    def pack(tensor):
+        seen[tensor.untyped_storage().data_ptr()] = (tuple(tensor.shape), tensor.untyped_storage().nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return sorted(seen.values())
+
+
+def test_a_gpt2_block_with_sdpa_saves_what_hugging_faces_gpt2_block_saves():
+    transformers = pytest.importorskip("transformers")
+    config = TransformerConfig(layers=1, width=64, heads=4, sequence_length=32, vocabulary=100)
+    theirs = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=64, n_head=4, n_positions=32, vocab_size=100, attn_pdrop=0.0, resid_pdrop=0.0,
+        embd_pdrop=0.0, activation_function="gelu", attn_implementation="sdpa")).transformer.h[0]
+    x = torch.randn(3, 32, 64, requires_grad=True)
+    assert _saved_storages(lambda: GPT(config).blocks[0](x)) == _saved_storages(lambda: theirs(x))
 
 
 def test_the_model_is_shape_checked_under_jaxtyping():
@@ -247,7 +271,7 @@ def _measurement(**changes) -> ModelMeasurement:
 
 @pytest.mark.parametrize("changes, message", [
     pytest.param({"measured_peak_bytes": 140}, r"measured peak 140 bytes is 1.400 x the predicted 100 bytes; "
-                                               r"allowed \[0.95, 1.3\]$", id="above"),
+                                               r"allowed \[0.93, 1.3\]$", id="above"),
     pytest.param({"measured_peak_bytes": 90}, r"is 0.900 x the predicted", id="below"),
     pytest.param({"measured_peak_bytes": 140, "recompute": True}, r"allowed at most 1.3 \(recomputation\)$",
                  id="above-with-recomputation"),

@@ -36,9 +36,11 @@ from accounting.timing import time_fn
 from accounting.training_memory import precision_policy
 from accounting.transformer_flops import transformer_flops
 
-PEAK_MEMORY_BAND = (0.95, 1.3)
-"""Accepted measured/predicted peak-memory ratio. Below: the prediction's lower bound allows 5 %
-(CPU LayerNorm keeps bf16 statistics where the formula assumes fp32). Above: 30 % for what the
+PEAK_MEMORY_BAND = (0.93, 1.3)
+"""Accepted measured/predicted peak-memory ratio. Below: 7 %: CPU LayerNorm keeps bf16 statistics where the formula
+assumes fp32, and for the GPT-2 family with SDPA the formula counts two (tokens × width) tensors a layer that neither
+this model nor Hugging Face's GPT-2 keeps (tests/test_model_mfu.py pins both; measured/predicted 0.943-0.964 at the
+"tiny" and "small" sizes on the CPU, the Llama family 1.000). Above: 30 % for what the
 prediction leaves out — attention-score and optimizer temporaries, the fp32 copy of the gradients a
 bf16-mixed step makes for its master weights, allocator rounding on CUDA. With recomputation the prediction is
 ``recompute="full"``'s, fitted to Hugging Face's models: on this model at the "small" size on the CPU,

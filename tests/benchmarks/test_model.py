@@ -1,12 +1,15 @@
 """Training-step benchmarks from ``benchmarks.json``'s model section: tokens/s, MFU, HFU, peak memory.
 
-A GPT-style transformer (:mod:`accounting.model_mfu`) is trained one step per round
+A GPT-2 or Llama-family transformer (:mod:`accounting.model_mfu`, ``scaled_dot_product_attention``) is trained one
+step per round
 (forward, fp32 loss, backward, AdamW step) under each configured precision policy, with
 and without activation recomputation. pytest-benchmark times it through the
 ``flops_benchmark`` fixture (device-synchronised rounds, regression gate, machine identity);
 model FLOPs are :func:`accounting.transformer_flops`, and each test asserts they equal
 ``FlopCounterMode``'s count of that very step (counted once, before the timed rounds; with
-recomputation the count is the hardware FLOPs, and HFU is reported beside MFU).
+recomputation, or a fused attention kernel that recomputes QKᵀ in backward, the count is the hardware FLOPs, and HFU
+is reported beside MFU). A size that does not fit the device's free memory runs at the largest batch that does
+(:func:`accounting.model_mfu.size_that_fits`), or is skipped with why; floors are per size and chip.
 
 Each test fails when MFU or HFU is above ``MFU_CEILING``, when the measured peak memory
 leaves ``PEAK_MEMORY_BAND`` around ``transformer_training_memory``'s prediction, and (in
@@ -20,18 +23,18 @@ import pytest
 from accounting.bench.matrix import load_benchmarks
 from accounting.hardware.cpu_facts import cpu_flags, cpu_vendor
 from accounting.hardware.devices import release_cached_memory
-from accounting.errors import AccountingError
 from accounting.flop_count import count_flops
 from accounting.hardware.cpu_peak import cpu_flops_per_cycle
 from accounting.transformer_flops import transformer_flops
 from accounting.model_mfu import (
     PEAK_DTYPES,
+    attention_kernel,
     build_training_step,
     check_ceiling,
-    check_fits,
     check_peak_memory,
     hardware_flops,
     model_size,
+    size_that_fits,
     step_measurement,
 )
 from accounting.bench.fixture import add_summary_line
@@ -59,10 +62,10 @@ def _model_points(config, kind):
             marks.append(pytest.mark.skip(
                 reason=f"the full model size runs with `pytest -m {'gpu' if kind == 'cuda' else 'cpu'}` "
                        "or --matmul-shapes=full"))
-        for precision in matrix.precisions:
+        precisions = matrix.precisions_of(size)
+        for precision in precisions:
             params.append(pytest.param((size, precision, False), id=f"{size}-{precision}", marks=marks))
-        params.append(pytest.param((size, matrix.precisions[0], True), id=f"{size}-{matrix.precisions[0]}-recompute",
-                                   marks=marks))
+        params.append(pytest.param((size, precisions[0], True), id=f"{size}-{precisions[0]}-recompute", marks=marks))
     return params
 
 
@@ -77,18 +80,19 @@ def pytest_generate_tests(metafunc):
 def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info, note=""):
     size_name, precision, recompute = point
     matrix = benchmark_config.model(kind)
-    size = model_size(size_name)
-    try:
-        check_fits(size, precision, device)
-    except AccountingError as error:
-        pytest.skip(str(error))
+    size, why = size_that_fits(model_size(size_name), [precision], device)  # a smaller batch where it must
+    if size is None:
+        pytest.skip(why)
+    if size.batch_size != model_size(size_name).batch_size:
+        note += f" ({why})"
     dtype = PEAK_DTYPES[precision]
     peak = peak_or_skip(info, dtype, flops_benchmark.config)
     step = build_training_step(size, precision=precision, device=device, recompute=recompute)
-    count = count_flops(step)  # the first step, untimed: the FLOPs the hardware executes
+    count = count_flops(step)  # the first step, untimed: the FLOPs the hardware executes, and the attention kernel
     model_flops = transformer_flops(size.config, size.batch_size).training
-    assert count.total == hardware_flops(size.config, size.batch_size, recompute)
-    assert (count.total == model_flops) is not recompute
+    kernel = attention_kernel(count, step.attention)
+    assert count.total == hardware_flops(size.config, size.batch_size, recompute, kernel)
+    assert (count.total == model_flops) is (not recompute and kernel in ("math", "eager"))
     rounds = timed_rounds(matrix.rounds)
     result = flops_benchmark(step, flops=model_flops, dtype=dtype, device=device, rounds=rounds,
                              warmup_rounds=WARMUP_ROUNDS, peak=peak, count_flops=False)
@@ -103,11 +107,12 @@ def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info
     label = getattr(flops_benchmark.benchmark, "name", "model step")
     add_summary_line(flops_benchmark.config,
                      f"{label}: {measurement.tokens_per_s:,.0f} tokens/s, MFU {measurement.mfu:.3f}, "
-                     f"HFU {measurement.hfu:.3f}, peak memory {measurement.memory_ratio:.3f} x predicted{note}")
+                     f"HFU {measurement.hfu:.3f}, peak memory {measurement.memory_ratio:.3f} x predicted, "
+                     f"attention {measurement.attention_kernel}{note}")
     check_ceiling(measurement)
     check_peak_memory(measurement)
     if shape_mode(flops_benchmark.config) != "quick":
-        floor = benchmark_config.model_floor(kind, precision)
+        floor = benchmark_config.model_floor(kind, precision, size_name, chip=info.name)
         assert measurement.mfu >= floor, (
             f"{size.describe()} {precision}: model MFU {measurement.mfu:.4f} < floor {floor}: a throttled, "
             "misconfigured or overloaded device"
