@@ -15,7 +15,7 @@ import pytest
 
 from accounting.gate.cli import _reject
 from accounting.gate.decide import judge
-from accounting.gate.gpu_rounds import ROUNDS_KEY
+from accounting.gate.gpu_rounds import ROUNDS_KEY, saved_run_lines
 from accounting.gate.guard import disturbances, recorded_disturbances
 from accounting.gate.render import render_text, rows
 from accounting.gate.stats import Decision
@@ -182,3 +182,11 @@ def test_runs_under_another_power_limit_or_application_clock_are_not_compared_an
     mixed = _judge([_with_settings(h200_current())], baselines=one_other)
     assert any(note.startswith("baseline run x.json not compared: taken under other settings") for note in mixed.notes)
     assert all(len(verdict.baseline_values) == 1 for verdict in mixed.verdicts)
+
+
+def test_gate_save_says_nothing_of_the_recorded_runs_and_names_rounds_it_will_leave_out():
+    assert [saved_run_lines(run) for run in _baselines()] == [[], []]  # no warm-up recorded, nothing disturbed
+    throttled = parse_run(_throttled_in_the_middle(h200_document(h200_baseline_files()[1]), BF16), "0003_x.json")
+    (line,) = saved_run_lines(throttled)
+    assert line == (f"{BF16}: rounds 8-12 of 20 throttled (hw_thermal_slowdown) at 1440 MHz, 690 W; "
+                    "it will be left out")

@@ -46,6 +46,7 @@ from accounting.gate.ab import (
     tree_environment,
 )
 from accounting.gate.decide import judge, noise_notes, with_threshold
+from accounting.gate.gpu_rounds import saved_run_lines
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.history import (
     CHECK_HISTORY_RUNS,
@@ -281,6 +282,8 @@ def _save(args, runner, stderr) -> int:
         disturbed = recorded_disturbances(saved.guard)
         state = f"; disturbed, will be passed over: {'; '.join(disturbed)}" if disturbed else ""
         _progress(stderr, f"saved {measured.path} ({measured.summary}, {measured.duration_s:.1f} s){state}")
+        for line in saved_run_lines(saved):  # GPU benchmarks: their warm-up, rounds the gate will leave out
+            _progress(stderr, f"  {line}")
     for note in runner.notes:
         _progress(stderr, note)
     return EXIT_OK

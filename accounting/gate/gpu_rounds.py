@@ -212,3 +212,34 @@ def clock_note(baseline_mhz: float | None, current_mhz: float | None, ratio: flo
     if abs(cycles - 1) < abs(ratio - 1) / 2:
         return text + (", a slower clock, not a slower product" if ratio > 1 else ", a faster clock")
     return text + (", a slower product, not only a slower clock" if ratio > 1 else "")
+
+
+def saved_run_lines(run) -> list[str]:
+    """What ``gate save`` says of a saved run's GPU benchmarks (a :class:`accounting.gate.storage.SavedRun`): how long
+    their warm-up to the working clock took, and which benchmarks' rounds were disturbed (they will be left out).
+
+    >>> from accounting.gate.storage import BenchmarkRun, SavedRun
+    >>> info = {"warmup": {"seconds": 0.12, "calls": 40, "clock_mhz_settled": 1980.0, "settled": True},
+    ...         "telemetry": {"clock_mhz_mean": 1410.0, "throttle_reasons": ["hw_slowdown"]}}
+    >>> for line in saved_run_lines(SavedRun("0001_a.json", {}, {"t::mm": BenchmarkRun("t::mm", (0.1,) * 5, info)})):
+    ...     print(line)
+    warm-up to the working clock: 0.12 s (1 of 1 benchmark(s) settled, at 1980 MHz)
+    t::mm: rounds 1-5 of 5 (one telemetry window) throttled (hw_slowdown) at 1410 MHz; it will be left out
+    """
+    lines = []
+    warmups = [bench.extra_info.get("warmup") for bench in run.benchmarks.values()]
+    warmups = [warm for warm in warmups if isinstance(warm, dict) and _number(warm.get("seconds")) is not None]
+    if warmups:
+        seconds = [warm["seconds"] for warm in warmups]
+        settled = [warm for warm in warmups if warm.get("settled")]
+        clocks = sorted({round(warm["clock_mhz_settled"]) for warm in settled
+                         if _number(warm.get("clock_mhz_settled")) is not None})
+        span = f"{min(seconds):.2f} s" if min(seconds) == max(seconds) else f"{min(seconds):.2f}-{max(seconds):.2f} s"
+        at = f", at {clocks[0]} MHz" if len(clocks) == 1 else (f", at {clocks[0]}-{clocks[-1]} MHz" if clocks else "")
+        lines.append(f"warm-up to the working clock: {span} ({len(settled)} of {len(warmups)} benchmark(s) "
+                     f"settled{at})")
+    for name, bench in sorted(run.benchmarks.items()):
+        reasons = rounds_disturbances(rounds_telemetry(bench.extra_info, len(bench.rounds)))
+        if reasons:
+            lines.append(f"{name}: {'; '.join(reasons)}; it will be left out")
+    return lines
