@@ -15,6 +15,11 @@ One module per job:
 - :mod:`~accounting.gate.power` — what a verdict could have seen: power and the smallest detectable slowdown;
 - :mod:`~accounting.gate.storage` — pytest-benchmark's saved runs, read and checked;
 - :mod:`~accounting.gate.guard` — the load guard (was a run measured on a quiet machine?);
+- :mod:`~accounting.gate.gpu_rounds` — on a GPU, disturbance judged from each benchmark's timed rounds (clock,
+  power, throttle reasons against the baseline's), and the clock beside the time;
+- :mod:`~accounting.gate.settings` — a GPU's power limit and application clocks, compared exactly;
+- :mod:`~accounting.gate.device_events` — new ECC errors and Xid events during a GPU run;
+- :mod:`~accounting.gate.gpu_noise` — what a GPU gate can detect, modelled from recorded runs;
 - :mod:`~accounting.gate.decide` — the verdict on a whole matrix;
 - :mod:`~accounting.gate.render` — the table, as text and as Markdown;
 - :mod:`~accounting.gate.plot` — the history of each benchmark as a PNG;
