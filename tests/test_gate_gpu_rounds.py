@@ -154,3 +154,15 @@ def test_the_clock_note_tells_a_slower_clock_from_a_slower_product(baseline, cur
     note = clock_note(baseline, current, ratio)
     assert note.endswith(words)
     assert f"per clock cycle {ratio * current / baseline:.3f}×" in note
+
+
+def test_a_per_round_record_still_hears_the_windows_neighbours_and_throttling_between_its_readings():
+    record = _record_rounds([1980.0] * 4, [0] * 4)
+    window = {"clock_mhz_mean": 1980.0, "throttle_reasons": ["hw_slowdown"],
+              "tags": ["throttled: hw_slowdown", "busy: GPU 1: 50% utilised, 30.0 GiB used"]}
+    telemetry = rounds_telemetry({"telemetry_rounds": record, "telemetry": window}, 4)
+    reasons = rounds_disturbances(telemetry)
+    assert reasons == ["throttled (hw_slowdown) during the rounds' telemetry window, between the readings after "
+                       "each round", "rounds 1-4 of 4: other GPUs busy (GPU 1: 50% utilised, 30.0 GiB used)"]
+    quiet = rounds_telemetry({"telemetry_rounds": record, "telemetry": {"throttle_reasons": ["sw_power_cap"]}}, 4)
+    assert rounds_disturbances(quiet) == []

@@ -67,6 +67,8 @@ class RoundsTelemetry:
     rounds: int
     stretches: tuple
     per_round: bool
+    window_reasons: tuple = ()
+    """Throttle reasons the telemetry window over all rounds saw (it samples between the per-round readings too)."""
 
     @property
     def clocks(self) -> list[float]:
@@ -99,22 +101,24 @@ def rounds_telemetry(extra_info: dict, rounds: int) -> RoundsTelemetry | None:
     [(1, 1980.0, ()), (2, 1410.0, ('hw_slowdown',))]
     """
     recorded = extra_info.get(ROUNDS_KEY)
+    window = extra_info.get(WINDOW_KEY) if isinstance(extra_info.get(WINDOW_KEY), dict) else None
+    window_busy = tuple(tag.split(":", 1)[1].strip() for tag in (window or {}).get("tags") or ()
+                        if str(tag).startswith("busy:"))
     if isinstance(recorded, dict) and isinstance(recorded.get("clock_mhz"), list):
         stretches = []
         for index in range(len(recorded["clock_mhz"])):
             reasons = _entry(recorded.get("throttle_reasons"), index) or ()
-            busy = _entry(recorded.get("busy_siblings"), index) or ()
+            busy = (_entry(recorded.get("busy_siblings"), index) or ()) or window_busy  # edges only: the window's
             memory = _number(_entry(recorded.get("other_process_memory_bytes"), index))
             stretches.append(Stretch(index + 1, index + 1, _number(recorded["clock_mhz"][index]),
                                      _number(_entry(recorded.get("power_w"), index)), tuple(reasons),
                                      None if memory is None else int(memory), tuple(busy)))
-        return RoundsTelemetry(len(stretches), tuple(stretches), True)
-    window = extra_info.get(WINDOW_KEY)
-    if not isinstance(window, dict):
+        return RoundsTelemetry(len(stretches), tuple(stretches), True,
+                               tuple((window or {}).get("throttle_reasons") or ()))
+    if window is None:
         return None
-    busy = tuple(tag.split(":", 1)[1].strip() for tag in window.get("tags") or () if str(tag).startswith("busy:"))
     stretch = Stretch(1, rounds, _number(window.get("clock_mhz_mean")), _number(window.get("power_w_mean")),
-                      tuple(window.get("throttle_reasons") or ()), None, busy)
+                      tuple(window.get("throttle_reasons") or ()), None, window_busy)
     return RoundsTelemetry(rounds, (stretch,), False)
 
 
@@ -169,6 +173,11 @@ def rounds_disturbances(telemetry: RoundsTelemetry | None, baselines=()) -> list
     if names:
         hit = [s for s in telemetry.stretches if set(s.reasons) & set(names)]
         reasons.append(f"{_where(telemetry, hit)} throttled ({', '.join(names)}){_readings(hit)}")
+    between = [name for name in telemetry.window_reasons if name not in NORMAL_AT_FULL_LOAD | SETTING_REASONS
+               and not any(name in stretch.reasons for stretch in telemetry.stretches)]
+    if between:
+        reasons.append(f"throttled ({', '.join(between)}) during the rounds' telemetry window, between the readings "
+                       "after each round")
     shared = [s for s in telemetry.stretches
               if s.busy or (s.other_memory_bytes is not None and s.other_memory_bytes > OTHER_MEMORY_LIMIT_BYTES)]
     if shared:
