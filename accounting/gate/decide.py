@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accounting.gate.gpu_rounds import clock_note, rounds_disturbances, rounds_telemetry
+from accounting.gate.gpu_rounds import clock_note, screen_rounds, side_clocks
 from accounting.gate.guard import clock_mismatch, recorded_disturbances, run_clock_mhz
 from accounting.gate.power import too_noisy as hides_threshold
 from accounting.gate.stats import (
@@ -54,7 +54,7 @@ from accounting.gate.stats import (
     slow_outliers,
     smallest_convictable,
 )
-from accounting.gate.settings import run_settings, settings_difference
+from accounting.gate.settings import same_settings
 from accounting.gate.storage import check_run_metric
 
 DEFAULT_METRIC = "min"
@@ -206,7 +206,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     """
     check_run_metric(metric)
     notes = list(notes)
-    baseline_runs, other_settings = _same_settings(baseline_runs, current_runs, notes)
+    baseline_runs, other_settings = same_settings(baseline_runs, current_runs, notes)
     if len(baseline_runs) == 1:
         notes.append("only 1 baseline run: the gate cannot tell noise from change; save more baseline runs")
     disturbed = _current_disturbances(current_runs, baseline_runs) if load_guard else {}
@@ -248,7 +248,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         if problems and (not base or not judged_current):
             fixed[name] = Verdict(name, kind, threshold, None, f"not judged: {problems[0]}", **memory)
             continue
-        base, judged_current, round_notes, clocks = _round_screen(name, base, judged_current, current_runs,
+        base, judged_current, round_notes, clocks = screen_rounds(name, base, judged_current, current_runs,
                                                                   load_guard)
         notes.extend(round_notes)
         clean = [(path, bench.summary(metric)) for path, bench in judged_current if path not in disturbed]
@@ -258,7 +258,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         kept, set_aside = _screened_pairs([(path, bench.summary(metric)) for path, bench in base], threshold)
         current_kept, current_set_aside = _screened_pairs(clean, threshold) if screen_current else (clean, ())
         rows[name] = {"kind": kind, "threshold": threshold, "kept": kept, "current_kept": current_kept,
-                      "memory": {**memory, **_clocks(clocks, kept, current_kept)},
+                      "memory": {**memory, **side_clocks(clocks, kept, current_kept)},
                       "base_rounds_disturbed": bool(same_work) and not base,
                       "values": {"baseline_values": tuple(value for _, value in kept),
                                  "outlier_values": tuple(set_aside),
@@ -320,54 +320,6 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     return GateResult(tuple(verdicts), tuple(notes), tuple(run.label for run in baseline_runs),
                       tuple(run.label for run in current_runs), alpha, metric, baseline_grows, confidence,
                       "min-p" if joint else "holm")
-
-
-def _same_settings(baseline_runs, current_runs, notes) -> tuple[list, list]:
-    """The baseline runs taken under the current runs' settings (:mod:`accounting.gate.settings`), and how the others
-    differ; each one left out gets a note naming the difference."""
-    current = next((run_settings(run.guard) for run in current_runs if run_settings(run.guard)), None)
-    kept, differences = [], []
-    for run in baseline_runs:
-        difference = settings_difference(run_settings(run.guard), current)
-        if difference:
-            differences.append(difference)
-            notes.append(f"baseline run {run.label} not compared: taken under other settings ({difference})")
-        else:
-            kept.append(run)
-    return kept, differences
-
-
-def _round_screen(name, base, current, current_runs, load_guard: bool):
-    """A benchmark's ``(path, BenchmarkRun)`` pairs of both sides less those whose timed rounds were disturbed
-    (:func:`accounting.gate.gpu_rounds.rounds_disturbances`: the baseline runs judged on their own, the current ones
-    against the baseline's), a note for each left out, and each path's clock during the rounds."""
-    telemetry = {path: rounds_telemetry(bench.extra_info, len(bench.rounds)) for path, bench in (*base, *current)}
-    clocks = {path: value.clock_mhz for path, value in telemetry.items() if value is not None}
-    if not load_guard:
-        return base, current, [], clocks
-    labels = {run.path: run.label for run in current_runs}
-    notes, kept = [], {"baseline": [], "current": []}
-    for side, pairs in (("baseline", base), ("current", current)):
-        against = [telemetry[path] for path, _ in kept["baseline"]] if side == "current" else ()
-        for path, bench in pairs:
-            reasons = rounds_disturbances(telemetry[path], against)
-            if reasons:
-                label = labels.get(path) or path.rsplit("/", 1)[-1]
-                notes.append(f"{name}: {side} run {label} not used, disturbed during its timed rounds: "
-                             f"{'; '.join(reasons)}")
-            else:
-                kept[side].append((path, bench))
-    return kept["baseline"], kept["current"], notes, clocks
-
-
-def _clocks(clocks: dict, kept, current_kept) -> dict:
-    """The :class:`Verdict` clock fields: the median clock of each side's runs compared, where recorded."""
-    fields = {}
-    for key, pairs in (("baseline_clock_mhz", kept), ("current_clock_mhz", current_kept)):
-        values = [clocks[path] for path, _ in pairs if clocks.get(path) is not None]
-        if values:
-            fields[key] = statistics.median(values)
-    return fields
 
 
 def with_threshold(config, threshold: float | None):

@@ -103,3 +103,18 @@ def settings_difference(baseline: dict | None, current: dict | None) -> str:
         if len(numbers) == 2 and not _same(key, first, second):
             parts.append(f"{words} {first:g} {unit} in the baseline, {second:g} {unit} here")
     return "; ".join(parts)
+
+
+def same_settings(baseline_runs, current_runs, notes) -> tuple[list, list]:
+    """The baseline runs taken under the current runs' settings (:mod:`accounting.gate.settings`), and how the others
+    differ (:func:`settings_difference`); each one left out gets a note in ``notes`` naming the difference."""
+    current = next((run_settings(run.guard) for run in current_runs if run_settings(run.guard)), None)
+    kept, differences = [], []
+    for run in baseline_runs:
+        difference = settings_difference(run_settings(run.guard), current)
+        if difference:
+            differences.append(difference)
+            notes.append(f"baseline run {run.label} not compared: taken under other settings ({difference})")
+        else:
+            kept.append(run)
+    return kept, differences
