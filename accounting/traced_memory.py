@@ -24,8 +24,11 @@ sizes: no allocator rounding or caching, no library workspaces, no CUDA context.
 
 What the meta device cannot know is which kernel a real device would choose.
 ``scaled_dot_product_attention`` on meta runs its math fallback, which keeps the (s × s)
-attention weights; a CPU or CUDA flash kernel keeps far less. Trace a model with eager
-attention, or read an SDPA model's activations as the upper bound they are. Autocast applies
+attention weights; a CPU or CUDA fused kernel keeps far less. Ask
+:func:`accounting.attention_kernels.choose_sdpa_kernel` which kernel the real device runs: where
+it is math too (fp32 with grouped-query heads on an H100 or H200, for one), the trace is what that
+device keeps; where it is fused, trace a model with eager attention, or read an SDPA model's
+activations as the upper bound they are. Autocast applies
 to CPU and CUDA tensors, not meta ones: build the model in the dtype it trains in instead.
 A model that reads a tensor's values (``.item()``, data-dependent control flow) cannot run on
 meta at all: that is an :class:`AccountingError` saying so. Activation checkpointing
