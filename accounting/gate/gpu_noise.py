@@ -22,7 +22,6 @@ True
 """
 
 import json
-import math
 import sys
 from pathlib import Path
 
