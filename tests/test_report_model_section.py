@@ -10,7 +10,9 @@ import pytest
 
 from accounting.health.states import roll_up
 from accounting.model_mfu import PEAK_MEMORY_BAND, STEP_POLICIES, hardware_flops, model_size, step
-from accounting.report import cli
+from accounting import transformer_training_memory
+from accounting.report import cli, model_section
+from accounting.timing import MEMORY_FRACTION
 from accounting.report.health_section import health_document
 from accounting.report.run import preview
 from accounting.transformer_flops import transformer_flops
@@ -45,15 +47,16 @@ def test_model_section_in_text_json_and_plot(no_sweep, capsys, tmp_path):
     assert "Model training step (tiny: 1 layers, width 64, 4 heads, 16 tokens x batch 2, vocabulary 256; AdamW):" in out
     report = json.loads(json_path.read_text())
     section = report["model"]
-    assert section["size"] == {"name": "tiny", "layers": 1, "width": 64, "heads": 4, "sequence_length": 16,
-                               "vocabulary": 256, "batch_size": 2}
+    assert section["size"] == {"name": "tiny", "layers": 1, "width": 64, "heads": 4, "kv_heads": 4,
+                               "sequence_length": 16, "vocabulary": 256, "batch_size": 2}
     size = model_size("tiny", layers=1, seq=16, batch=2)
     rows = section["rows"]
     assert [(row["precision"], row["recompute"]) for row in rows] == [
         *((precision, False) for precision in STEP_POLICIES), ("fp32", True)]
     for row in rows:
         assert row["model_flops"] == transformer_flops(size.config, 2).training
-        assert row["hardware_flops"] == hardware_flops(size.config, 2, row["recompute"])
+        assert row["hardware_flops"] == hardware_flops(size.config, 2, row["recompute"], row["attention_kernel"])
+        assert row["attention_kernel"] in out and row["compiled"] is False
         assert row["hfu"] == pytest.approx(row["mfu"] * row["hardware_flops"] / row["model_flops"])
         assert row["tokens_per_s"] == pytest.approx(32 / row["median_s"])
         low, high = PEAK_MEMORY_BAND
@@ -93,5 +96,34 @@ def test_a_model_that_does_not_fit_is_refused_before_measuring(no_sweep, capsys,
     monkeypatch.setattr(step, "free_memory_bytes", lambda device: 2**30)
     status, _out, err = run_main(["report", "--device", "cpu", "--quiet", "--model", "gpt2-small"], capsys)
     assert status == 2
-    assert "gpt2-small: 12 layers, width 768" in err and "but cpu has 1.00 GiB free" in err
+    assert "gpt2-small does not fit even at batch 1: batch 12 needs" in err and "of 1.00 GiB free" in err
     assert no_sweep == []
+
+
+def test_a_batch_that_does_not_fit_shrinks_to_one_that_does_and_says_so(no_sweep, capsys, monkeypatch, tmp_path):
+    size = model_size("tiny-llama", layers=1, seq=64, batch=4)  # activations, not the update, set the peak
+    need = {batch: max(transformer_training_memory(size.config, batch, "adamw", precision, attention="sdpa").peak
+                       for precision in STEP_POLICIES) for batch in (2, 3)}
+    monkeypatch.setattr(step, "free_memory_bytes", lambda device: int(need[2] / MEMORY_FRACTION) + 1)
+    json_path = tmp_path / "report.json"
+    status, out, err = run_main(["report", "--device", "cpu", "--dtypes", "float32", "--quiet", "--model", "tiny-llama",
+                                 "--layers", "1", "--seq", "64", "--json", str(json_path)], capsys)
+    assert status == 0, err
+    section = json.loads(json_path.read_text())["model"]
+    assert section["size"]["batch_size"] == 2 and {row["batch_size"] for row in section["rows"]} == {2}
+    assert "tiny-llama at batch 2 of 4: batch 4 needs" in out
+
+
+def test_compile_rows_or_their_failure_sit_beside_the_eager_ones(no_sweep, capsys, monkeypatch, tmp_path):
+    def failing(step, eager, **_options):
+        return None, "torch.compile failed: RuntimeError: no C++ compiler"
+
+    monkeypatch.setattr(model_section, "measure_compiled_step", failing)
+    json_path = tmp_path / "report.json"
+    status, out, err = run_main(["report", "--device", "cpu", "--dtypes", "float32", "--quiet", "--model", "tiny",
+                                 "--layers", "1", "--seq", "8", "--batch", "1", "--compile", "--json", str(json_path)],
+                                capsys)
+    assert status == 0, err
+    rows = json.loads(json_path.read_text())["model"]["rows"]
+    assert all(row["compile_failure"] == "torch.compile failed: RuntimeError: no C++ compiler" for row in rows)
+    assert "fp32: torch.compile failed: RuntimeError: no C++ compiler" in out

@@ -127,6 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for name in MODEL_ARGUMENTS:
         model.add_argument(f"--{name}", metavar="N", type=int, default=None,
                            help=f"replace the {name} of --model SIZE")
+    model.add_argument("--compile", action="store_true",
+                       help="also time each model step through torch.compile, beside the eager one (a compiler "
+                            "failure is reported in the section, not raised)")
     return parser
 
 
@@ -198,7 +201,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
                 print(f"  measuring {text}", file=stderr, flush=True)
 
         try:
-            report["model"] = measure_model_section(model, plan.info, progress=note)
+            report["model"] = measure_model_section(model, plan.info, progress=note, compile=args.compile)
         except KeyboardInterrupt:
             print(f"{parser.prog}: interrupted", file=stderr)
             return EXIT_INTERRUPTED
