@@ -127,7 +127,9 @@ def model_figures(document: dict, *, step: str, floor=_model_floor) -> list[Figu
         precision = row.get("precision", "?")
         name = f"model MFU {row.get('size', '')} {precision}" + (" recompute" if row.get("recompute") else "")
         note = f"{row['tokens_per_s']:,.0f} tokens/s" if row.get("tokens_per_s") else ""
-        figures.append(Figure(step, name, row.get("mfu"), "", expected_model_mfu(floor(precision)), note, digits=3))
+        own = row.get("floor")  # the report's floor for this size on this chip, where it wrote one
+        figures.append(Figure(step, name, row.get("mfu"), "", expected_model_mfu(floor(precision) if own is None else own),
+                              note, digits=3))
     return figures
 
 
@@ -139,7 +141,9 @@ def pytest_figures(document: dict, device_name: str | None, *, step: str, floor=
         name = benchmark.get("name", "?")
         if isinstance(extra.get("model"), dict):
             model = extra["model"]
-            figures.append(Figure(step, name, model.get("mfu"), "", expected_model_mfu(floor(model.get("precision"))),
+            own = model.get("floor")  # the test's floor for this size on this chip, where it recorded one
+            figures.append(Figure(step, name, model.get("mfu"), "",
+                                  expected_model_mfu(floor(model.get("precision")) if own is None else own),
                                   "model MFU", digits=3))
         elif extra.get("achieved_tflops") is not None and extra.get("dtype"):
             figures.append(Figure(step, name, extra["achieved_tflops"], "TFLOP/s",

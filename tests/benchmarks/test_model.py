@@ -103,7 +103,8 @@ def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info
                                    count=count, peak_flops=peak, info=info)
     del step
     release_cached_memory(device)
-    flops_benchmark.benchmark.extra_info["model"] = measurement.as_dict()
+    floor = benchmark_config.model_floor(kind, precision, size_name, chip=info.name)
+    flops_benchmark.benchmark.extra_info["model"] = {**measurement.as_dict(), "floor": floor}
     label = getattr(flops_benchmark.benchmark, "name", "model step")
     add_summary_line(flops_benchmark.config,
                      f"{label}: {measurement.tokens_per_s:,.0f} tokens/s, MFU {measurement.mfu:.3f}, "
@@ -112,7 +113,6 @@ def _benchmark_step(flops_benchmark, benchmark_config, kind, point, device, info
     check_ceiling(measurement)
     check_peak_memory(measurement)
     if shape_mode(flops_benchmark.config) != "quick":
-        floor = benchmark_config.model_floor(kind, precision, size_name, chip=info.name)
         assert measurement.mfu >= floor, (
             f"{size.describe()} {precision}: model MFU {measurement.mfu:.4f} < floor {floor}: a throttled, "
             "misconfigured or overloaded device"
