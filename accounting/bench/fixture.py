@@ -142,17 +142,19 @@ class FlopsBenchmark:
             synchronize(device)  # see the class docstring: the host clock must wait for the device
             return result
 
-        if min_time_s:  # the warm-up calls run here, timed, to size the rounds (see the class docstring)
-            rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds, min_time_s=min_time_s)
-            warmup_rounds = 0
-        window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
         backend = None if getattr(self.benchmark, "disabled", False) else open_round_backend(device)
         recorder = None
         try:
-            if backend is not None:  # GPUs: to the working clock first, then a reading after each timed round
+            if backend is not None:  # GPUs: to the working clock before anything is timed
                 self.benchmark.extra_info["warmup"] = warm_to_working_clock(
                     lambda: (setup(), target()), lambda: backend.read(edge=False))
+            if min_time_s:  # the warm-up calls run here, timed, to size the rounds (see the class docstring)
+                rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds,
+                                    min_time_s=min_time_s)
+                warmup_rounds = 0
+            if backend is not None:  # GPUs: a reading after each timed round
                 recorder = RoundReadings(backend, warmup_rounds=warmup_rounds, rounds=rounds)
+            window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
             with window as sampler:
                 read_after = {"teardown": recorder.teardown} if recorder is not None else {}  # the CPU: as ever
                 self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1,
