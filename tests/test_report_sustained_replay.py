@@ -8,6 +8,8 @@ limit 700 W) are what sustained means and must be accepted; instant power readin
 (894–931 W) must not make figures power-suspect.
 """
 
+import math
+
 import pytest
 
 from accounting.hardware.flops_per_clock import FLOPS_PER_CLOCK_PER_SM
@@ -124,8 +126,10 @@ class SaturatedH200:
     def sleep(self, seconds):
         self.now += seconds
 
-    def repeat(self, dtype, shape, repeats):
+    def repeat(self, dtype, shape, repeats, *, seconds=None):
         per_call = self.seconds[(dtype.split(" (")[0], shape)] * 826 / 685
+        if seconds is not None:
+            repeats = min(repeats, max(1, math.ceil(seconds / per_call)))
         self.now += per_call * repeats
         duration = per_call * repeats
         telemetry = {"backend": "nvml", "samples": int(duration / 0.02) + 2, "duration_s": duration,

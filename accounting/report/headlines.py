@@ -60,6 +60,8 @@ TOP_CANDIDATES = 3
 CANDIDATE_REPEATS = 5
 TRIM_FRACTION = 0.2
 """The trimmed centre drops this share of the repetitions at each end, then averages the rest."""
+WINDOW_HEADROOM = 2.0
+"""A sustained window may make this many times the calls planned, so calls faster than planned still fill it."""
 UNSTEADY_SPREAD = 0.03
 """A sustained window whose repetitions' interquartile range exceeds this share of their median is ``unsteady``."""
 OVERRUN_SHARE = 0.25
@@ -82,7 +84,10 @@ class Window:
 class HeadlineDevice(Protocol):
     """What the headline logic needs from a device: timed repetitions, a clock to plan by, a way to idle."""
 
-    def repeat(self, dtype: str, shape: tuple[int, int, int], repeats: int) -> Window: ...
+    def repeat(self, dtype: str, shape: tuple[int, int, int], repeats: int, *, seconds: float | None = None) -> Window:
+        """``repeats`` single calls timed in one telemetry window; with ``seconds``, calls until that much time of
+        them has passed (at most ``repeats``): a sustained window lasts its time even when calls run slower than
+        planned (a loaded host)."""
 
     def clock(self) -> float: ...
 
@@ -300,8 +305,9 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
                 f"the budget left {max(room, 0.0):.2f} s for the window, under the {SUSTAINED_MIN_S:g} s a "
                 "sustained figure needs"), needs_s=SUSTAINED_MIN_S - max(room, 0.0)), windows
         seconds = SUSTAINED_MIN_S
-    repeats = max(1, math.ceil(seconds / per_call)) if per_call > 0 else 1
-    window = device.repeat(dtype, chosen.shape, repeats)
+    # Up to WINDOW_HEADROOM × the planned calls, stopped once ``seconds`` of them have passed.
+    repeats = max(1, math.ceil(WINDOW_HEADROOM * seconds / per_call)) if per_call > 0 else 1
+    window = device.repeat(dtype, chosen.shape, repeats, seconds=seconds)
     windows.append((window, chosen))
     return _sustained_headline(dtype, window, chosen, device_name, physical), windows
 

@@ -137,8 +137,9 @@ class MatmulTimer:
     def _readings(sampler) -> dict | None:
         return None if sampler is None else sampler.summary.to_dict()
 
-    def repeat(self, dtype, shape, repeats: int) -> Window:
-        """Time ``repeats`` single calls of ``shape`` (after one untimed call) inside one telemetry window.
+    def repeat(self, dtype, shape, repeats: int, *, seconds: float | None = None) -> Window:
+        """Time ``repeats`` single calls of ``shape`` (after one untimed call) inside one telemetry window; with
+        ``seconds``, calls until that much time of them has passed (at most ``repeats``).
 
         ``dtype`` may be a headline key naming an fp8 accumulation
         (:func:`accounting.report.accumulation.default_key`): the product then runs with it, and its first
@@ -156,8 +157,9 @@ class MatmulTimer:
             self.checks[dtype] = self.checker(name, case)  # the variant the sweep did not check
         sampler_context = self._sampler(measure_clock=True)
         with sampler_context as sampler:
-            timing = time_fn(case.fn, device=device, warmup=0, repeats=repeats, min_time_s=0, max_repeats=repeats,
-                             flops=case.flops, flush_cache=should_flush_l2(device, *case.operands))
+            timing = time_fn(case.fn, device=device, warmup=0, repeats=repeats if seconds is None else 1,
+                             min_time_s=seconds or 0, max_repeats=repeats, flops=case.flops,
+                             flush_cache=should_flush_l2(device, *case.operands))
         return Window(samples=timing.samples, telemetry=self._readings(sampler))
 
     def clock(self) -> float:

@@ -13,6 +13,7 @@ power, the extremes placed one in each half of the window (the order the real re
 
 import dataclasses
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -79,9 +80,11 @@ class RecordedH200:
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
-    def repeat(self, dtype, shape, repeats) -> Window:
+    def repeat(self, dtype, shape, repeats, *, seconds=None) -> Window:
         m, k, n = shape
         per_call = 2 * m * k * n / (self.window["tflops"] * 1e12)
+        if seconds is not None:
+            repeats = min(repeats, max(1, math.ceil(seconds / per_call)))
         samples = (per_call,) * repeats
         duration = per_call * repeats
         backend = NvmlBackend(self.nvml, 0, now=self.clock)
