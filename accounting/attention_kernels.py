@@ -32,7 +32,9 @@ widths, or unequal heads without ``enable_gqa``); the tests hold both rule sets 
 ('flash', 'torch')
 """
 
+import functools
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -311,13 +313,26 @@ def _call_tensors(call: SdpaCall, device: str):
 
 def torch_kernel_choice(call: SdpaCall, device: str = "cpu") -> str:
     """The kernel name torch's own dispatcher (``torch._fused_sdp_choice``) picks for ``call`` on a
-    real ``device`` of this machine (``"cpu"``, ``"cuda"``)."""
+    real ``device`` of this machine (``"cpu"``, ``"cuda"``), with the backends enabled now
+    (``torch.nn.attention.sdpa_kernel``, ``torch.backends.cuda.enable_*_sdp``)."""
+    enabled = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
+               torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled())
+    return _torch_kernel_choice(call, device, enabled)
+
+
+@functools.lru_cache(maxsize=256)
+def _torch_kernel_choice(call: SdpaCall, device: str, enabled: tuple) -> str:
+    """:func:`torch_kernel_choice`, remembered per call, device and enabled backends."""
     query, key, value, mask = _call_tensors(call, device)
     causal = call.causal and not call.mask
-    try:
-        choice = torch._fused_sdp_choice(query, key, value, mask, call.dropout, causal, enable_gqa=call.enable_gqa)
-    except RuntimeError as error:  # every kernel disabled or refusing: torch says why
-        raise AccountingError(f"scaled_dot_product_attention has no kernel for {call}: {error}") from error
+    with warnings.catch_warnings(record=True) as why:  # torch warns each refusal before it gives up
+        warnings.simplefilter("always")
+        try:
+            choice = torch._fused_sdp_choice(query, key, value, mask, call.dropout, causal, enable_gqa=call.enable_gqa)
+        except RuntimeError as error:  # every enabled kernel refuses: torch's warnings say why
+            reasons = "; ".join(str(warning.message).split(" (Triggered")[0] for warning in why)
+            raise AccountingError(f"scaled_dot_product_attention has no enabled kernel for {call} on {device}: "
+                                  f"{reasons or error}") from error
     if choice not in _BACKEND_NAMES:
         raise AccountingError(f"scaled_dot_product_attention chose backend {choice} for {call}, not a known kernel")
     return _BACKEND_NAMES[choice]

@@ -114,6 +114,16 @@ def test_meta_runs_math_and_the_cpu_is_asked():
     assert choose_sdpa_kernel(call, torch.device("cpu")).source == "torch"
 
 
+def test_the_backends_enabled_now_are_asked():
+    """``sdpa_kernel`` limits what torch may run: the answer follows it, and none left is an error saying why."""
+    call = SdpaCall(torch.float32, batch=2, heads=4, kv_heads=2, sequence=16, head_width=16)
+    with sdpa_kernel(SDPBackend.MATH):
+        assert choose_sdpa_kernel(call, "cpu").name == "math"
+    assert choose_sdpa_kernel(call, "cpu").name == "flash"
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.raises(AccountingError, match=r"no enabled kernel.*dropout"):
+        choose_sdpa_kernel(dataclasses.replace(call, dropout=0.1), "cpu")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device to ask")
 def test_a_cuda_device_without_one_here_needs_its_capability():
     with pytest.raises(AccountingError, match=r"name its compute capability"):
