@@ -110,6 +110,14 @@ def test_the_sustained_window_runs_back_to_back_for_seconds_and_its_figure_is_wo
     assert headline.energy_unavailable is None
 
 
+def test_a_window_whose_calls_run_five_times_faster_than_planned_still_lasts_its_seconds():
+    device = FakeDevice(tau=1e-3)
+    shape = candidate(4096, device)
+    planned_slow = Candidate(shape.shape, shape.flops, 5 * shape.seconds)  # a noisy sweep saw it five times slower
+    headline, windows = sustained(device, "bf16", [planned_slow], deadline=1e9)
+    assert headline.published and headline.seconds >= phase.SUSTAINED_TARGET_S
+
+
 def test_the_fastest_candidate_as_timed_now_is_sustained_not_the_sweeps_first():
     device = FakeDevice(tau=1e-3)
     slow, fast = candidate(1024, device), candidate(4096, device)  # the sweep (wrongly) listed the slow one first

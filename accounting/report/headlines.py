@@ -60,8 +60,9 @@ TOP_CANDIDATES = 3
 CANDIDATE_REPEATS = 5
 TRIM_FRACTION = 0.2
 """The trimmed centre drops this share of the repetitions at each end, then averages the rest."""
-WINDOW_HEADROOM = 2.0
-"""A sustained window may make this many times the calls planned, so calls faster than planned still fill it."""
+WINDOW_HEADROOM = 10.0
+"""A sustained window may make this many times the calls planned, so calls faster than planned (a plan from a
+noisy ranking) still fill its seconds; the seconds, not the count, end it."""
 UNSTEADY_SPREAD = 0.03
 """A sustained window whose repetitions' interquartile range exceeds this share of their median is ``unsteady``."""
 OVERRUN_SHARE = 0.25

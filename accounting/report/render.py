@@ -114,7 +114,7 @@ def _headline_lines(report: dict) -> list[str]:
             if figure.get("reason") and figure["reason"] not in notes:
                 notes.append(figure["reason"])
             if not figure["published"] and figure.get("tflops"):
-                notes.append(f"measured {figure['tflops']:.1f} TFLOP/s")
+                notes.append(f"measured {tflops(figure['flops_per_s'])} TFLOP/s")
             note = "; ".join(notes)
             window = figure.get("seconds")
             rows.append([label, kind, tflops(shown * 1e12 if shown is not None else None),
