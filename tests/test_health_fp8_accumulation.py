@@ -227,3 +227,22 @@ def test_a_not_checked_result_check_is_not_a_failure_for_the_health_verdict():
     verdict = judge("gpu0", results=[unchecked])
     assert verdict.state == HEALTHY
     assert any("no finite rounding bound at k=8192" in item for item in verdict.unchecked)
+
+
+def test_the_reports_injected_fault_fails_an_fp8_product_judged_with_the_gpu_model(monkeypatch):
+    """The report's self-test on fp8, with every check using the GPU's precision model (as on a GPU)."""
+    from accounting.health import results
+    from accounting.report.checks import ResultChecker, parse_injected_fault
+
+    real = results.precision_of
+    monkeypatch.setattr(results, "precision_of", lambda dtype, device="cpu", **kwargs: real(dtype, "cuda", **kwargs))
+    case = matmul_case("float8_e4m3fn", 8, 8192, 64, seed=3)
+    clean = ResultChecker()("float8_e4m3fn", case)
+    assert clean.checked and clean.ok and clean.accumulation == FAST
+    index = 5
+    bit = _upward_exponent_flip(case.fn(), index)
+    raised = ResultChecker(parse_injected_fault(f"float8_e4m3fn:flip:{index}:{bit}"))("float8_e4m3fn", case)
+    assert raised.checked and not raised.ok and raised.excess > 1 and raised.row == 0
+    assert raised.columns[0] <= index < raised.columns[1]
+    acceptance = ResultChecker(parse_injected_fault("float8_e4m3fn:flip:0:14"))("float8_e4m3fn", case)
+    assert not acceptance.ok and acceptance.repeat_identical is False
