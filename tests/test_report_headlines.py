@@ -329,9 +329,13 @@ def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cp
     report, text = real_cpu_report
     figures = report["dtypes"]["float32"]["headlines"]
     burst, steady = figures["burst"], figures["sustained"]
-    assert steady["published"] and steady["clock_mhz"] > 100 and steady["tflops"] > 0
-    assert burst["clock_mhz"] > 100 and burst["flops_per_s"] >= steady["flops_per_s"]
+    assert burst["clock_mhz"] > 100
+    if not steady["published"]:  # a loaded 2-core VM may leave the window no time: it says what would reach it
+        assert re.search(r"--budget \d+ would reach it$", steady["reason"]), steady["reason"]
+        return
+    assert steady["clock_mhz"] > 100 and steady["tflops"] > 0 and burst["flops_per_s"] >= steady["flops_per_s"]
     assert len(steady["spreads"]) == 1 and steady["seconds"] >= phase.SUSTAINED_MIN_S
+    assert "saturation-unknown" in " ".join(steady["tags"]), "a CPU reports no power limit"
     assert "Burst and sustained" in text
     assert re.search(r"^\s+float32\s+sustained\s+[0-9.]+\s", text, re.MULTILINE)
 

@@ -202,16 +202,20 @@ def physical_facts(info: DeviceInfo):
 def report_budget_advice(budget_s: float, level: str):
     """``advice(extra_headline_s)``: the ``--budget`` that gives the headline phase ``extra_headline_s`` more.
 
-    The headline phase gets ``HEADLINE_FRACTION`` of what the finishing reserve leaves, so each extra
-    second of it costs ``1 / (HEADLINE_FRACTION × (1 − FINISH_RESERVE_FRACTION))`` seconds of budget.
+    The headline phase gets ``HEADLINE_FRACTION`` of what the finishing reserve leaves of the standard part
+    (at ``long``, :func:`~accounting.report.levels.report_budget_s`), so each extra second of it costs
+    ``1 / (HEADLINE_FRACTION × (1 − FINISH_RESERVE_FRACTION))`` seconds of that part.
 
     >>> report_budget_advice(60.0, "standard")(1.5)
     '--budget 66 would reach it'
+    >>> report_budget_advice(600.0, "long")(1.5)
+    '--budget 611 would reach it'
     """
+    share = report_budget_s(level, budget_s) / budget_s if budget_s > 0 else 1.0
+
     def advice(extra_s: float) -> str:
-        needed = budget_s + extra_s / (HEADLINE_FRACTION * (1 - FINISH_RESERVE_FRACTION))
-        option = "--budget" if level != LONG else "--budget (of which the standard part)"
-        return f"{option} {math.ceil(needed)} would reach it"
+        needed = budget_s + extra_s / (HEADLINE_FRACTION * (1 - FINISH_RESERVE_FRACTION)) / share
+        return f"--budget {math.ceil(needed)} would reach it"
     return advice
 
 
