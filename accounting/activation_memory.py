@@ -19,6 +19,10 @@ that people train actually keeps, read off the saved tensors of a real forward p
   (``repeat_kv``), the softmax in fp32 then cast, SwiGLU saving gate, up, SiLU and product,
   and Mixtral's experts (tokens gathered per expert, ``torch._grouped_mm``).
 
+Attention is counted as the kernel that runs it: eager attention, or the kernel
+``scaled_dot_product_attention`` picks on the device asked about (:mod:`accounting.attention_kernels`):
+fused kernels keep one statistic per query, the math kernel every (s × s) attention weight.
+
 Notation: T = tokens (sequence × batch), h = width, A = heads × head width, K·d = kv width,
 f = MLP width, H = heads, s = sequence, V = vocabulary, E = experts, k = experts per token.
 Element sizes come from :class:`ActivationFormats`: σ for the residual stream, μ for matmul
@@ -30,9 +34,8 @@ outputs (they differ under autocast: fp32 stream, bf16 matmuls).
 1128
 """
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 from accounting._checks import check_choice, check_positive_size
 from accounting.attention_kernels import SDPA_KERNELS, SdpaCall, SdpaKernel, choose_sdpa_kernel
