@@ -8,6 +8,7 @@ Truths: the recorded ``fleet.json`` (one H200 rank; its report's rows and its id
 
 import copy
 
+from accounting.fleet.health import fleet_health
 from accounting.fleet.render import rank_rows
 from accounting.fleet.verdict import IMPOSSIBLE, judge
 from accounting.report.results import dtype_section
@@ -38,6 +39,9 @@ def test_a_rank_whose_best_figure_is_793_tflops_at_1350_mhz_is_flagged_impossibl
     flags = [flag for flag in judge([rank], fraction=0.9)["flags"] if flag["kind"] == IMPOSSIBLE]
     assert [flag["subject"] for flag in flags] == ["bfloat16"]
     assert flags[0]["message"].startswith("rank 0 bfloat16: best 793 TFLOP/s fails the physical check: 793.1 TFLOP/s")
+    # a clock read at the wrong moment is not a worse device: the rank's state is what its report found
+    before = fleet_health([recorded_rank()], [])["ranks"][0]["state"]
+    assert fleet_health([rank], flags)["ranks"][0]["state"] == before
 
 
 def test_the_fleets_fp8_column_names_its_accumulation():

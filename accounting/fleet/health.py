@@ -16,7 +16,8 @@ throttling, as ``accounting report`` judges one device), and adds what only the 
   doing, not the device's: the busy flag replaces its straggler flags, and its report's below-floor reasons and its
   end of a slow link become notes. A wrong result, an error or a counter still fails or degrades it: other work
   does not make a product wrong. Above the peak is a wrong peak, not a worse device: the report lists it as not
-  checked.
+  checked. An impossible figure (above what the SMs can do at its clock) is a clock read at the wrong moment or a
+  timer fault, not a worse device: flagged, and the device's state left to its other evidence.
 
 Two findings name no device and are the fleet's own reasons: a collective below its ``--min-busbw``
 (degraded: the interconnect) and a collective that raised on *every* rank alike (failed: the collective, its
@@ -43,6 +44,7 @@ from accounting.fleet.verdict import (
     FAILED,
     FLOOR,
     HUNG,
+    IMPOSSIBLE,
     LEFT_OUT,
     OFTEN_SLOWEST,
     OVER_PEAK,
@@ -71,7 +73,7 @@ FLAG_STATES = {
     SLOW_COLLECTIVE: DEGRADED, FLOOR: DEGRADED,
     WRONG: states.FAILED, WRONG_PRODUCT: states.FAILED, FAILED: states.FAILED, LEFT_OUT: states.FAILED,
     HUNG: states.FAILED,
-    BUSY: HEALTHY, OVER_PEAK: HEALTHY,
+    BUSY: HEALTHY, OVER_PEAK: HEALTHY, IMPOSSIBLE: HEALTHY,
 }
 """The state each of the fleet's flags puts its rank in (see the module's docstring for why)."""
 REPORTED = frozenset({FLOOR, OVER_PEAK, WRONG_PRODUCT})
