@@ -42,12 +42,14 @@ bound, not a statistical one, so a failed check is a wrong result, not bad luck.
 is not finite (or whose bound is not a number) has no bound to be judged against: its check says *not
 checked* and why (:attr:`ResultCheck.not_checked_reason`), never *wrong*.
 
-**Overflow**, which relative bounds leave out too: where ``(1 + α)·T`` reaches the largest finite value of
-the output type, an element of that block may be infinite in a correct product, either because its value
-lies beyond the type's range or because a library adds partial sums in the output type (a CPU's float16
-path may store partial sums in float16: an infinity where the exact result is finite). No bound holds there:
-such a block is not judged (``Residuals.may_overflow``; ``|partial sum| ≤ T`` for every order of summing, so
-a block below the limit cannot overflow and keeps its bound).
+**Overflow**, which relative bounds leave out too: where ``(1 + α)·L`` reaches the largest finite value of
+the output type, ``L = |A|·max_{j∈J}|B[:, j]|`` (at least ``Σ_l |a_il||b_lj|`` for every column ``j`` of the
+block; computed only where the block's sum ``T`` reaches it), an element of that block may be infinite in a
+correct product, either because its value lies beyond the type's range or because a library adds partial sums
+in the output type (a CPU's float16 path may store partial sums in float16: an infinity where the exact result
+is finite). No bound holds there: such a block is not judged (``Residuals.may_overflow``; ``|partial sum| ≤ L``
+for every order of summing, so a block below the limit cannot overflow and keeps its bound). A product none of
+whose blocks can be judged is *not checked*, and says so.
 
 **What it is guaranteed to catch.** A single element ``C[i, j]`` off by ``δ`` moves row ``i`` of its
 block's residual by exactly ``±δ`` and its tolerance by at most ``c·|δ|`` (``c = β + γ_{w+2}(u_c)``);
@@ -247,6 +249,35 @@ def _block_sums(x, width, signs, acc, scale=None):
     return signed, absolute
 
 
+def _block_max(x, width, acc, scale=None):
+    """Per block of ``width`` columns: ``max_{j ∈ J} |x[:, j]|``, in ``acc`` (zero-padded like :func:`_block_sums`)."""
+    rows, n = x.shape
+    vectors = -(-n // width)
+    pad = vectors * width - n
+    largest = torch.empty(rows, vectors, dtype=acc, device=x.device)
+    for start, stop in _rows(rows, n):
+        block = x[start:stop].to(acc, copy=True)
+        if scale is not None:
+            block = block * scale.to(acc)
+        if pad:
+            block = torch.nn.functional.pad(block, (0, pad))
+        largest[start:stop] = block.abs_().view(stop - start, vectors, width).amax(-1)
+    return largest
+
+
+def _largest_elements(a, b, width, acc, scale_a, scale_b):
+    """``(m, vectors)``: ``|A| · max_{j ∈ J} |B[:, j]|``, at least every ``Σ_l |a_il||b_lj|`` of its block (so at least
+    every partial sum of those elements, in any order): a screen for overflow much finer than the block's sum ``T``."""
+    y_max = _block_max(b, width, acc, scale_b)
+    largest = torch.empty(a.shape[0], y_max.shape[1], dtype=acc, device=a.device)
+    for start, stop in _rows(a.shape[0], a.shape[1]):
+        block = a[start:stop].to(acc, copy=True)
+        if scale_a is not None:
+            block = block * (scale_a if scale_a.dim() == 0 else scale_a[start:stop]).to(acc)
+        largest[start:stop] = block.abs_() @ y_max
+    return largest
+
+
 def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | None = None, dtype=None,
               vectors: int = VECTORS, seed: int = 0, check_dtype=torch.float64,
               accumulation: str | None = None) -> Residuals:
@@ -298,6 +329,9 @@ def residuals(a, b, c, *, scale_a=None, scale_b=None, precision: Precision | Non
     floor = width * (precision.underflow(k) + (k + width + 3) * underflow_unit(check_dtype))
     tolerance = (alpha * bound_t + beta * bound_s + floor) / (1 - long_sums)
     may_overflow = (1 + alpha) * bound_t >= precision.overflow_limit
+    if bool(may_overflow.any()):  # the block's sum is only a coarse screen: look at its largest elements' bound
+        largest = _largest_elements(a, b, width, check_dtype, scale_a, scale_b)
+        may_overflow = (1 + alpha) * largest >= precision.overflow_limit
     rho = (1 + long_sums) / (1 - long_sums)
     catch = 2 * rho / (1 - 2 * rho * beta) if 2 * rho * beta < 1 else math.inf
     return Residuals(left - right, tolerance, bounds, catch, may_overflow, torch.isnan(bound_t))
@@ -330,6 +364,10 @@ def check_product(a, b, c, *, scale_a=None, scale_b=None, precision: Precision |
                f"{row}, columns {found.bounds[vector]}-{found.bounds[vector + 1] - 1} (an operand holds NaN)")
         return ResultCheck(name, shape, math.nan, row, (found.bounds[vector], found.bounds[vector + 1]),
                            float(found.residual[row, vector].item()), math.nan, repeat_identical, why, used)
+    if found.may_overflow is not None and bool(found.may_overflow.all()):
+        why = (f"every block may overflow its {str(c.dtype).removeprefix('torch.')} result (a correct product may "
+               f"hold an infinity there), so none has a bound to judge it by")
+        return ResultCheck(name, shape, math.nan, 0, (0, b.shape[1]), math.nan, math.nan, repeat_identical, why, used)
     excess = found.excess()
     worst = int(torch.argmax(excess).item())
     row, vector = divmod(worst, excess.shape[1])
