@@ -342,3 +342,50 @@ def test_a_real_cpu_report_carries_burst_and_sustained_each_with_a_clock(real_cp
 
 def phase_clock_measurable() -> bool:
     return vector_clock_supported()
+
+
+def test_a_lead_in_runs_before_the_window_where_the_budget_allows_and_not_where_it_does_not():
+    device = FakeDevice(tau=1e-3)
+    shape = candidate(1024, device)
+    _headline, windows = sustained(device, "bf16", [shape], deadline=1e9)
+    lead_in, window = windows[-2][0], windows[-1][0]
+    assert phase.LEAD_IN_S <= sum(lead_in.samples) < phase.LEAD_IN_S + 2 * shape.seconds
+    assert sum(window.samples) >= phase.SUSTAINED_TARGET_S
+    tight = FakeDevice(tau=1e-3)
+    headline, windows = sustained(tight, "bf16", [shape], deadline=1.1 + phase.WINDOW_OVERHEAD_S)
+    assert len(windows) == 1 and headline.seconds >= phase.SUSTAINED_MIN_S
+
+
+class GpuWindows(FakeDevice):
+    """A GPU's windows: ``telemetry`` (NVML-like readings) merged into each window's."""
+
+    def __init__(self, telemetry, **kwargs):
+        super().__init__(tau=1e-3, **kwargs)
+        self.gpu_telemetry = telemetry
+
+    def repeat(self, dtype, shape, repeats, *, seconds=None):
+        window = super().repeat(dtype, shape, repeats, seconds=seconds)
+        samples = int(sum(window.samples) / 0.02) + 2
+        return Window(window.samples, {**window.telemetry, "backend": "nvml", "samples": samples,
+                                       **self.gpu_telemetry})
+
+
+def test_a_gpu_window_that_is_not_saturated_or_still_settling_is_withheld_and_says_a_soak_may_reach_it():
+    cool = GpuWindows({"power_w_median": 300.0, "power_limit_w": 700.0, "throttle_reasons": [],
+                       "clock_mhz_median": 1980.0, "clock_mhz_early": 1980.0, "clock_mhz_late": 1980.0})
+    found = measure_headlines(cool, {"bf16": [candidate(2048, cool)]}, budget_s=12.0)
+    steady = found["headlines"]["bf16"]["sustained"]
+    assert not steady.published
+    assert steady.reason.startswith("withheld: not power-saturated: 300 W < 0.9 × the enforced limit 700 W")
+    assert "a 20 s thermal soak may reach it" in steady.reason and "power-suspect" in " ".join(steady.tags)
+    settling = GpuWindows({"power_w_median": 690.0, "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"],
+                           "clock_mhz_median": 1500.0, "clock_mhz_early": 1650.0, "clock_mhz_late": 1455.0})
+    steady = measure_headlines(settling, {"bf16": [candidate(2048, settling)]}, budget_s=12.0)["headlines"]["bf16"][
+        "sustained"]
+    assert not steady.published and "the clock was still moving: 1650 MHz in the first half" in steady.reason
+    saturated = GpuWindows({"power_w_median": 690.0, "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"],
+                            "clock_mhz_median": 1455.0, "clock_mhz_early": 1460.0, "clock_mhz_late": 1455.0})
+    steady = measure_headlines(saturated, {"bf16": [candidate(2048, saturated)]}, budget_s=12.0)["headlines"]["bf16"][
+        "sustained"]
+    assert steady.published and steady.saturation == "power 690 W ≥ 0.9 × the enforced limit 700 W"
+    assert steady.clock_mhz == 1455.0 and steady.power_w == 690.0

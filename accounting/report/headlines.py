@@ -11,8 +11,8 @@ power limit and settles lower once hot and power-saturated. So, after the sweep:
 - **sustained** — after a thermal soak (a large matmul for at most ``SOAK_MAX_S``,
   ended early once the clock is flat: ``FLAT_READINGS`` readings within ``FLAT_MHZ``),
   the top ``TOP_CANDIDATES`` sweep shapes are timed ``CANDIDATE_REPEATS`` times each and
-  the fastest runs back to back for a window of at least one second (two where the budget
-  allows), telemetry sampled throughout; the figure is the window's work over its time, at the
+  the fastest runs back to back, a ``LEAD_IN_S`` lead-in and then a window of at least one
+  second (two where the budget allows), telemetry sampled throughout; the figure is the window's work over its time, at the
   median clock and power of its readings, published only with evidence of saturation
   (:mod:`accounting.report.saturation`), else withheld with the reason and the budget that
   would reach it.
@@ -60,6 +60,9 @@ TOP_CANDIDATES = 3
 CANDIDATE_REPEATS = 5
 TRIM_FRACTION = 0.2
 """The trimmed centre drops this share of the repetitions at each end, then averages the rest."""
+LEAD_IN_S = 0.25
+"""Before its sustained window a dtype's shape runs this long untimed-for-the-figure (where the budget allows), so
+the clock has settled on this dtype's load (the previous dtype's, or the soak's, differs) before the window opens."""
 WINDOW_HEADROOM = 10.0
 """A sustained window may make this many times the calls planned, so calls faster than planned (a plan from a
 noisy ranking) still fill its seconds; the seconds, not the count, end it."""
@@ -300,6 +303,8 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
     chosen, per_call = _rank(device, dtype, candidates, deadline, overhead_s, windows)
     room = deadline - device.clock() - overhead_s
     seconds = min(target_s, room)
+    if room - seconds < LEAD_IN_S + overhead_s and room >= SUSTAINED_MIN_S + LEAD_IN_S + overhead_s:
+        seconds = room - LEAD_IN_S - overhead_s  # a shorter window, and the lead-in before it
     if seconds < SUSTAINED_MIN_S:
         if SUSTAINED_MIN_S > room + overrun_s:
             return Headline(split_key(dtype)[0], "sustained", False, shape=chosen.shape, flops=chosen.flops, reason=(
@@ -308,6 +313,10 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
         seconds = SUSTAINED_MIN_S
     # Up to WINDOW_HEADROOM × the planned calls, stopped once ``seconds`` of them have passed.
     repeats = max(1, math.ceil(WINDOW_HEADROOM * seconds / per_call)) if per_call > 0 else 1
+    if room - seconds >= LEAD_IN_S + overhead_s:  # the clock settles on this dtype's load before the window
+        lead_in = device.repeat(dtype, chosen.shape, max(1, math.ceil(WINDOW_HEADROOM * LEAD_IN_S / per_call))
+                                if per_call > 0 else 1, seconds=LEAD_IN_S)
+        windows.append((lead_in, chosen))
     window = device.repeat(dtype, chosen.shape, repeats, seconds=seconds)
     windows.append((window, chosen))
     return _sustained_headline(dtype, window, chosen, device_name, physical), windows
@@ -400,8 +409,8 @@ def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candida
         first = candidates[dtypes[0]]
         fitting = [candidate for candidate in first if candidate.seconds <= SOAK_CHUNK_S] or first[-1:]
         large = max(fitting, key=lambda candidate: candidate.flops)
-        needed = sum(3 * overhead + CANDIDATE_REPEATS * TOP_CANDIDATES * min(c.seconds for c in candidates[d])
-                     + SUSTAINED_MIN_S for d in dtypes)
+        needed = sum(4 * overhead + CANDIDATE_REPEATS * TOP_CANDIDATES * min(c.seconds for c in candidates[d])
+                     + SUSTAINED_MIN_S + LEAD_IN_S for d in dtypes)
         left = budget_s - (device.clock() - started) - needed
         soak_s = min(SOAK_MAX_S, SOAK_SHARE * budget_s, left)
         if soak_s >= large.seconds + overhead:
