@@ -158,3 +158,17 @@ def test_the_standard_reports_default_budget_reaches_sustained_on_an_h200():
         assert steady.seconds >= SUSTAINED_MIN_S and steady.j_per_tflop is not None
     assert "float8_e4m3fn (default accumulation)" in found["headlines"]
     assert found["headlines"]["float8_e4m3fn"]["sustained"].accumulation == "fast"
+
+
+def test_after_a_soak_whose_clock_moved_the_sustained_clock_is_its_own_windows_median_not_the_soaks():
+    device = recorded.SoakingH200(1)
+    steady_shape = sustained_shape_candidate(device)
+    m, k, n = device.soak_shape
+    soak_shape = Candidate(device.soak_shape, 2 * m * k * n, 2 * m * k * n / 677e12)
+    found = measure_headlines(device, {"bfloat16": [steady_shape, soak_shape]}, budget_s=30.0,
+                              physical=recorded.physical())
+    soaked, steady = found["soak"], found["headlines"]["bfloat16"]["sustained"]
+    assert soaked.shape == device.soak_shape and soaked.windows
+    assert soaked.clocks == device.soak_clocks[:len(soaked.clocks)], "the soak read the recorded moving clock"
+    assert steady.published and steady.clock_mhz == device.window["clock_median"] != soaked.clocks[-1]
+    assert steady.tflops == pytest.approx(device.window["tflops"])

@@ -102,3 +102,29 @@ class RecordedH200:
         self.calls.append((dtype, shape, repeats))
         summary = summarise("cuda:0", backend, [dataclasses.replace(r) for r in readings])
         return Window(samples, summary.to_dict())
+
+
+class SoakingH200(RecordedH200):
+    """:class:`RecordedH200` whose soak shape (``soak_shape``) reads, window by window, the SM clocks the budget-60
+    report's soak recorded (``report-bf16-budget60.json``: 28 windows of 32768³ bf16, 1350–1460 MHz, power-capped):
+    the clock that moved during the soak and that the old report quoted for its sustained figure."""
+
+    def __init__(self, window: int = 1, **kwargs):
+        super().__init__(window, **kwargs)
+        soak = load("report-bf16-budget60.json")["telemetry"]["soak"]
+        self.soak_shape = tuple(soak["shape"])
+        self.soak_clocks = list(soak["clocks_mhz"])
+        self.soak_windows = 0
+
+    def repeat(self, dtype, shape, repeats, *, seconds=None) -> Window:
+        if tuple(shape) != self.soak_shape:
+            return super().repeat(dtype, shape, repeats, seconds=seconds)
+        clock = self.soak_clocks[self.soak_windows % len(self.soak_clocks)]
+        self.soak_windows += 1
+        saved = self.window
+        self.window = {**saved, "clock_median": clock, "clock_min": clock, "clock_max": clock,
+                       "tflops": 677.0}  # the recorded 32768³ rate (report-bf16-budget60.txt)
+        try:
+            return super().repeat(dtype, shape, repeats, seconds=seconds)
+        finally:
+            self.window = saved
