@@ -108,8 +108,25 @@ def test_a_short_window_of_averaged_power_gets_no_power_times_time_energy(instal
     summary = summarise("cuda:0", backend, [first, backend.read(edge=True)])
     assert summary.energy_j is None and summary.power_w_mean == 650.0
     assert "1 s average" in summary.unavailable["energy_j"]
-    tags = validity_tags(summary, run_max_power_w=800.0)
+    assert summary.power_limit_w == 700.0, "NVML's enforced limit, read at the edges"
+    tags = validity_tags(summary, power_limit_w=800.0)
     assert tag_names(tags) == [POWER_SUSPECT] and "1 s average" in tags[0]
+
+
+def test_the_enforced_power_limit_is_read_at_the_edges_only_and_its_lowest_value_kept(install):
+    nvml = install(FakeNvml())
+    clock = FakeTime()
+    backend = NvmlBackend(nvml, 0, now=clock)
+    readings = [backend.read(edge=True)]
+    nvml.gpus[0].power_limit_mw = 500_000  # capped by an administrator during the window
+    readings += [backend.read(edge=False), backend.read(edge=True)]
+    assert [reading.power_limit_w for reading in readings] == [700.0, None, 500.0]
+    assert nvml.calls["nvmlDeviceGetEnforcedPowerLimit"] == 2
+    assert summarise("cuda:0", backend, readings).power_limit_w == 500.0
+    unsupported = install(FakeNvml(unsupported={"nvmlDeviceGetEnforcedPowerLimit"}))
+    backend = NvmlBackend(unsupported, 0, now=clock)
+    summary = summarise("cuda:0", backend, [backend.read(edge=True), backend.read(edge=True)])
+    assert summary.power_limit_w is None and "nvmlDeviceGetEnforcedPowerLimit" in summary.unavailable["power_limit_w"]
 
 
 @pytest.mark.parametrize("kind, member, value", [(0, "dVal", 412.5), (1, "uiVal", 650_000), (2, "ulVal", 2**40),
