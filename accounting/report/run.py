@@ -418,7 +418,7 @@ def build_report(plan: Plan, *, progress, started: float, clock=time.monotonic, 
             sweeps = sweep.run(plan.dtypes)
         _under_load(windows, plan, sweeps, case_factory)
         if level != QUICK and hasattr(timer, "repeat"):  # a timer that times single repetitions (not a stand-in)
-            progress.update(clock() - started, "burst and sustained headlines (idle, soak, lock-in)")
+            progress.update(clock() - started, "burst and sustained headlines (idle, soak, 1-2 s windows)")
             headline_budget = max(budget_s * (1 - FINISH_RESERVE_FRACTION) - (clock() - started), 1e-3)
             candidates = with_fp8_default_accumulation(headline_candidates(sweeps), headline_budget, plan.notes)
             found = headline_phase.measure_headlines(
