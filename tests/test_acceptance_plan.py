@@ -4,12 +4,14 @@ The commands of the package's own CLIs are parsed by those CLIs' real parsers (`
 ``gate``, ``fleet``, the clock check), so an option that does not exist fails here, not on a lent GPU.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from accounting.__main__ import build_parser
+from accounting.acceptance import plan as plan_module
 from accounting.acceptance.plan import (
     BUDGETS_S,
     COLLECT_BUDGET_S,
@@ -26,6 +28,7 @@ from accounting.acceptance.plan import (
     plugin_arguments,
     saved_runs,
 )
+from accounting.bench.matrix import load_benchmarks
 from accounting.model_mfu.sizes import MODEL_SIZES
 from accounting.model_mfu.step import MEMORY_FRACTION, predicted_peak_bytes
 from accounting.report.model_section import precisions_for
@@ -180,23 +183,64 @@ def test_the_gate_steps_hold_only_when_runs_were_saved_and_compared(tmp_path):
     assert gate_verdict(log) == "Gate: pass: 2 benchmarks, 2 inconclusive" and steps["gate-check"].check() is None
 
 
-def _needed(name):
-    return max(predicted_peak_bytes(MODEL_SIZES[name], precision) for precision in precisions_for("cuda"))
+def _needed(name, batch=None):
+    size = MODEL_SIZES[name] if batch is None else dataclasses.replace(MODEL_SIZES[name], batch_size=batch)
+    attention = {"fp32": "eager"}  # fp32 with grouped-query attention runs SDPA's math kernel on CUDA
+    return max(predicted_peak_bytes(size, precision, attention=attention.get(precision, "sdpa")
+                                    if size.config.kv_heads < size.config.heads else "sdpa")
+               for precision in precisions_for("cuda", name))
 
 
-@pytest.mark.parametrize("name", ["gpt2-small", "small"])
-def test_the_model_size_is_the_largest_whose_every_policy_fits(name):
-    order = list(MODEL_SIZES)
-    enough = int(_needed(name) / MEMORY_FRACTION) + 1
-    assert model_size_that_fits(_machine(devices=(dict(H100, free_bytes=enough),)))[0] == name
-    smaller = order[order.index(name) - 1]
-    assert model_size_that_fits(_machine(devices=(dict(H100, free_bytes=enough - 2**20),)))[0] == smaller
+def test_the_model_size_is_benchmarks_json_s_at_the_largest_batch_that_fits_then_its_fallback():
+    matrix = load_benchmarks().model("cuda")
+    primary, fallback = MODEL_SIZES[matrix.size], MODEL_SIZES[matrix.fallback_size]
+    enough = int(_needed(matrix.size) / MEMORY_FRACTION) + 1
+    size, why = model_size_that_fits(_machine(devices=(dict(H100, free_bytes=enough),)))
+    assert size == primary and why.startswith(f"{matrix.size} at batch {primary.batch_size}: fits")
+    size, why = model_size_that_fits(_machine(devices=(dict(H100, free_bytes=enough - 2**20),)))
+    assert (size.name, size.batch_size) == (matrix.size, primary.batch_size - 1)
+    below_one = int(_needed(matrix.size, batch=1) / MEMORY_FRACTION) - 2**20
+    size, why = model_size_that_fits(_machine(devices=(dict(H100, free_bytes=below_one),)))
+    assert size.name == fallback.name and _needed(fallback.name, size.batch_size) <= MEMORY_FRACTION * below_one
+    assert f"{matrix.size} does not fit even at batch 1" in why
 
 
-def test_no_model_size_fitting_skips_the_model_step_with_why(tmp_path):
+def test_the_model_steps_run_the_size_and_batch_that_fit(tmp_path):
+    steps = _steps(_machine(devices=(dict(H100, free_bytes=140 * 2**30),)), tmp_path)
+    size = MODEL_SIZES[load_benchmarks().model("cuda").size]
+    args = build_parser().parse_args(_accounting_args(steps["model-mfu"]))
+    assert (args.model, args.batch) == (size.name, size.batch_size)
+    anchor = list(steps["model-anchor"].command)
+    assert anchor[anchor.index("--size") + 1:anchor.index("--size") + 4] == [size.name, "--batch", str(size.batch_size)]
+
+
+def test_no_model_size_fitting_skips_the_model_steps_with_why(tmp_path):
     tiny = _machine(devices=(dict(H100, free_bytes=1024),))
     assert model_size_that_fits(tiny)[0] is None
-    assert _steps(tiny, tmp_path)["model-mfu"].skip.startswith("no model size fits: tiny: ")
+    steps = _steps(tiny, tmp_path)
+    for name in ("model-mfu", "model-anchor"):
+        assert steps[name].skip.startswith("no model size fits: tinyllama-1.1b does not fit even at batch 1: ")
+
+
+def test_the_anchor_is_skipped_with_its_reason_where_transformers_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan_module, "transformers_missing", lambda: "needs transformers, not installed here")
+    steps = _steps(_machine(), tmp_path)
+    assert steps["model-anchor"].skip == "needs transformers, not installed here"
+    assert steps["model-mfu"].skip is None
+
+
+@pytest.mark.parametrize("document, problem", [
+    pytest.param({"held": True, "reason": ""}, None, id="held"),
+    pytest.param({"held": False, "reason": "the package's step took 1.100 x Hugging Face's, more than 1 + 0.03"},
+                 "the package's step took 1.100 x Hugging Face's, more than 1 + 0.03", id="slower"),
+    pytest.param({"skipped": "both steps need 90 GiB"}, "not measured: both steps need 90 GiB", id="did-not-fit"),
+])
+def test_the_anchor_step_holds_when_the_package_is_not_slower(tmp_path, document, problem):
+    step = _steps(_machine(), tmp_path)["model-anchor"]
+    logs = tmp_path / "out" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "model-anchor.json").write_text(json.dumps(document))
+    assert step.check() == problem
 
 
 def test_the_development_guide_s_table_gives_each_step_its_budget():

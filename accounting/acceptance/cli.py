@@ -33,8 +33,10 @@ from accounting.acceptance.figures import (
     report_figures,
     report_headline,
 )
+from accounting.acceptance.model_anchor import anchor_figures, anchor_headline
 from accounting.acceptance.outputs import ARCHIVE, LOGS_DIR, MAX_FILES, SUMMARY_JSON, SUMMARY_MD, check_outdir, over_limit, pack
 from accounting.acceptance.plan import (
+    ANCHOR_JSON,
     BUDGETS_S,
     FLEET_JSON,
     PROBE_BUDGET_S,
@@ -50,6 +52,7 @@ from accounting.acceptance.plan import (
 )
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome, Step, run_step
 from accounting.acceptance.summary import SCHEMA, exit_status, render, result
+from accounting.bench.matrix import load_benchmarks
 from accounting.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, OneLineParser
 from accounting.errors import AccountingError
 
@@ -108,6 +111,10 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
         log = logs / "pytest-collect.log"
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
         return next((line.strip() for line in reversed(lines) if " collected" in line), ""), []
+    if name == "model-anchor":
+        document = _read_json(logs / ANCHOR_JSON)
+        return (anchor_headline(document), anchor_figures(document, step=name, floor=_anchor_floor)) if document \
+            else ("", [])
     if name == "fleet":
         document = _read_json(out / FLEET_JSON)
         return (fleet_headline(document), []) if document else ("", [])
@@ -116,6 +123,13 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
     if name == "gate-check":
         return (gate_verdict(logs / "gate-check.log") if (logs / "gate-check.log").exists() else ""), []
     return "", []
+
+
+def _anchor_floor(precision: str, size: str, device_name: str | None) -> float | None:
+    try:
+        return load_benchmarks().model_floor("cuda", precision, size, chip=device_name)
+    except AccountingError:
+        return None
 
 
 def _probe_headline(found: dict | None) -> str:
@@ -254,7 +268,7 @@ def step_names(text: str) -> tuple[str, ...]:
     >>> step_names("reprot")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: --only: unknown step 'reprot'; the steps: pytest-collect, clock-check, report-quick, fault-injection, report, pytest-gpu, model-mfu, fleet, gate-save, gate-check
+    argparse.ArgumentTypeError: --only: unknown step 'reprot'; the steps: pytest-collect, clock-check, report-quick, fault-injection, report, pytest-gpu, model-mfu, model-anchor, fleet, gate-save, gate-check
     """
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     for name in names or ("",):

@@ -23,8 +23,10 @@ from accounting.acceptance.probe import PLUGIN_MODULE
 from accounting.acceptance.steps import Step
 from accounting.errors import AccountingError
 from accounting.gate.measure import NOTHING_RUN_FILTER
+from accounting.acceptance.model_anchor import transformers_missing
+from accounting.bench.matrix import load_benchmarks
 from accounting.model_mfu.sizes import MODEL_SIZES
-from accounting.model_mfu.step import check_fits
+from accounting.model_mfu.step import size_that_fits
 from accounting.report.model_section import precisions_for
 
 TOTAL_BUDGET_S = 470.0
@@ -32,19 +34,23 @@ TOTAL_BUDGET_S = 470.0
 PROBE_BUDGET_S = 30.0
 BUDGETS_S = {
     "clock-check": 25.0,
-    "report-quick": 35.0,
-    "fault-injection": 30.0,
+    "report-quick": 25.0,
+    "fault-injection": 25.0,
     "report": 60.0,
     "pytest-gpu": 95.0,
-    "model-mfu": 55.0,
-    "fleet": 60.0,
-    "gate-save": 50.0,
+    "model-mfu": 45.0,
+    "model-anchor": 40.0,
+    "fleet": 50.0,
+    "gate-save": 45.0,
     "gate-check": 30.0,
 }
 """Each step's wall-clock budget in seconds, start-up included: each pytest or report process spends 5–15 s importing
-torch and initialising CUDA before it measures (the gate's save starts two). Estimates from the work each does, not
-yet measured on a GPU: ``pytest -m gpu`` times 10 matmuls (fp32 16384³ alone is about 0.18 s a call on an H100) and
-4 GPT-2-small training steps."""
+torch and initialising CUDA before it measures (the gate's save starts two). Measured on one H200
+(tests/data/hosts/nvidia-h200.md, before the Llama size and the anchor): clock-check 15.7 s, report-quick 11.5,
+fault-injection 11.8, report 43.0, pytest-gpu 48.7 (10 matmuls and 4 GPT-2-small steps), model-mfu 19.0 (GPT-2 small),
+fleet 35.3, gate-save 32.3, gate-check 21.1; each budget keeps at least 1.4 x that. The Llama size adds 3 steps of
+about 0.17 s (a second or two to build each) to pytest-gpu and model-mfu; the anchor builds two 1.1B models and
+times 2 x 8 steps."""
 COLLECT_BUDGET_S = 30.0
 """``pytest --collect-only`` of the GPU test files where there is no GPU (skipped on a GPU machine, so outside the
 GPU budgets)."""
@@ -64,6 +70,9 @@ FAULT = {"bfloat16": "bfloat16:flip:0:14", "float32": "float32:flip:0:30"}
 """The injected fault per dtype: flip the top exponent bit of the first element of the checked product."""
 GPU_MARK = re.compile(r"^\s*(@(pytest\.)?mark\.gpu\b|pytestmark\s*=.*\bmark\.gpu\b)", re.MULTILINE)
 """How a test file marks a GPU test: a ``@pytest.mark.gpu`` decorator or a ``pytestmark = pytest.mark.gpu`` line."""
+
+ANCHOR_JSON = "model-anchor.json"
+"""What the anchor step measured (in the logs folder)."""
 
 # The outputs kept beside the summary (at most 8 files in all: see accounting.acceptance.outputs).
 PYTEST_JSON, REPORT_JSON, REPORT_PNG, FLEET_JSON = "pytest-gpu.json", "report.json", "report.png", "fleet.json"
@@ -144,24 +153,27 @@ def plugin_arguments(machine: Machine) -> list[str]:
     return [] if machine.plugin_registered else ["-p", PLUGIN_MODULE]
 
 
-def model_size_that_fits(machine: Machine) -> tuple[str | None, str]:
-    """The largest named model size whose every policy's predicted peak fits the first GPU's free memory.
+def model_size_that_fits(machine: Machine):
+    """``benchmarks.json``'s GPU model size (``model.cuda.size``) at the largest batch whose every policy's predicted
+    peak fits the first GPU's free memory, else its fallback size (``model.cuda.fallback_size``) likewise.
 
-    Returns ``(size, why)``; ``(None, why)`` when none fits.
+    Returns ``(ModelSize, why)``; ``(None, why)`` when neither fits even at batch 1.
     """
     if not machine.devices:
         return None, "no GPU"
     free = int(machine.devices[0]["free_bytes"])
+    try:
+        matrix = load_benchmarks().model("cuda")
+        names = [matrix.size] + ([matrix.fallback_size] if matrix.fallback_size else [])
+    except AccountingError:
+        names = ["gpt2-small"]
     refusals = []
-    for name in reversed(tuple(MODEL_SIZES)):  # largest first
-        try:
-            for precision in precisions_for("cuda"):
-                check_fits(MODEL_SIZES[name], precision, "cuda:0", free_bytes=free)
-        except AccountingError as error:
-            refusals.append(str(error))
-            continue
-        return name, f"{name}: the largest size that fits {free / 2**30:.1f} GiB free"
-    return None, f"no model size fits: {refusals[-1]}"
+    for name in dict.fromkeys(names):
+        size, why = size_that_fits(MODEL_SIZES[name], precisions_for("cuda", name), "cuda:0", free_bytes=free)
+        if size is not None:
+            return size, why if not refusals else f"{why}; {refusals[0]}"
+        refusals.append(why)
+    return None, f"no model size fits: {'; '.join(refusals)}"
 
 
 def _needs(machine: Machine, *packages: str) -> str | None:
@@ -180,6 +192,7 @@ def build_steps(machine: Machine | None, paths: Paths, python: str, *, probe_pro
     files = gpu_test_files(paths.root)
     fault_dtype = "bfloat16" if machine.compute_capability >= (8, 0) else "float32"
     size, size_why = model_size_that_fits(machine)
+    size_arguments = ["--model", size.name, "--batch", str(size.batch_size)] if size else ["--model", "tiny"]
     plot = "matplotlib" not in machine.missing_needed
     report_outputs = ["--json", str(out / REPORT_JSON)] + (["--plot", str(out / REPORT_PNG)] if plot else [])
     gate_pytest = ["--", "-m", "gpu", *plugin, "-p", "no:cacheprovider", "--gpus", "0", "-k", GATE_BENCHMARKS,
@@ -205,10 +218,17 @@ def build_steps(machine: Machine | None, paths: Paths, python: str, *, probe_pro
               f"--benchmark-storage=file://{work / 'pytest-storage'}", *files),
              BUDGETS_S["pytest-gpu"], check=lambda: _benchmarks_ran(out / PYTEST_JSON),
              skip=_needs(machine, "pytest", "pytest_benchmark", "hypothesis") or (None if files else "no test file marks a gpu test")),
-        Step("model-mfu", f"accounting report --level quick --model {size or '?'} (model MFU per precision policy)",
-             (*accounting, "report", "--level", "quick", "--dtypes", fault_dtype, "--quiet", "--model", size or "tiny",
+        Step("model-mfu", f"accounting report --level quick --model {size.name if size else '?'}"
+                          f"{f' --batch {size.batch_size}' if size else ''} (model MFU per precision policy)",
+             (*accounting, "report", "--level", "quick", "--dtypes", fault_dtype, "--quiet", *size_arguments,
               "--json", str(work / "model.json")),
              BUDGETS_S["model-mfu"], skip=None if size or skip else size_why),
+        Step("model-anchor", f"the {size.name if size else '?'} step beside Hugging Face's of the same shape, bf16, "
+                             "timed in turns in one process (the package's must not be slower)",
+             (python, "-m", "accounting.acceptance.model_anchor", str(work / ANCHOR_JSON),
+              "--size", size.name if size else "tiny", "--batch", str(size.batch_size if size else 1)),
+             BUDGETS_S["model-anchor"], skip=(None if skip else (None if size else size_why) or transformers_missing()),
+             check=lambda: _anchor_held(work / ANCHOR_JSON)),
         Step("fleet", f"torchrun --standalone --nproc-per-node=gpu -m accounting fleet --budget {FLEET_BUDGET_S:g}"
                       + (" (one GPU: a world of one, no collectives)" if len(machine.devices) == 1 else ""),
              (python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=gpu", "-m", "accounting",
@@ -258,6 +278,16 @@ def _fault_was_caught(path: Path) -> str | None:
     if health.get("state") != "failed":
         return f"the injected fault was not caught: the report's health is {health.get('state')!r}, not 'failed'"
     return None
+
+
+def _anchor_held(path: Path) -> str | None:
+    """``None`` when the package's step was not slower than Hugging Face's; else why the anchor did not hold (a skip
+    inside the step, two models that do not fit together, is a reason too)."""
+    with open(path) as handle:
+        document = json.load(handle)
+    if document.get("skipped"):
+        return f"not measured: {document['skipped']}"
+    return None if document.get("held") else document.get("reason") or "the anchor did not hold"
 
 
 def _benchmarks_ran(path: Path) -> str | None:
