@@ -25,6 +25,7 @@ from accounting.model_mfu import (
     model_size,
     size_that_fits,
 )
+from accounting.model_mfu import layers
 from accounting.model_mfu.kernels import expected_formula_attention
 from accounting.timing import MEMORY_FRACTION
 
@@ -184,3 +185,20 @@ def test_an_unknown_attention_is_named():
     with pytest.raises(AccountingError) as caught:
         build_training_step(model_size("tiny", layers=1, seq=8), attention="flash")
     assert str(caught.value) == "attention must be one of 'sdpa', 'eager', got 'flash'"
+
+
+def test_where_the_counter_cannot_count_grouped_attention_the_heads_are_repeated_first(monkeypatch):
+    """Same logits and the same FLOP count as enable_gqa, and SDPA sees as many key/value heads as query heads."""
+    torch.manual_seed(0)
+    model = GPT(LLAMA).double().eval()
+    tokens = torch.randint(0, LLAMA.vocabulary, (2, LLAMA.sequence_length))
+    with torch.no_grad():
+        grouped = model(tokens)
+    seen = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(layers, "SDPA_TAKES_GQA", False)
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention",
+                        lambda q, k, v, **options: seen.append((q.shape[1], k.shape[1], options)) or real(q, k, v, **options))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), grouped, rtol=1e-12, atol=1e-12)
+    assert seen == [(LLAMA.heads, LLAMA.heads, {"is_causal": True})] * LLAMA.layers

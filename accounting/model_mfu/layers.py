@@ -26,6 +26,7 @@ from einops import repeat
 from jaxtyping import Float
 from torch import nn
 from torch.torch_version import TorchVersion
+from torch.utils import flop_counter
 
 ATTENTIONS = ("sdpa", "eager")
 """``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``, which runs a fused kernel where the device has
@@ -35,8 +36,24 @@ ROTARY_BASE = 10_000.0
 """θ of rotary positions: frequency i of a head is θ^(-2i/d) (Su et al. 2021, "RoFormer"; Llama 2, TinyLlama)."""
 RMS_NORM_EPS = 1e-5
 """ε under the root of RMSNorm (Llama 2's and TinyLlama's ``rms_norm_eps``)."""
-SDPA_TAKES_GQA = TorchVersion(torch.__version__) >= "2.5"
-"""``scaled_dot_product_attention(enable_gqa=...)`` exists from torch 2.5; before, key/value heads are repeated."""
+
+
+def _counter_counts_grouped_attention() -> bool:
+    """Whether torch's ``FlopCounterMode`` formulas for the fused kernels take fewer key/value heads than query heads
+    (pytorch/pytorch#177188, 2026; before, they assert equal heads and a step's FLOP count would fail)."""
+    q, kv = (1, 2, 4, 8), (1, 1, 4, 8)
+    try:
+        flop_counter.sdpa_flop_count(q, kv, kv)
+        flop_counter.sdpa_backward_flop_count(q, q, kv, kv)
+    except (AssertionError, ValueError, TypeError):
+        return False
+    return True
+
+
+SDPA_TAKES_GQA = TorchVersion(torch.__version__) >= "2.5" and _counter_counts_grouped_attention()
+"""Grouped-query attention goes to ``scaled_dot_product_attention(enable_gqa=True)`` where the call exists (torch
+2.5) and ``FlopCounterMode`` can count it; elsewhere key/value heads are repeated first, as Hugging Face does on
+older torch (same FLOPs, a copy of K and V per layer)."""
 
 
 class RMSNorm(nn.Module):
