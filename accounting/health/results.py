@@ -143,8 +143,8 @@ class ResultCheck:
     result); ``row`` and ``columns`` (half-open) say where. ``repeat_identical`` is ``None`` when the
     product was not repeated. ``not_checked_reason`` is why the product could not be judged against a
     bound (none could be computed: ``excess`` is NaN), empty where it was; such a product is not
-    ``checked`` and not failed: ``ok`` unless its repeat differed. ``accumulation``: the fp8 accumulation
-    whose bound was used (``"default"``, ``"fast"``; ``None`` for other dtypes or when not known).
+    ``checked`` and not failed: ``ok`` unless its repeat differed. ``accumulation``: an fp8 product's
+    (``"default"``, ``"fast"``; ``None`` for other dtypes or when not known), whose bound judged it on a GPU.
 
     >>> unchecked = ResultCheck("bfloat16", (8, 8, 8), math.nan, 0, (0, 8), math.nan, math.inf,
     ...                         not_checked_reason="no finite rounding bound")
