@@ -213,3 +213,13 @@ def test_fp8_figures_name_their_accumulation_and_only_the_default_one_meets_mamf
     assert "MAMF 1399" in figures["float8_e4m3fn (default accumulation) burst"].expected.source
     assert "MAMF" not in figures["float8_e4m3fn (fast accumulation) burst"].expected.source
     assert all(figure.verdict == IN_RANGE for figure in figures.values())
+
+
+def test_a_pytest_matmul_names_its_fp8_accumulation_and_a_failed_physical_check():
+    recorded_run = recorded.load("pytest-gpu.json")
+    fp8 = next(bench for bench in recorded_run["benchmarks"] if "float8" in bench["name"])
+    fp8["extra_info"]["accumulation"] = "fast"
+    fp8["extra_info"]["physical_check"] = {"ok": False, "reason": "impossible: 2000 TFLOP/s > ...",
+                                           "ceiling_flops_per_s": 1.5e15}
+    [figure] = pytest_figures({"benchmarks": [fp8]}, "NVIDIA H200", step="pytest-gpu", floor=lambda _: None)
+    assert figure.note.endswith("; fast accumulation; not as it stands: impossible: 2000 TFLOP/s > ...")

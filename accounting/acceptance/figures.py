@@ -134,7 +134,8 @@ def model_figures(document: dict, *, step: str, floor=_model_floor) -> list[Figu
 
 
 def pytest_figures(document: dict, device_name: str | None, *, step: str, floor=_model_floor) -> list[Figure]:
-    """From pytest-benchmark's JSON: each matmul benchmark's TFLOP/s, each training step's model MFU."""
+    """From pytest-benchmark's JSON: each matmul benchmark's TFLOP/s (its note names an fp8 accumulation, and a
+    failed physical check), each training step's model MFU."""
     figures = []
     for benchmark in document.get("benchmarks", []):
         extra = benchmark.get("extra_info") or {}
@@ -146,8 +147,14 @@ def pytest_figures(document: dict, device_name: str | None, *, step: str, floor=
                                   expected_model_mfu(floor(model.get("precision")) if own is None else own),
                                   "model MFU", digits=3))
         elif extra.get("achieved_tflops") is not None and extra.get("dtype"):
+            note = f"MFU {extra.get('mfu') or 0:.3f}"
+            if extra.get("accumulation"):
+                note += f"; {extra['accumulation']} accumulation"
+            physical = extra.get("physical_check") or {}
+            if physical.get("ok") is False:
+                note += f"; not as it stands: {physical.get('reason')}"
             figures.append(Figure(step, name, extra["achieved_tflops"], "TFLOP/s",
-                                  expected_matmul(device_name, extra["dtype"]), f"MFU {extra.get('mfu') or 0:.3f}"))
+                                  expected_matmul(device_name, extra["dtype"]), note))
     return figures
 
 
