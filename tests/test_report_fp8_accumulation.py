@@ -94,3 +94,4 @@ def test_the_default_accumulation_is_measured_where_the_budget_allows_and_folded
     folded = run.fold_accumulations(found, {default_key(FP8): "its check"})["headlines"]
     assert folded == {FP8: {"burst": "fast burst",
                             "default_accumulation": {"burst": "default burst", "check": "its check"}}}
+

@@ -13,10 +13,13 @@ import math
 import pytest
 
 from accounting.hardware.flops_per_clock import FLOPS_PER_CLOCK_PER_SM
+from accounting.hardware.peaks import peak_flops
 from accounting.report import headlines as phase
 from accounting.report import run
 from accounting.report.headlines import Candidate, measure_headlines, sustained
+from accounting.report.results import dtype_section
 from accounting.report.saturation import MIN_READINGS, SUSTAINED_MIN_S, withheld_because
+from accounting.report.sweep import MatmulMeasurement
 from accounting.telemetry.validity import POWER_SUSPECT, tag_names, validity_tags
 from tests.support import h200_report_replay as recorded
 
@@ -172,3 +175,18 @@ def test_after_a_soak_whose_clock_moved_the_sustained_clock_is_its_own_windows_m
     assert soaked.clocks == device.soak_clocks[:len(soaked.clocks)], "the soak read the recorded moving clock"
     assert steady.published and steady.clock_mhz == device.window["clock_median"] != soaked.clocks[-1]
     assert steady.tflops == pytest.approx(device.window["tflops"])
+
+
+def test_a_best_figure_above_the_physical_ceiling_is_not_judged_healthy():
+    """The recorded 793 TFLOP/s "at 1350 MHz" as a sweep row: tagged impossible, and the verdict says unknown."""
+    old = recorded.load("report-bf16-budget60.json")["dtypes"]["bfloat16"]["headlines"]["sustained"]
+    done = MatmulMeasurement("bfloat16", *old["shape"], old["flops"], old["flops"] / old["flops_per_s"], 0.0, 9,
+                             telemetry=old["telemetry"])
+    peak = peak_flops("NVIDIA H200", "bf16")
+    judged = dtype_section("bfloat16", [done], peak=peak, floor=0.6, bandwidth=None, spec_bandwidth=None,
+                           physical=recorded.physical())
+    unchecked = dtype_section("bfloat16", [done], peak=peak, floor=0.6, bandwidth=None, spec_bandwidth=None)
+    assert unchecked["verdict"]["healthy"] is True, "MFU 0.80 over its 0.6 floor, judged without the check"
+    assert judged["verdict"]["healthy"] is None and judged["verdict"]["status"] == "unknown"
+    assert judged["verdict"]["message"].startswith("unknown: the best figure fails the physical check (impossible: 793.1")
+    assert any(tag.startswith("impossible: 793.1 TFLOP/s") for tag in judged["best"]["tags"])

@@ -51,7 +51,7 @@ from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting.report.accumulation import accumulation_of
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
-from accounting.report.verdict import NOT_JUDGED, judge, not_judged, overall, wrong_result
+from accounting.report.verdict import NOT_JUDGED, UNKNOWN, WRONG_RESULT, judge, not_judged, overall, wrong_result
 from accounting.telemetry.validity import validity_tags
 
 SCHEMA = "accounting-report/1"
@@ -213,6 +213,10 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     if failed:
         verdict = wrong_result(dtype, failed, mfu=best_mfu, floor=floor)
     verdict = verdict.as_dict()
+    impossible = [tag for tag in (best_row or {}).get("tags", []) if tag.startswith("impossible:")]
+    if impossible and verdict["status"] != WRONG_RESULT:  # the figure and its clock cannot both be true
+        verdict.update(status=UNKNOWN, healthy=None, shortfall=None,
+                       message=f"unknown: the best figure fails the physical check ({impossible[0]})")
     verdict["tags"] = list(best_row["tags"]) if best_row else []
     if verdict["tags"] and verdict["healthy"] is not None:
         verdict["message"] += f" — from a tagged number ({'; '.join(verdict['tags'])})"
