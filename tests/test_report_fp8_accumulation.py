@@ -15,6 +15,7 @@ from accounting.report import run
 from accounting.report.accumulation import default_key
 from accounting.report.headlines import Headline
 from accounting.report.measure import MatmulTimer
+from accounting.report import plot
 from accounting.report.plot import headline_label
 from accounting.report.render import render
 from accounting.report.results import assemble, bandwidth_section, dtype_section
@@ -95,3 +96,10 @@ def test_the_default_accumulation_is_measured_where_the_budget_allows_and_folded
     assert folded == {FP8: {"burst": "fast burst",
                             "default_accumulation": {"burst": "default burst", "check": "its check"}}}
 
+
+
+def test_the_plot_marks_both_accumulations_published_figures_fast_first():
+    report, _peak = fp8_report()
+    section = json.loads(json.dumps(report))["dtypes"][FP8]
+    marked = plot._published_headlines(section)
+    assert [(figure["kind"], figure["accumulation"]) for figure in marked] == [("burst", "fast"), ("burst", "default")]
