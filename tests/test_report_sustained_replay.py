@@ -190,3 +190,14 @@ def test_a_best_figure_above_the_physical_ceiling_is_not_judged_healthy():
     assert judged["verdict"]["healthy"] is None and judged["verdict"]["status"] == "unknown"
     assert judged["verdict"]["message"].startswith("unknown: the best figure fails the physical check (impossible: 793.1")
     assert any(tag.startswith("impossible: 793.1 TFLOP/s") for tag in judged["best"]["tags"])
+
+
+def test_the_recorded_bursts_at_low_power_carry_no_power_suspect_tag():
+    """The recorded bf16 burst drew 125 W (an idle device, a few products): not saturated, by design."""
+    old = recorded.load("report-bf16-budget60.json")["dtypes"]["bfloat16"]["headlines"]["burst"]
+    assert "power-suspect" in " ".join(old["tags"]), "the recorded report tagged it"
+    window = phase.Window((old["flops"] / old["flops_per_s"],), {**old["telemetry"], "power_limit_w": 700.0})
+    burst = phase._burst_headline("bfloat16", [(window, Candidate(tuple(old["shape"]), old["flops"], 1e-3))],
+                                  1980.0, "cuda:0", recorded.physical())
+    assert burst.published and POWER_SUSPECT not in tag_names(burst.tags)
+    assert POWER_SUSPECT in tag_names(validity_tags(window.telemetry)), "the window itself is not saturated"

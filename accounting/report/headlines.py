@@ -43,7 +43,7 @@ from accounting.report.saturation import (
     window_clock,
     withheld_because,
 )
-from accounting.telemetry.validity import validity_tags, window_power_w
+from accounting.telemetry.validity import POWER_SUSPECT, tag_names, validity_tags, window_power_w
 
 BURST_CLOCK_FRACTION = 0.97
 BURST_REPEATS = 5
@@ -481,7 +481,8 @@ def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> H
     # Its window's highest clock, against the run's highest: the same statistic on both sides, so the
     # noise of a measured clock (a VM's CPU: two readings per window) does not withhold it alone.
     clock = _window_clock_max(window.telemetry)
-    tags = tuple(validity_tags(window.telemetry))
+    # A burst is by definition not power-saturated (an idle device, a few products): power-suspect says nothing.
+    tags = tuple(tag for tag in validity_tags(window.telemetry) if tag_names([tag]) != [POWER_SUSPECT])
     common = dict(flops_per_s=rate, shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples),
                   seconds=sum(window.samples), clock_mhz=clock, power_w=window_power_w(window.telemetry),
                   power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"), tags=tags,
