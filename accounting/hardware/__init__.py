@@ -13,7 +13,8 @@ Modules, each building only on the ones before it:
 - :mod:`~accounting.hardware.precision` — TF32 flags, and a block that sets them;
 - :mod:`~accounting.hardware.cpu_peak` — a CPU's estimated peak FLOP/s;
 - :mod:`~accounting.hardware.native` — whether a device runs a dtype's matmul natively;
-- :mod:`~accounting.hardware.peaks` — published GPU peaks, and the one lookup for a detected device.
+- :mod:`~accounting.hardware.peaks` — published GPU peaks, and the one lookup for a detected device;
+- :mod:`~accounting.hardware.flops_per_clock` — dense FLOP per clock per SM, and the physical ceiling of a figure.
 
 >>> from accounting.hardware.peaks import peak_flops
 >>> peak_flops("NVIDIA H100 80GB HBM3", "bf16") / 1e12

@@ -8,6 +8,9 @@ One module per job:
 - :mod:`~accounting.report.assembly` — the document from the plan and what was measured.
 - :mod:`~accounting.report.sweep` — the budgeted search for the most matmul FLOP/s.
 - :mod:`~accounting.report.measure` — timing products and a large copy on the device.
+- :mod:`~accounting.report.headlines` — burst and sustained figures per dtype, each at its window's clock and power.
+- :mod:`~accounting.report.saturation` — whether a window may be published as sustained (seconds long, saturated).
+- :mod:`~accounting.report.accumulation` — an fp8 figure's accumulation (fast or default), named everywhere.
 - :mod:`~accounting.report.roofline` — arithmetic intensity, ridge point, compute- or memory-bound.
 - :mod:`~accounting.report.verdict` — healthy or not, per dtype, against the floors.
 - :mod:`~accounting.report.results` — the JSON document every other output is drawn from.
