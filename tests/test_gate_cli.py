@@ -162,6 +162,20 @@ def test_check_stops_at_the_cap_and_says_so(tmp_path, storage, fake_runner, caps
     assert out.count("baseline runs spread by") == 1  # the decided benchmark gets no such note
 
 
+def test_check_min_runs_measures_every_benchmark_that_often_so_no_change_has_power(tmp_path, storage, fake_runner,
+                                                                                   capsys):
+    fake_runner.plan = {MATMUL: [0.0150, 0.0151, 0.0149], COPY: [0.0151, 0.0150, 0.0152]}
+    status, out, err = run_main(["gate", "check", "--storage", str(storage), "--min-runs", "3", "--max-extra-runs",
+                                 "0", "--json", str(tmp_path / "v.json"), "--", "-m", "cpu"], capsys)
+    assert status == 0 and out.startswith("Gate: pass: 2 no change")
+    assert fake_runner.calls == [("current-1", None), ("current-2", sorted([MATMUL, COPY])),
+                                 ("current-3", sorted([MATMUL, COPY]))]  # --max-extra-runs raised to 2
+    assert "measuring every benchmark again in a fresh process (run 3 of at least 3)" in err
+    rows = json.loads((tmp_path / "v.json").read_text())["benchmarks"]
+    # 10 baseline and 3 current runs reach Holm's 0.005 (1/286): each no change now says how much it could see.
+    assert all(len(row["current_values_s"]) == 3 and row["detectable_ratio"] is not None for row in rows)
+
+
 def test_check_passes_a_quiet_benchmark_in_one_run(tmp_path, storage, fake_runner, capsys):
     fake_runner.plan = {MATMUL: [0.0150], COPY: [0.0151]}
     status, out, _ = run_main(["gate", "check", "--storage", str(storage), "--", "-m", "cpu"], capsys)

@@ -213,6 +213,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     check.add_argument("--max-extra-runs", metavar="R", type=non_negative_count, default=DEFAULT_MAX_EXTRA_RUNS,
                        help="fresh pytest processes the inconclusive benchmarks may get, one at a time, before the "
                             "verdict. Default: %(default)r")
+    check.add_argument("--min-runs", metavar="N", type=positive_count, default=1,
+                       help="current runs of every benchmark before the suspects are re-measured, so a no change "
+                            "has power behind it (a GPU gate: 5 against 5 baseline runs); counted in "
+                            "--max-extra-runs, which is raised to N - 1 where lower. Default: %(default)r")
     _measuring_arguments(check, kept="the current runs")
 
     compare = actions.add_parser("compare", help="decide runs made elsewhere (no re-measuring)",
@@ -353,8 +357,9 @@ def _write_outputs(args, result, baseline_runs, current, stdout):
 
 
 def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: int, load_guard: bool = True,
-               metric: str | None = None, progress=lambda text: None):
-    """One gated run: a pytest process, then up to ``max_extra_runs`` more for the suspects only.
+               metric: str | None = None, progress=lambda text: None, min_runs: int = 1):
+    """One gated run: a pytest process, then up to ``max_extra_runs`` more for the suspects only (the first
+    ``min_runs - 1`` of them for every benchmark the first ran: ``--min-runs``).
 
     Returns ``(result, baseline, current runs, extra runs taken)``; the caller renders and exits.
     """
@@ -365,12 +370,17 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
     current = [load_run(measured.path)]
     baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
                                 metric=metric)
-    extra = 0
-    while result.suspects and extra < max_extra_runs:
+    extra, max_extra_runs = 0, max(max_extra_runs, min_runs - 1)
+    while (result.suspects or len(current) < min_runs) and extra < max_extra_runs:
         extra += 1
-        progress(f"re-measuring {len(result.suspects)} inconclusive benchmark(s) in a fresh process "
-                 f"({extra} of at most {max_extra_runs})")
-        measured = runner.run(f"current-{extra + 1}", only=result.suspects)
+        if extra < min_runs:
+            only = sorted(current[0].benchmarks)
+            progress(f"measuring every benchmark again in a fresh process (run {extra + 1} of at least {min_runs})")
+        else:
+            only = result.suspects
+            progress(f"re-measuring {len(result.suspects)} inconclusive benchmark(s) in a fresh process "
+                     f"({extra} of at most {max_extra_runs})")
+        measured = runner.run(f"current-{extra + 1}", only=only)
         progress(f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
         if measured.path is not None:
             current.append(load_run(measured.path))
@@ -402,7 +412,8 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
 def _check(args, config, runner, stdout, stderr, started) -> int:
     result, baseline, current, extra = gate_check(runner, config, storage=args.storage, baselines=args.baselines,
                                                   max_extra_runs=args.max_extra_runs, load_guard=args.load_guard,
-                                                  metric=args.metric, progress=lambda text: _progress(stderr, text))
+                                                  metric=args.metric, progress=lambda text: _progress(stderr, text),
+                                                  min_runs=args.min_runs)
     _write_outputs(args, result, baseline.runs if baseline is not None else [], current, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
     return EXIT_REGRESSION if result.failed else EXIT_OK
