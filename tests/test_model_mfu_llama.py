@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from accounting import AccountingError, TransformerConfig, count_flops, transformer_flops, transformer_training_memory
 from accounting.model_mfu import (
     GPT,
+    attention_kernel,
     build_training_step,
+    hardware_flops,
     language_model_loss,
     measure_compiled_step,
     measure_training_step,
@@ -202,3 +204,14 @@ def test_where_the_counter_cannot_count_grouped_attention_the_heads_are_repeated
     with torch.no_grad():
         torch.testing.assert_close(model(tokens), grouped, rtol=1e-12, atol=1e-12)
     assert seen == [(LLAMA.heads, LLAMA.heads, {"is_causal": True})] * LLAMA.layers
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_recomputing_llama_step_counts_its_hardware_flops(attention):
+    """Checkpointing recomputes each block's forward (SDPA's fused forward included) but its last matmul; a fused
+    kernel's backward computes QKᵀ again: FlopCounterMode's count of the real CPU step is ``hardware_flops``."""
+    step = build_training_step(model_size("tiny-llama", layers=2, seq=16), precision="fp32", recompute=True,
+                               attention=attention)
+    count = count_flops(step)
+    kernel = attention_kernel(count, attention)
+    assert count.total == hardware_flops(step.size.config, 4, True, kernel) > transformer_flops(step.size.config, 4).training
