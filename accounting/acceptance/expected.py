@@ -156,7 +156,8 @@ SUSTAINED_OF_MSMF = 0.05
 both are power-saturated figures of seconds-long windows, on different shapes."""
 
 
-def expected_headline(device_name: str | None, dtype: str, kind: str, accumulation: str | None = None) -> Expected | None:
+def expected_headline(device_name: str | None, dtype: str, kind: str,
+                      accumulation: str | None = None) -> Expected | None:
     """The healthy range of a ``burst`` or ``sustained`` headline: against mamf-finder's MAMF (burst ≥ 0.98 ×) or
     MSMF (sustained ± 5 %) where one was measured with the same accumulation, else :func:`expected_matmul`.
 
@@ -176,8 +177,8 @@ def expected_headline(device_name: str | None, dtype: str, kind: str, accumulati
     peak = find_chip(device_name).tflops.get(peak_column(dtype))
     said = f" ({accumulation} accumulation)" if accumulation else ""
     if kind == "burst":
-        return Expected(BURST_OF_MAMF * mamf, MFU_CEILING * peak, "TFLOP/s",
-                        f"{row}: ≥ {BURST_OF_MAMF:g} × mamf-finder MAMF {mamf:g}{said}; ≤ {MFU_CEILING:g} × datasheet {peak:g}")
+        return Expected(BURST_OF_MAMF * mamf, MFU_CEILING * peak, "TFLOP/s", f"{row}: ≥ {BURST_OF_MAMF:g} × "
+                        f"mamf-finder MAMF {mamf:g}{said}; ≤ {MFU_CEILING:g} × datasheet {peak:g}")
     return Expected((1 - SUSTAINED_OF_MSMF) * msmf, (1 + SUSTAINED_OF_MSMF) * msmf, "TFLOP/s",
                     f"{row}: mamf-finder MSMF {msmf:g}{said} ± {SUSTAINED_OF_MSMF:.0%}")
 
