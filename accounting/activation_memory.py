@@ -53,7 +53,7 @@ ATTENTIONS = ("eager", "sdpa", *SDPA_ATTENTIONS)
 ``scaled_dot_product_attention`` runs for the call on the ``device`` asked about
 (:func:`accounting.attention_kernels.choose_sdpa_kernel`); or one of :data:`SDPA_ATTENTIONS`."""
 _EFFICIENT_LSE_ROWS = 32  # memory-efficient attention pads its log-sum-exp to a multiple of 32 queries
-_SDPA_DROPOUT = 0.1  # a dropout probability to ask the kernel choice with (any in (0, 1) chooses alike)
+_SDPA_DROPOUT = 0.1  # the dropout probability the kernel is chosen for with dropout=True (GPT-2's; cuDNN refuses it)
 RECOMPUTES = ("none", "full")
 """``full``: every block checkpointed (``torch.utils.checkpoint``, non-reentrant; Hugging Face's
 ``gradient_checkpointing_enable``), keeping only its input until backward recomputes it."""
@@ -281,8 +281,7 @@ def weight_copy_bytes(config: TransformerConfig, formats: ActivationFormats) -> 
     return formats.matmul * (config.attention_matmul_parameter_count + mlp)
 
 
-def attention_call(config: TransformerConfig, batch_size: int, formats: ActivationFormats,
-                   dropout: bool = False) -> SdpaCall:
+def attention_call(config: TransformerConfig, batch_size: int, formats: ActivationFormats, dropout: bool) -> SdpaCall:
     """The ``scaled_dot_product_attention`` call of one block: causal, no mask, grouped-query heads
     passed with ``enable_gqa`` (as Hugging Face's models call it), in the matmuls' dtype."""
     return SdpaCall(

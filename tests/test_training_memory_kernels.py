@@ -120,3 +120,16 @@ def test_the_result_says_which_kernel_it_assumed():
     assert "sdpa-math on cuda (compute capability 9.0)" in str(memory)
     eager = transformer_training_memory(LLAMA, BATCH, "adamw", "fp32")
     assert eager.attention == "eager" and eager.attention_kernel is None
+
+
+def test_dropout_is_part_of_the_kernel_choice():
+    """The CPU's flash kernel refuses dropout (torch says so), CUDA's flash takes it: GPT-2-style dropout
+    counts the math kernel's weights and dropout mask on the CPU, a fused kernel's random state on an H200."""
+    gpt2 = TransformerConfig(layers=2, width=64, heads=4, sequence_length=32, vocabulary=128)
+    cpu = transformer_training_memory(gpt2, 2, "adamw", "bf16", dropout=True, attention="sdpa", device="cpu")
+    h200 = transformer_training_memory(gpt2, 2, "adamw", "bf16", dropout=True, attention="sdpa", device=H200)
+    assert (cpu.attention, h200.attention) == ("sdpa-math", "sdpa-flash")  # cuDNN refuses p = 0.1 (not k/16)
+    assert cpu.activations == transformer_training_memory(gpt2, 2, "adamw", "bf16", dropout=True,
+                                                          attention="sdpa-math").activations
+    without = transformer_training_memory(gpt2, 2, "adamw", "bf16", attention="sdpa", device="cpu")
+    assert without.attention == "sdpa-flash"
