@@ -20,8 +20,9 @@ is published with the tag ``saturation-unknown`` rather than withheld for what i
 ...        "clock_mhz_late": 1455.0, "power_w_median": 691.0, "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"]}
 >>> print(withheld_because(gpu, seconds=2.07))
 None
->>> print(withheld_because({**gpu, "samples": 2}, seconds=0.015).replace("; ", ";\n"))
-the window ran 0.015 s, under the 1 s a sustained figure needs;
+>>> for reason in withheld_because({**gpu, "samples": 2}, seconds=0.015).split("; "):
+...     print(reason)
+the window ran 0.015 s, under the 1 s a sustained figure needs
 2 telemetry readings in the window, under the 10 a sustained figure needs
 """
 
