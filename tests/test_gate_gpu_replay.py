@@ -119,6 +119,9 @@ def test_a_run_throttled_in_the_middle_of_its_rounds_is_still_disturbed_and_says
     assert bf16.decision is Decision.INCONCLUSIVE
     (note,) = [note for note in result.notes if "disturbed" in note]
     assert note.startswith(BF16) and "rounds 8-12 of 20 throttled (hw_thermal_slowdown) at 1440 MHz, 690 W" in note
+    assert bf16.reason.endswith("current run current-1.json not used, disturbed during its timed rounds: rounds 8-12 "
+                                "of 20 throttled (hw_thermal_slowdown) at 1440 MHz, 690 W")  # the row's own reason
+    assert "@ MHz: the device's clock during the timed rounds" in render_text(result)  # the legend says what @ is
     assert fp16.current_values != ()  # the other benchmark of the same run is judged
 
 

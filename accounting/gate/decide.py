@@ -260,6 +260,8 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         rows[name] = {"kind": kind, "threshold": threshold, "kept": kept, "current_kept": current_kept,
                       "memory": {**memory, **side_clocks(clocks, kept, current_kept)},
                       "base_rounds_disturbed": bool(same_work) and not base,
+                      "rounds_reason": next((note.split(": ", 1)[1] for note in round_notes
+                                             if note.startswith(f"{name}: current run ")), ""),
                       "values": {"baseline_values": tuple(value for _, value in kept),
                                  "outlier_values": tuple(set_aside),
                                  "current_values": tuple(value for _, value in current_kept),
@@ -300,7 +302,8 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
                                                                   "failed", **values, **memory))
         elif not values["current_values"]:
             verdicts.append(Verdict(name, kind, threshold, Decision.INCONCLUSIVE,
-                                    "re-measure: every current run was measured on a disturbed machine", **values,
+                                    "re-measure: every current run was measured on a disturbed machine"
+                                    + (f"; {row['rounds_reason']}" if row["rounds_reason"] else ""), **values,
                                     **memory))
         else:
             comparison = compare_runs(
