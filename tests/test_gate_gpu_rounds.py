@@ -15,12 +15,17 @@ from accounting.bench.round_telemetry import (
     open_round_backend,
     warm_to_working_clock,
 )
+from accounting.gate.decide import judge
 from accounting.gate.gpu_rounds import clock_note, rounds_disturbances, rounds_telemetry
+from accounting.gate.render import rows
 from accounting.gate.settings import read as read_settings
 from accounting.gate.settings import run_settings, settings_difference
+from accounting.gate.stats import Decision
+from accounting.gate.storage import parse_run
 from accounting.telemetry.gpu_nvml import NvmlBackend
 from accounting.telemetry.readings import Reading
 from tests.support.fake_nvml import HW_SLOWDOWN, SW_POWER_CAP, FakeGpu, FakeNvml, FakeTime
+from tests.support.gate_runs import MATMUL, document
 
 
 def _record_rounds(clocks, masks, warmup_rounds=2):
@@ -166,3 +171,27 @@ def test_a_per_round_record_still_hears_the_windows_neighbours_and_throttling_be
                        "each round", "rounds 1-4 of 4: other GPUs busy (GPU 1: 50% utilised, 30.0 GiB used)"]
     quiet = rounds_telemetry({"telemetry_rounds": record, "telemetry": {"throttle_reasons": ["sw_power_cap"]}}, 4)
     assert rounds_disturbances(quiet) == []
+
+
+def _gpu_runs(prefix, count, seconds, clock, reasons=()):
+    runs = []
+    for number in range(count):
+        data = document({MATMUL: seconds * (1 + 0.002 * (number % 3))}, kind="cuda", count=20)
+        data["benchmarks"][0]["extra_info"]["telemetry"] = {"clock_mhz_mean": clock, "power_w_mean": 690.0,
+                                                            "throttle_reasons": list(reasons)}
+        runs.append(parse_run(data, f"{prefix}{number:04}.json"))
+    return runs
+
+
+@pytest.mark.parametrize("clock, reasons, words", [
+    (1650.0, ("sw_power_cap",), "a slower clock, not a slower product"),
+    (1980.0, (), "a slower product at the same clock"),
+])
+def test_a_regression_says_whether_the_clock_or_the_product_slowed(clock, reasons, words):
+    baseline = _gpu_runs("base-", 10, 0.0014, 1980.0)
+    current = _gpu_runs("current-", 4, 0.0014 * 1.2, clock, reasons)
+    result = judge(baseline, current, threshold_for=lambda kind, name: 10)
+    (verdict,) = result.verdicts
+    assert verdict.decision is Decision.REGRESSION and verdict.reason.endswith(words + ")")
+    assert (verdict.baseline_clock_mhz, verdict.current_clock_mhz) == (1980.0, clock)
+    assert rows(result)[0][3].endswith(f"@ {clock:.0f} MHz")
