@@ -193,3 +193,14 @@ def test_gate_save_says_nothing_of_the_recorded_runs_and_names_rounds_it_will_le
     (line,) = saved_run_lines(throttled)
     assert line == (f"{BF16}: rounds 8-12 of 20 throttled (hw_thermal_slowdown) at 1440 MHz, 690 W; "
                     "it will be left out")
+
+
+def test_baseline_runs_throttled_in_their_rounds_are_left_out_and_a_benchmark_without_any_is_inconclusive():
+    baselines = [parse_run(_throttled_in_the_middle(h200_document(path), BF16), str(path))
+                 for path in h200_baseline_files()]
+    result = _judge([h200_current()], baselines=baselines)
+    bf16, fp16 = _verdict(result, BF16), _verdict(result, FP16)
+    assert bf16.decision is Decision.INCONCLUSIVE and bf16.baseline_values == ()
+    assert bf16.reason == "re-measure: every baseline run was measured on a disturbed machine"
+    assert sum(note.startswith(f"{BF16}: baseline run ") for note in result.notes) == 2
+    assert len(fp16.baseline_values) == 2  # the same runs' other benchmark is a baseline as ever
