@@ -155,6 +155,9 @@ def test_cuda_rules_are_torchs_choice_on_this_gpu(dtype, kv_heads):
         pytest.param(lambda: attention_device(AttentionDevice("cpu", (9, 0))), AccountingError,
                      r"only a CUDA device has a compute capability", id="cpu-capability"),
         pytest.param(lambda: attention_device(3), AccountingTypeError, r"device must be a name", id="number"),
+        pytest.param(lambda: sdpa_saved_bytes(RECORDED_CONFIG, 1, activation_formats("fp32"), "eager"), AccountingError,
+                     r"^attention must be one of 'sdpa-flash', 'sdpa-efficient', 'sdpa-cudnn', 'sdpa-math', got 'eager'$",
+                     id="saved-bytes-of-eager"),
     ],
 )
 def test_bad_calls_and_devices_are_named(build, error, message):
