@@ -135,9 +135,12 @@ def test_a_cuda_device_without_one_here_needs_its_capability():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kv_heads", [32, 4])
 def test_cuda_rules_are_torchs_choice_on_this_gpu(dtype, kv_heads):
+    """The rules against torch on a real GPU; cuDNN and flash may trade places (torch prefers cuDNN on
+    cc 9.0/10.x only with a recent enough cuDNN), and save the same tensors."""
     call = SdpaCall(dtype, **(RECORDED | dict(kv_heads=kv_heads)))
-    capability = torch.cuda.get_device_capability()
-    assert cuda_kernel_rules(call, capability).name == choose_sdpa_kernel(call, "cuda").name
+    ruled = cuda_kernel_rules(call, torch.cuda.get_device_capability()).name
+    asked = choose_sdpa_kernel(call, "cuda").name
+    assert ruled == asked or {ruled, asked} == {"flash", "cudnn"}
 
 
 @pytest.mark.parametrize(
