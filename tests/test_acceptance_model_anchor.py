@@ -14,6 +14,7 @@ import torch
 
 from accounting import AccountingError
 from accounting.acceptance import model_anchor
+from accounting.attention_kernels import AttentionDevice
 from accounting.model_mfu import PEAK_MEMORY_BAND, model_size
 
 transformers = pytest.importorskip("transformers")
@@ -80,9 +81,10 @@ def test_hugging_face_has_no_model_for_a_mixed_config():
 
 def test_two_models_that_do_not_fit_together_are_named():
     size = model_size("tinyllama-1.1b")
-    why = model_anchor.both_fit(size, "cuda", free_bytes=35 * 2**30)  # one step alone would fit (23.8 GiB)
+    hopper = AttentionDevice("cuda", (9, 0))
+    why = model_anchor.both_fit(size, "cuda", free_bytes=35 * 2**30, attention_device=hopper)  # one alone: 23.8 GiB
     assert why.startswith("tinyllama-1.1b: 22 layers") and "over 80% of 35.00 GiB free" in why
-    assert model_anchor.both_fit(size, "cuda", free_bytes=140 * 2**30) is None
+    assert model_anchor.both_fit(size, "cuda", free_bytes=140 * 2**30, attention_device=hopper) is None
 
 
 def test_without_transformers_the_file_says_why(tmp_path, monkeypatch, capsys):

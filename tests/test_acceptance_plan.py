@@ -28,6 +28,7 @@ from accounting.acceptance.plan import (
     plugin_arguments,
     saved_runs,
 )
+from accounting.attention_kernels import AttentionDevice
 from accounting.bench.matrix import load_benchmarks
 from accounting.model_mfu.sizes import MODEL_SIZES
 from accounting.model_mfu.step import MEMORY_FRACTION, predicted_peak_bytes
@@ -185,9 +186,7 @@ def test_the_gate_steps_hold_only_when_runs_were_saved_and_compared(tmp_path):
 
 def _needed(name, batch=None):
     size = MODEL_SIZES[name] if batch is None else dataclasses.replace(MODEL_SIZES[name], batch_size=batch)
-    attention = {"fp32": "eager"}  # fp32 with grouped-query attention runs SDPA's math kernel on CUDA
-    return max(predicted_peak_bytes(size, precision, attention=attention.get(precision, "sdpa")
-                                    if size.config.kv_heads < size.config.heads else "sdpa")
+    return max(predicted_peak_bytes(size, precision, device=AttentionDevice("cuda", (9, 0)))  # H100's capability
                for precision in precisions_for("cuda", name))
 
 

@@ -30,7 +30,7 @@ from accounting.model_mfu import (
     size_that_fits,
 )
 from accounting.model_mfu import layers
-from accounting.model_mfu.kernels import expected_formula_attention
+from accounting.attention_kernels import AttentionDevice
 from accounting.timing import MEMORY_FRACTION
 
 LLAMA = model_size("tiny-llama", layers=2, seq=12).config
@@ -117,38 +117,40 @@ def test_the_logits_are_hugging_faces_llama(attention):
 # ---- the size that fits -----------------------------------------------------------------------------------------
 
 
+HOPPER = AttentionDevice("cuda", (9, 0))  # an H100 or H200, named from this machine without one
+
+
 def _peak(size, precision, batch, attention="sdpa"):
-    return transformer_training_memory(size.config, batch, "adamw", precision, attention=attention).peak
+    return transformer_training_memory(size.config, batch, "adamw", precision, attention=attention, device=HOPPER).peak
 
 
 def test_the_largest_batch_that_fits_is_chosen_and_the_fallback_after_it():
     size, fallback = model_size("tinyllama-1.1b"), model_size("gpt2-small")
     need = {batch: _peak(size, "bf16", batch) for batch in (1, 2, 3, 4)}
     free = int(need[3] / MEMORY_FRACTION) + 1  # batch 3 fits, 4 does not
-    chosen, why = size_that_fits(size, ["bf16"], "cuda", free_bytes=free, fallback=fallback)
+    chosen, why = size_that_fits(size, ["bf16"], "cuda", free_bytes=free, fallback=fallback, attention_device=HOPPER)
     assert chosen.batch_size == 3 and chosen.config == size.config and why.startswith("tinyllama-1.1b at batch 3 of 4")
-    chosen, why = size_that_fits(size, ["bf16"], "cuda", free_bytes=int(need[4] / MEMORY_FRACTION) + 1)
+    chosen, why = size_that_fits(size, ["bf16"], "cuda", free_bytes=int(need[4] / MEMORY_FRACTION) + 1,
+                                 attention_device=HOPPER)
     assert chosen == size and why.startswith("tinyllama-1.1b at batch 4: fits")
     free = int(need[1] / MEMORY_FRACTION) - 1  # not even batch 1
-    chosen, why = size_that_fits(size, ["bf16"], "cuda", free_bytes=free, fallback=fallback)
+    chosen, why = size_that_fits(size, ["bf16"], "cuda", free_bytes=free, fallback=fallback, attention_device=HOPPER)
     assert chosen.name == "gpt2-small" and _peak(chosen, "bf16", chosen.batch_size) <= MEMORY_FRACTION * free
     assert why.startswith("gpt2-small at batch") and "in place of tinyllama-1.1b" in why
-    assert size_that_fits(size, ["bf16"], "cuda", free_bytes=free)[0] is None
+    assert size_that_fits(size, ["bf16"], "cuda", free_bytes=free, attention_device=HOPPER)[0] is None
 
 
 def test_every_policy_must_fit_and_fp32_grouped_attention_on_cuda_is_predicted_with_its_math_kernel():
-    """fp32 with grouped-query attention runs SDPA's math kernel on CUDA (recorded on an H200: 2.17 x the fused
-    prediction), so its fit is decided by the formula that keeps the (s x s) weights."""
+    """fp32 with grouped-query attention runs SDPA's math kernel on a Hopper GPU (recorded on an H200: 2.17 x the
+    fused prediction), so its fit is decided by the math kernel's memory, on the CPU by the CPU's flash kernel's."""
     size = model_size("tinyllama-1.1b")
-    assert expected_formula_attention(size.config, "fp32", "cuda") == "eager"
-    assert expected_formula_attention(size.config, "fp32", "cpu") == "sdpa"
-    assert expected_formula_attention(model_size("gpt2-small").config, "fp32", "cuda") == "sdpa"  # no GQA
-    math = _peak(size, "fp32", 4, attention="eager")
-    assert math > 2 * _peak(size, "fp32", 4)
+    math = _peak(size, "fp32", 4, attention="sdpa-math")
+    assert _peak(size, "fp32", 4) == math > 2 * _peak(size, "fp32", 4, attention="sdpa-flash")
     free = int(math / MEMORY_FRACTION) - 1
-    chosen, _ = size_that_fits(size, ["bf16", "fp32"], "cuda", free_bytes=free)
+    chosen, _ = size_that_fits(size, ["bf16", "fp32"], "cuda", free_bytes=free, attention_device=HOPPER)
     assert chosen.batch_size == 3  # bf16 alone would take 4
-    assert size_that_fits(size, ["bf16"], "cuda", free_bytes=free)[0].batch_size == 4
+    assert size_that_fits(size, ["bf16"], "cuda", free_bytes=free, attention_device=HOPPER)[0].batch_size == 4
+    assert size_that_fits(size, ["bf16", "fp32"], "cpu", free_bytes=free)[0].batch_size == 4  # the CPU's flash
 
 
 # ---- the compiled step ------------------------------------------------------------------------------------------
@@ -220,9 +222,9 @@ def test_a_recomputing_llama_step_counts_its_hardware_flops(attention):
 
 
 def test_the_fit_prediction_replays_every_recorded_h200_llama_step_within_5_percent():
-    """Hugging Face's TinyLlama-shaped step on the recorded H200 (tests/data/hosts/nvidia-h200): the memory formula
-    with the attention the fit rule expects on CUDA (math for fp32 with grouped-query attention, fused otherwise)
-    predicts every measured peak within 5 %, the fp32 one (2.17 x the fused prediction) included."""
+    """Hugging Face's TinyLlama-shaped step on the recorded H200 (tests/data/hosts/nvidia-h200): the prediction the
+    fit decisions use (SDPA's kernel on a cc 9.0 GPU: math for fp32 with grouped-query attention, fused otherwise)
+    is within 5 % of every measured peak, the fp32 one (2.17 x the fused prediction) included."""
     recorded = json.loads((Path(__file__).parent / "data" / "hosts" / "nvidia-h200" / "hf-llama-step-peaks.json")
                           .read_text())
     config = TransformerConfig.from_hf(recorded["fields"], sequence_length=recorded["seq"])
@@ -230,8 +232,7 @@ def test_the_fit_prediction_replays_every_recorded_h200_llama_step_within_5_perc
     for row in recorded["rows"]:
         if row["recompute"] != "none":
             continue
-        attention = expected_formula_attention(config, row["precision"], "cuda")
-        predicted = transformer_training_memory(config, recorded["batch"], "adamw", row["precision"],
-                                                attention=attention).peak
-        assert 0.95 <= row["measured_peak"] / predicted <= 1.05, (row["precision"], attention)
-        assert (attention == "eager") is (row["precision"] == "fp32")
+        memory = transformer_training_memory(config, recorded["batch"], "adamw", row["precision"], attention="sdpa",
+                                             device=HOPPER)
+        assert 0.95 <= row["measured_peak"] / memory.peak <= 1.05, (row["precision"], memory.attention_kernel)
+        assert (memory.attention_kernel.name == "math") is (row["precision"] == "fp32")

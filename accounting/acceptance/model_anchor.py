@@ -148,7 +148,7 @@ def anchor(size, device, *, transformers, peak_flops=None, info=None, warmup: in
     theirs = HuggingFaceStep(model.to(torch.bfloat16).train(), ours.tokens, ours.targets)
     times = interleaved_times({"package": ours, "hugging_face": theirs}, device, warmup=warmup, rounds=rounds,
                               clock=clock)
-    predicted = predicted_peak_bytes(size, PRECISION, attention=formula_attention(kernel))
+    predicted = predicted_peak_bytes(size, PRECISION, attention=formula_attention(kernel), device=device)
     model_flops = transformer_flops(size.config, size.batch_size).training
     steps = {}
     for name, step, run in (("package", ours, ours.eager_step), ("hugging_face", theirs, theirs)):
@@ -169,11 +169,12 @@ def anchor(size, device, *, transformers, peak_flops=None, info=None, warmup: in
                        if slower else "")}
 
 
-def both_fit(size, device, free_bytes: int | None = None) -> str | None:
+def both_fit(size, device, free_bytes: int | None = None, attention_device=None) -> str | None:
     """Why the two steps do not fit the device together (both models' weights and state, one step's peak), or
-    ``None``: the prediction of one step plus the persistent bytes of the other."""
+    ``None``: the prediction of one step plus the persistent bytes of the other (``attention_device``: where SDPA's
+    kernel is chosen, default ``device``)."""
     free = free_memory_bytes(device) if free_bytes is None else free_bytes
-    one = predicted_peak_bytes(size, PRECISION)
+    one = predicted_peak_bytes(size, PRECISION, device=device if attention_device is None else attention_device)
     other = 3 * 2 * size.config.parameter_count  # bf16 weights and AdamW's two bf16 moments
     if one + other > MEMORY_FRACTION * free:
         return (f"{size.describe()}: both steps need {(one + other) / 2**30:.2f} GiB, over {MEMORY_FRACTION:.0%} "

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from accounting.acceptance.probe import PLUGIN_MODULE
 from accounting.acceptance.steps import Step
+from accounting.attention_kernels import AttentionDevice
 from accounting.errors import AccountingError
 from accounting.gate.measure import NOTHING_RUN_FILTER
 from accounting.acceptance.model_anchor import transformers_missing
@@ -169,7 +170,8 @@ def model_size_that_fits(machine: Machine):
         names = ["gpt2-small"]
     refusals = []
     for name in dict.fromkeys(names):
-        size, why = size_that_fits(MODEL_SIZES[name], precisions_for("cuda", name), "cuda:0", free_bytes=free)
+        size, why = size_that_fits(MODEL_SIZES[name], precisions_for("cuda", name), "cuda:0", free_bytes=free,
+                                   attention_device=AttentionDevice("cuda", machine.compute_capability))
         if size is not None:
             return size, why if not refusals else f"{why}; {refusals[0]}"
         refusals.append(why)

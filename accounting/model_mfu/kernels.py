@@ -3,15 +3,17 @@
 ``scaled_dot_product_attention`` picks its kernel at run time (dtype, device, head width, grouped-query
 attention, mask): the step's ``FlopCounterMode`` count names the aten operator that ran, so the measurement says
 which kernel it measured instead of assuming one. The fused kernels (flash, memory-efficient, cuDNN, the CPU's
-flash) save no (s × s) matrix (the memory formula's ``attention="sdpa"``) and recompute QKᵀ in backward: five
+flash) save no (s × s) matrix (the memory formula's ``"sdpa-flash"``…) and recompute QKᵀ in backward: five
 (s × s)-sized products there to the math kernel's four, one more QKᵀ per layer, which ``FlopCounterMode`` counts
 as hardware FLOPs (torch's own flash-backward formula) and the model-FLOP convention does not. The math kernel
-(and eager attention) runs the products as ``bmm`` and keeps the (s × s) weights (``attention="eager"``).
+runs the products as ``bmm`` and keeps the (s × s) weights (``"sdpa-math"``), as eager attention does
+(``"eager"``). Before a step runs, :func:`accounting.attention_kernels.choose_sdpa_kernel` predicts the kernel (the
+memory formulas' ``attention="sdpa"`` on a device).
 
 >>> from accounting.flop_count import FlopCount
 >>> count = FlopCount(10, {"aten.mm": 6, "aten._scaled_dot_product_flash_attention_for_cpu": 4})
 >>> attention_kernel(count, "sdpa"), formula_attention(attention_kernel(count, "sdpa"))
-('flash (CPU)', 'sdpa')
+('flash (CPU)', 'sdpa-flash')
 >>> attention_kernel(FlopCount(10, {"aten.mm": 6, "aten.bmm": 4}), "sdpa")
 'math'
 """
@@ -38,9 +40,19 @@ def attention_kernel(count, attention: str) -> str:
     return "math" if attention == "sdpa" else "eager"
 
 
+FORMULA_ATTENTIONS = {"flash (CPU)": "sdpa-flash", "flash": "sdpa-flash", "memory-efficient": "sdpa-efficient",
+                      "cuDNN": "sdpa-cudnn", "math": "sdpa-math", "eager": "eager"}
+"""The memory formulas' attention for each kernel (:data:`accounting.activation_memory.ATTENTIONS`)."""
+
+
 def formula_attention(kernel: str) -> str:
-    """The memory formulas' attention for a kernel: ``"sdpa"`` for a fused one, ``"eager"`` for the others."""
-    return "eager" if kernel in UNFUSED_KERNELS else "sdpa"
+    """The memory formulas' attention for a kernel that ran: ``"sdpa-flash"``, ``"sdpa-math"``, ``"eager"``…"""
+    return FORMULA_ATTENTIONS[kernel]
+
+
+def is_fused(kernel: str) -> bool:
+    """A fused kernel (flash, memory-efficient, cuDNN): no (s × s) weights kept, QKᵀ recomputed in backward."""
+    return kernel not in UNFUSED_KERNELS
 
 
 def recomputed_scores_flops(config: TransformerConfig, batch_size: int) -> int:
@@ -51,23 +63,3 @@ def recomputed_scores_flops(config: TransformerConfig, batch_size: int) -> int:
     """
     s = config.sequence_length
     return config.layers * 2 * batch_size * config.heads * s * s * config.head_width
-
-
-def expected_formula_attention(config: TransformerConfig, precision: str, device_type: str, attention: str = "sdpa"
-                               ) -> str:
-    """The memory formulas' attention to predict a step with before it runs (to decide whether it fits).
-
-    ``"eager"`` for eager attention, and for SDPA where its fused kernels refuse the inputs: on CUDA, fp32 with
-    grouped-query attention (recorded on an H200, torch 2.11: flash, memory-efficient and cuDNN all refuse it,
-    and the math kernel kept 2.17 x the fused prediction). ``"sdpa"`` otherwise. A rule read off one recorded
-    run, for fit decisions only; a measurement uses the kernel its FLOP count names.
-
-    >>> from accounting.model_mfu.sizes import model_size
-    >>> llama = model_size("tinyllama-1.1b").config
-    >>> [expected_formula_attention(llama, precision, "cuda") for precision in ("fp32", "bf16")]
-    ['eager', 'sdpa']
-    """
-    if attention == "eager":
-        return "eager"
-    grouped = config.kv_heads < config.heads
-    return "eager" if device_type == "cuda" and precision == "fp32" and grouped else "sdpa"

@@ -29,7 +29,7 @@ from accounting.hardware.devices import detect_device
 from accounting.hardware.peaks import device_peak_flops
 from accounting.memory import storage_bytes
 from accounting.model_mfu._peak_memory import PeakMemory
-from accounting.model_mfu.kernels import attention_kernel, formula_attention, recomputed_scores_flops
+from accounting.model_mfu.kernels import attention_kernel, formula_attention, is_fused, recomputed_scores_flops
 from accounting.model_mfu.sizes import ModelSize
 from accounting.model_mfu.step import TrainingStep, check_step_device, compile_step, predicted_peak_bytes
 from accounting.timing import time_fn
@@ -65,7 +65,7 @@ def hardware_flops(config, batch_size: int, recompute: bool, kernel: str = "math
     1048576
     """
     flops = transformer_flops(config, batch_size)
-    fused = recomputed_scores_flops(config, batch_size) if formula_attention(kernel) == "sdpa" else 0
+    fused = recomputed_scores_flops(config, batch_size) if is_fused(kernel) else 0
     if not recompute:
         return flops.training + fused
     blocks = transformer_flops(config, batch_size, embeddings=False).forward
@@ -187,7 +187,8 @@ def step_measurement(step: TrainingStep, *, median_s: float, iqr_s: float, repea
         device=info.name, device_kind=info.kind, dtype=PEAK_DTYPES[step.precision], median_s=median_s,
         iqr_s=iqr_s, repeats=repeats, model_flops=transformer_flops(size.config, size.batch_size).training,
         hardware_flops=count.total, peak_flops=peak_flops, measured_peak_bytes=measured_peak,
-        predicted_peak_bytes=predicted_peak_bytes(size, step.precision, step.recompute, formula_attention(kernel)),
+        predicted_peak_bytes=predicted_peak_bytes(size, step.precision, step.recompute, formula_attention(kernel),
+                                                  step.device),
         flop_count_seconds=count.seconds, attention=step.attention, attention_kernel=kernel, compiled=step.compiled,
     )
 

@@ -37,7 +37,6 @@ from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.devices import as_device, free_memory_bytes
 from accounting.hardware.precision import float32_matmul_mode
 from accounting.model_mfu.gpt import GPT, language_model_loss
-from accounting.model_mfu.kernels import expected_formula_attention
 from accounting.model_mfu.layers import ATTENTIONS
 from accounting.model_mfu.sizes import ModelSize
 from accounting.timing import MEMORY_FRACTION
@@ -116,14 +115,18 @@ class TrainingStep:
         return loss.detach()
 
 
-def predicted_peak_bytes(size: ModelSize, precision: str, recompute: bool = False, attention: str = "sdpa") -> int:
-    """``transformer_training_memory`` of the step's config, batch, optimizer, policy, recomputation and attention
-    (``"sdpa"``: a fused kernel; ``"eager"``: the (s × s) weights kept, as eager attention and SDPA's math kernel do)."""
+def predicted_peak_bytes(size: ModelSize, precision: str, recompute: bool = False, attention: str = "sdpa",
+                         device="cpu") -> int:
+    """``transformer_training_memory`` of the step's config, batch, optimizer, policy, recomputation and attention:
+    ``"sdpa"`` counts the kernel ``scaled_dot_product_attention`` runs on ``device`` (a device name, or an
+    :class:`accounting.attention_kernels.AttentionDevice` naming a GPU by compute capability); a named kernel
+    (``"sdpa-flash"``, ``"sdpa-math"``…) or ``"eager"`` counts that one."""
     return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision, attention=attention,
-                                       recompute="full" if recompute else "none").peak
+                                       recompute="full" if recompute else "none", device=device).peak
 
 
-def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None, attention: str = "sdpa") -> int:
+def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None = None, attention: str = "sdpa",
+               attention_device=None) -> int:
     """The predicted peak, if it fits ``MEMORY_FRACTION`` of the free memory; else an error naming both.
 
     >>> from accounting.model_mfu.sizes import model_size
@@ -132,9 +135,8 @@ def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None =
     ...
     accounting.errors.AccountingError: gpt2-small: 12 layers, width 768, 12 heads, 1024 tokens x batch 12, vocabulary 50257 in fp32 needs 15.97 GiB at its predicted peak, but cpu has 1.00 GiB free (80% of it may be used)
     """
-    kind = as_device(device).type
-    predicted = predicted_peak_bytes(size, precision, attention=expected_formula_attention(size.config, precision, kind,
-                                                                                           attention))
+    predicted = predicted_peak_bytes(size, precision, attention=attention,
+                                     device=device if attention_device is None else attention_device)
     free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
     if predicted > MEMORY_FRACTION * free:
         raise AccountingError(
@@ -145,26 +147,30 @@ def check_fits(size: ModelSize, precision: str, device, free_bytes: int | None =
 
 
 def size_that_fits(size: ModelSize, precisions, device, free_bytes: int | None = None,
-                   fallback: ModelSize | None = None, attention: str = "sdpa") -> tuple[ModelSize | None, str]:
+                   fallback: ModelSize | None = None, attention: str = "sdpa",
+                   attention_device=None) -> tuple[ModelSize | None, str]:
     """``size`` at the largest batch (at most its own) whose every policy in ``precisions`` fits the device's free
     memory (:func:`check_fits`), else ``fallback`` at its own batch if that fits; ``(None, why)`` when neither does.
 
     Returns ``(size, why)``: ``why`` says what was chosen and, where the batch shrank or the fallback was taken, why.
+    The prediction counts the attention kernel SDPA runs there (``attention_device``, default ``device``: from a
+    machine without the GPU, name it, e.g. ``AttentionDevice("cuda", (9, 0))``).
 
     >>> from accounting.model_mfu.sizes import model_size
+    >>> from accounting.attention_kernels import AttentionDevice
     >>> size, why = size_that_fits(model_size("tinyllama-1.1b"), ["bf16"], "cuda", free_bytes=24 * 2**30,
-    ...                            fallback=model_size("gpt2-small"))
+    ...                            fallback=model_size("gpt2-small"), attention_device=AttentionDevice("cuda", (9, 0)))
     >>> size.batch_size, why
     (2, 'tinyllama-1.1b at batch 2 of 4: batch 4 needs 23.83 GiB at its predicted peak in bf16, over 80% of 24.00 GiB free')
     """
     free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
-    precisions, kind = tuple(precisions), as_device(device).type
+    precisions = tuple(precisions)
+    where = device if attention_device is None else attention_device
     refusal = None
     for batch in range(size.batch_size, 0, -1):
         candidate = dataclasses.replace(size, batch_size=batch)
-        needs = [(precision, predicted_peak_bytes(
-            candidate, precision, attention=expected_formula_attention(size.config, precision, kind, attention)))
-            for precision in precisions]
+        needs = [(precision, predicted_peak_bytes(candidate, precision, attention=attention, device=where))
+                 for precision in precisions]
         worst = max(needs, key=lambda pair: pair[1])
         if worst[1] <= MEMORY_FRACTION * free:
             if batch == size.batch_size:
@@ -174,7 +180,8 @@ def size_that_fits(size: ModelSize, precisions, device, free_bytes: int | None =
             refusal = (f"batch {batch} needs {readable_bytes(worst[1])} at its predicted peak in {worst[0]}, over "
                        f"{MEMORY_FRACTION:.0%} of {readable_bytes(free)} free")
     if fallback is not None:
-        chosen, why = size_that_fits(fallback, precisions, device, free, attention=attention)
+        chosen, why = size_that_fits(fallback, precisions, device, free, attention=attention,
+                                     attention_device=attention_device)
         if chosen is not None:
             return chosen, (f"{fallback.name} at batch {chosen.batch_size} in place of {size.name}: {size.name} does "
                             f"not fit even at batch 1 ({refusal})")
