@@ -5,7 +5,8 @@
 >>> result = measure_training_step(step, device="cpu", peak_flops=1e12, warmup=1, repeats=2)
 >>> result.hardware_flops == result.model_flops, result.tokens, result.attention_kernel
 (True, 64, 'eager')
->>> fused = measure_training_step(build_training_step(step.size, precision="fp32"), peak_flops=1e12, warmup=1, repeats=1)
+>>> fused_step = build_training_step(step.size, precision="fp32")
+>>> fused = measure_training_step(fused_step, peak_flops=1e12, warmup=1, repeats=1)
 >>> fused.hardware_flops == hardware_flops(step.size.config, 4, False, fused.attention_kernel) >= fused.model_flops
 True
 """

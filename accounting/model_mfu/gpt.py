@@ -95,7 +95,8 @@ class Block(nn.Module):
                 rearrange(k, "b t (h d) -> b h t d", h=self.kv_heads),
                 rearrange(v, "b t (h d) -> b h t d", h=self.kv_heads))
 
-    def attention(self, x: Float[torch.Tensor, "batch seq width"], rotary=None) -> Float[torch.Tensor, "batch seq width"]:
+    def attention(self, x: Float[torch.Tensor, "batch seq width"],
+                  rotary=None) -> Float[torch.Tensor, "batch seq width"]:
         q, k, v = self._heads(x)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)

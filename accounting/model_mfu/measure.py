@@ -142,7 +142,8 @@ class ModelMeasurement:
             "predicted_peak_bytes": self.predicted_peak_bytes, "memory_ratio": self.memory_ratio,
             "flop_count_seconds": self.flop_count_seconds, "attention": self.attention,
             "attention_kernel": self.attention_kernel, "compiled": self.compiled,
-            "family": "llama" if c.norm == "rmsnorm" else "gpt2", "kv_heads": c.kv_heads, "ffn_width": c.ffn_width, "mlp": c.mlp,
+            "family": "llama" if c.norm == "rmsnorm" else "gpt2", "kv_heads": c.kv_heads, "ffn_width": c.ffn_width,
+            "mlp": c.mlp,
         }
 
 
