@@ -221,3 +221,26 @@ def test_fused_kernel_saves_what_the_formula_counts_and_the_h200_recorded():
     assert per_storage == sdpa_saved_bytes(config, 1, formats, "sdpa-flash")
     recorded = _recorded_kernels()["sdpa"]["torch.bfloat16/default_saved_total_MiB"]
     assert round(sdpa_saved_bytes(RECORDED_CONFIG, 4, formats, "sdpa-cudnn") / MIB) == recorded
+
+
+FUSED_OUTPUTS = {  # torch's CUDA kernels, run on meta tensors: their shape functions
+    "sdpa-efficient": lambda q, k, v: torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0,
+                                                                                           True)[:2],
+    "sdpa-flash": lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)[:2],
+    "sdpa-cudnn": lambda q, k, v: torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0,
+                                                                                     True)[:2],
+}
+
+
+@pytest.mark.parametrize("attention", list(FUSED_OUTPUTS))
+@pytest.mark.parametrize("sequence", [50, 64])
+def test_fused_kernels_save_inputs_output_and_their_statistic(attention, sequence):
+    """Each CUDA kernel's backward reads Q, K, V, the output and its fp32 statistic (memory-efficient
+    attention's padded to a multiple of 32 queries): sized by torch's own shape functions on meta."""
+    config = TransformerConfig(layers=1, width=64, heads=4, sequence_length=sequence, vocabulary=10,
+                               norm="rmsnorm", mlp="swiglu")
+    formats = activation_formats("bf16")
+    q, k, v = (torch.empty(2, 4, sequence, 16, dtype=torch.bfloat16, device="meta") for _ in range(3))
+    output, statistic = FUSED_OUTPUTS[attention](q, k, v)
+    saved = sum(tensor.numel() * tensor.element_size() for tensor in (q, k, v, output, statistic))
+    assert saved == sdpa_saved_bytes(config, 2, formats, attention)

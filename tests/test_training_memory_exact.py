@@ -13,7 +13,12 @@ of two AdamW steps of small Hugging Face models (:func:`studies.training_memory_
   working set wrong by the factor k = 2 moves it 4-7 %); with a position table far longer than the
   sequence (its gradient, made only at the very end of backward, is 20 % of the phase if counted early);
   and, within 1 % (measured 0.03 % off), with a tied embedding whose gradient the unembedding makes
-  first and which is alive through the whole backward (2.6 % of the phase).
+  first and which is alive through the whole backward (2.6 % of the phase);
+- the peak of a step whose optimizer update is the peak, AdamW's or Adam's for-loop temporaries of the
+  largest parameter (the vocabulary's, an MLP's, the attention's or the experts' tensor) counted: never
+  above the measured peak, and below it by at most one more fp32 tensor of the model's largest
+  parameter, the step counters and a scalar (measured: the counters for GPT-2 and Mixtral, one such tensor and
+  the counters for Llama).
 """
 
 import dataclasses
@@ -25,6 +30,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from accounting import TransformerConfig, transformer_activation_bytes, transformer_training_memory
+from accounting.live_memory import measure_step_memory
 from studies.training_memory_families import hf_model, measure_model
 
 BATCH = 4
@@ -83,3 +89,49 @@ def test_the_recomputed_block_backward_is_the_peak(family, config, precision, to
     predicted = transformer_training_memory(config, BATCH, "adamw", precision, recompute="full")
     assert predicted.backward > max(predicted.activations + predicted.transient, predicted.gradients + predicted.update)
     assert measured.peak == pytest.approx(predicted.peak, rel=tolerance)
+
+
+_DENSE = dict(layers=2, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, learned_positions=False)
+UPDATE_PEAKS = {
+    "gpt2-vocabulary": ("gpt2", TransformerConfig(layers=2, width=128, heads=4, sequence_length=32, vocabulary=4096), 2),
+    "llama-mlp": ("llama", TransformerConfig(width=64, heads=4, kv_heads=2, sequence_length=16, vocabulary=128,
+                                             ffn_width=2048, **_DENSE), 1),
+    "llama-attention": ("llama", TransformerConfig(width=64, heads=8, head_width=128, sequence_length=16,
+                                                   vocabulary=128, ffn_width=128, **_DENSE), 1),
+    "mixtral-two-experts": ("mixtral", TransformerConfig(width=64, heads=4, kv_heads=2, sequence_length=16,
+                                                         vocabulary=128, ffn_width=512, experts=2, **_DENSE), 1),
+}
+
+
+def _adam_step_memory(model, config: TransformerConfig, optimizer_class, batch_size: int):
+    """The second of two steps of ``optimizer_class`` (for-loop, the CPU default), as measure_model runs AdamW."""
+    optimizer = optimizer_class(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, config.vocabulary, (batch_size, config.sequence_length),
+                           generator=torch.Generator().manual_seed(0))
+
+    def update(loss):
+        loss.backward()
+        optimizer.step()
+
+    optimizer.zero_grad(set_to_none=True)
+    update(model(input_ids=tokens, labels=tokens).loss)
+    optimizer.zero_grad(set_to_none=True)
+    state = [value for entry in optimizer.state.values() for value in entry.values() if isinstance(value, torch.Tensor)]
+    return measure_step_memory([*model.parameters(), *state], lambda: model(input_ids=tokens, labels=tokens).loss,
+                               update)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam"])
+@pytest.mark.parametrize("case", list(UPDATE_PEAKS))
+def test_the_update_is_the_peak(case, optimizer):
+    family, config, batch_size = UPDATE_PEAKS[case]
+    torch.manual_seed(0)
+    model = hf_model(family, config)
+    largest = max(parameter.numel() for parameter in model.parameters())  # the model's own, not the formula's
+    step_counters = torch.float32.itemsize * len(list(model.parameters()))  # one per tensor, left out by the formula
+    measured = _adam_step_memory(model, config, {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[optimizer],
+                                 batch_size)
+    predicted = transformer_training_memory(config, batch_size, optimizer, "fp32",
+                                            gelu="unfused" if family == "gpt2" else None)
+    assert predicted.gradients + predicted.update > predicted.activations + predicted.transient
+    assert predicted.peak <= measured.peak <= predicted.peak + torch.float32.itemsize * largest + step_counters + SCALARS
