@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from accounting import TransformerConfig
-from accounting.activation_memory import activation_formats, sdpa_saved_bytes
+from accounting.activation_memory import activation_formats, sdpa_saved_bytes, transformer_activations
 from accounting.attention_kernels import (
     AttentionDevice,
     SdpaCall,
@@ -244,3 +244,28 @@ def test_fused_kernels_save_inputs_output_and_their_statistic(attention, sequenc
     output, statistic = FUSED_OUTPUTS[attention](q, k, v)
     saved = sum(tensor.numel() * tensor.element_size() for tensor in (q, k, v, output, statistic))
     assert saved == sdpa_saved_bytes(config, 2, formats, attention)
+
+
+def _saved_by_math_call(dropout: float, formats) -> int:
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(2, 4, 32, 16, dtype=formats.matmul_dtype).requires_grad_() for _ in range(3))
+    saved = []
+    with sdpa_kernel(SDPBackend.MATH), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t,
+                                                                                 lambda t: t):
+        F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, is_causal=True)
+    return sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in saved if t.numel() > 1}.values())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_math_kernel_dropout_keeps_the_dropped_weights_and_a_mask(precision):
+    """With dropout the math kernel keeps the dropped weights (its width) and a mask: CUDA's fused dropout
+    a bool mask, which the formula counts; the CPU's a mask of the weights' width, which the CPU measures."""
+    config = TransformerConfig(layers=1, width=64, heads=4, sequence_length=32, vocabulary=10)
+    formats = activation_formats(precision)
+    measured = _saved_by_math_call(0.1, formats) - _saved_by_math_call(0.0, formats)
+    counted = {dropout: transformer_activations(config, 2, formats, attention="sdpa-math", dropout=dropout).saved
+               for dropout in (True, False)}
+    tokens, scores = 2 * 32, 4 * 32 * 32 * 2
+    residual_masks = torch.bool.itemsize * 3 * tokens * config.width  # after attention, after the MLP, embeddings
+    cpu_mask_width = max(formats.matmul, torch.float32.itemsize) - torch.bool.itemsize
+    assert measured == counted[True] - counted[False] - residual_masks + cpu_mask_width * scores
