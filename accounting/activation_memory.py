@@ -299,6 +299,8 @@ def resolve_attention(config: TransformerConfig, batch_size: int, formats: Activ
     >>> config = TransformerConfig(layers=1, width=64, heads=4, kv_heads=2, sequence_length=16, vocabulary=10)
     >>> resolve_attention(config, 2, activation_formats("fp32"), "sdpa", AttentionDevice("cuda", (9, 0)))[0]
     'sdpa-math'
+    >>> [resolve_attention(config, 2, activation_formats("fp32"), "sdpa", dropout=d)[0] for d in (False, True)]
+    ['sdpa-flash', 'sdpa-math']
     """
     check_choice(attention, ATTENTIONS, "attention")
     if attention != "sdpa":

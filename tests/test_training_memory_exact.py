@@ -66,6 +66,16 @@ def test_llama_saved_activations_to_the_byte(precision, attention):
     assert measured.activations - predicted == labels + SCALARS
 
 
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_llama_checkpointed_activations_to_the_byte(attention):
+    """Recomputing every block: each keeps its input (eager attention's mask once for all blocks, SDPA none),
+    byte for byte but for the label copy and the int64 position ids the checkpoints keep as an input."""
+    measured = _measure("llama", LLAMA, "fp32", "full", attention)
+    predicted = transformer_activation_bytes(LLAMA, BATCH, "fp32", attention=attention, recompute="full")
+    labels, positions = INT64 * BATCH * LLAMA.sequence_length, INT64 * LLAMA.sequence_length
+    assert measured.activations - predicted == labels + positions + SCALARS
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16-master", "bf16-autocast"])
 @pytest.mark.parametrize("experts", [4, 2])
 def test_mixtral_saved_activations_to_a_few_bytes(experts, precision):
