@@ -11,8 +11,6 @@ in a process that never touches them. ``from accounting import X``, ``accounting
 """
 
 import importlib
-import sys
-import types
 
 _PUBLIC = {
     # Each public name and the module it comes from, in the order of ``__all__``. Adding a name is one line.
@@ -39,33 +37,33 @@ _PUBLIC = {
     "mfu": "accounting.flops",
     # training memory and model FLOPs
     "LiveTensorBytes": "accounting.live_memory",
-    "OPTIMIZERS": "accounting.training_memory",
-    "PRECISION_POLICIES": "accounting.training_memory",
-    "PrecisionPolicy": "accounting.training_memory",
-    "TrainingMemory": "accounting.training_memory",
-    "TrainingTime": "accounting.transformer_flops",
-    "TransformerConfig": "accounting.transformer",
-    "TransformerFlops": "accounting.transformer_flops",
-    "measure_optimizer_state_bytes": "accounting.training_memory",
-    "optimizer_state_bytes": "accounting.training_memory",
-    "optimizer_state_slots": "accounting.training_memory",
-    "parameter_count": "accounting.training_memory",
-    "precision_policy": "accounting.training_memory",
-    "training_flops": "accounting.transformer_flops",
-    "training_memory": "accounting.training_memory",
-    "training_time": "accounting.transformer_flops",
-    "transformer_activation_bytes": "accounting.training_memory",
-    "transformer_flops": "accounting.transformer_flops",
-    "transformer_training_memory": "accounting.training_memory",
+    "OPTIMIZERS": "accounting.model.training_memory",
+    "PRECISION_POLICIES": "accounting.model.training_memory",
+    "PrecisionPolicy": "accounting.model.training_memory",
+    "TrainingMemory": "accounting.model.training_memory",
+    "TrainingTime": "accounting.model.flops",
+    "TransformerConfig": "accounting.model.config",
+    "TransformerFlops": "accounting.model.flops",
+    "measure_optimizer_state_bytes": "accounting.model.training_memory",
+    "optimizer_state_bytes": "accounting.model.training_memory",
+    "optimizer_state_slots": "accounting.model.training_memory",
+    "parameter_count": "accounting.model.training_memory",
+    "precision_policy": "accounting.model.training_memory",
+    "training_flops": "accounting.model.flops",
+    "training_memory": "accounting.model.training_memory",
+    "training_time": "accounting.model.flops",
+    "transformer_activation_bytes": "accounting.model.training_memory",
+    "transformer_flops": "accounting.model.flops",
+    "transformer_training_memory": "accounting.model.training_memory",
     # measured steps, sharding, planning
     "StepMemory": "accounting.live_memory",
     "measure_step_memory": "accounting.live_memory",
-    "SHARDINGS": "accounting.sharding",
-    "ShardedStates": "accounting.sharding",
-    "sharded_model_states": "accounting.sharding",
-    "sharding_stage": "accounting.sharding",
-    "TracedStepMemory": "accounting.traced_memory",
-    "traced_training_step_memory": "accounting.traced_memory",
+    "SHARDINGS": "accounting.model.sharding",
+    "ShardedStates": "accounting.model.sharding",
+    "sharded_model_states": "accounting.model.sharding",
+    "sharding_stage": "accounting.model.sharding",
+    "TracedStepMemory": "accounting.model.traced_step",
+    "traced_training_step_memory": "accounting.model.traced_step",
     # hardware, timing and the benchmark matrix
     "BenchConfig": "accounting.bench.matrix",
     "DeviceInfo": "accounting.hardware.devices",
@@ -98,24 +96,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-_NAMED_AS_THEIR_MODULE = frozenset(name for name, module in _PUBLIC.items() if module == f"{__name__}.{name}")
-"""Public functions named as the module they live in (``transformer_flops``, ``training_memory``)."""
-
-
-class _Package(types.ModuleType):
-    """This package, serving a public function where its module of the same name hides it.
-
-    Importing ``accounting.training_memory`` (anyone may, at any time) binds the module to the package's
-    ``training_memory``, over the function a lazy lookup cached there: the function is what the name means.
-    """
-
-    def __getattribute__(self, name: str):
-        value = super().__getattribute__(name)
-        if name in _NAMED_AS_THEIR_MODULE and isinstance(value, types.ModuleType):
-            return getattr(value, name)
-        return value
-
-
-sys.modules[__name__].__class__ = _Package

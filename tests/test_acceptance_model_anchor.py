@@ -14,7 +14,7 @@ import torch
 
 from accounting import AccountingError
 from accounting.acceptance import model_anchor
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.attention_kernels import AttentionDevice
 from accounting.model_mfu import PEAK_MEMORY_BAND, model_size
 
 transformers = pytest.importorskip("transformers")

@@ -28,7 +28,7 @@ from accounting.acceptance.plan import (
     plugin_arguments,
     saved_runs,
 )
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.attention_kernels import AttentionDevice
 from accounting.bench.matrix import load_benchmarks
 from accounting.model_mfu.sizes import MODEL_SIZES
 from accounting.model_mfu.step import MEMORY_FRACTION, predicted_peak_bytes

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from accounting import TransformerConfig
-from accounting.activation_memory import activation_formats, sdpa_saved_bytes, transformer_activations
-from accounting.attention_kernels import (
+from accounting.model.activations import activation_formats, sdpa_saved_bytes, transformer_activations
+from accounting.model.attention_kernels import (
     AttentionDevice,
     SdpaCall,
     attention_device,

@@ -8,10 +8,11 @@ Layers, bottom to top (a module may import from its own layer and the ones below
 
 1. foundation — ``errors``, ``_checks``, ``_units``;
 2. library — the accounting formulas: ``memory``, ``strides``, ``flops``, ``flop_count``,
-   ``live_memory``, ``transformer``, ``transformer_flops``, ``training_memory``;
+   ``live_memory``, and ``model/`` (a model's config and Hugging Face reader, FLOPs, activations, training
+   memory, sharding, SDPA kernel choice, traced step);
 3. hardware — ``hardware/``, the device seam;
 4. measurement — ``telemetry/``, ``timing`` and ``health/`` (siblings: none imports another);
-5. model — ``model_mfu/``;
+5. model step — ``model_mfu/``;
 6. bench — ``bench/``, the pytest plugin and the benchmark matrix;
 7. console — what the commands share;
 8. commands — ``report/`` and ``gate/`` (siblings);
@@ -30,12 +31,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "accounting"
 LAYERS = (
     ("foundation", ("accounting.errors", "accounting._checks", "accounting._units"), False),
     ("library", ("accounting.memory", "accounting.strides", "accounting.flops", "accounting.flop_count",
-                 "accounting.live_memory", "accounting.transformer", "accounting.transformer_flops",
-                 "accounting.training_memory", "accounting.activation_memory", "accounting.hf_config",
-                 "accounting.sharding", "accounting.traced_memory", "accounting.attention_kernels"), False),
+                 "accounting.live_memory", "accounting.model"), False),
     ("hardware", ("accounting.hardware",), False),
     ("measurement", ("accounting.telemetry", "accounting.timing", "accounting.health"), True),
-    ("model", ("accounting.model_mfu",), False),
+    ("model step", ("accounting.model_mfu",), False),
     ("bench", ("accounting.bench",), False),
     ("console", ("accounting.console",), False),
     ("commands", ("accounting.report", "accounting.gate", "accounting.plan"), True),

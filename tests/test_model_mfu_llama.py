@@ -30,7 +30,7 @@ from accounting.model_mfu import (
     size_that_fits,
 )
 from accounting.model_mfu import layers
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.attention_kernels import AttentionDevice
 from accounting.timing import MEMORY_FRACTION
 
 LLAMA = model_size("tiny-llama", layers=2, seq=12).config

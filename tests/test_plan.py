@@ -14,16 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting.activation_memory import ATTENTIONS, RECOMPUTES
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.activations import ATTENTIONS, RECOMPUTES
+from accounting.model.attention_kernels import AttentionDevice
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.peaks import find_chip, peak_flops
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
 from accounting.plan.compute import LARGEST_MICRO_BATCH
 from accounting.plan.devices import PlanDevice
-from accounting.sharding import SHARDINGS
-from accounting.training_memory import transformer_training_memory
-from accounting.transformer import TransformerConfig
+from accounting.model.sharding import SHARDINGS
+from accounting.model.training_memory import transformer_training_memory
+from accounting.model.config import TransformerConfig
 from tests.support.hf_models import model_from_config_json
 
 GPT2_SMALL = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document
-from accounting.transformer import TransformerConfig
+from accounting.model.config import TransformerConfig
 from tests.support.cli_runs import run_main
 from tests.test_plan import GPT2_SMALL, LLAMA_3_8B
 

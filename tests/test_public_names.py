@@ -40,8 +40,9 @@ def test_a_name_that_is_not_public_is_an_attribute_error():
 
 @pytest.mark.parametrize("name", accounting.__all__)
 def test_a_public_name_is_still_its_object_after_its_module_was_imported(name):
-    """Importing a module binds it to the package's attribute of its name: a function named as its module
-    (``training_memory``, ``transformer_flops``) must still be the function when looked up afterwards."""
+    """Importing a module binds it to its package's attribute of its name: a public function named as a module
+    (``training_memory``, whose module is ``accounting.model.training_memory``) must still be the function when
+    looked up afterwards."""
     module = importlib.import_module(accounting._PUBLIC[name])
     namespace = {}
     exec(f"from accounting import {name}", namespace)

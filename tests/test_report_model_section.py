@@ -15,7 +15,7 @@ from accounting.report import cli, model_section
 from accounting.timing import MEMORY_FRACTION
 from accounting.report.health_section import health_document
 from accounting.report.run import preview
-from accounting.transformer_flops import transformer_flops
+from accounting.model.flops import transformer_flops
 from tests.support.cli_runs import run_main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.distributed.fsdp._flat_param import FlatParamHandle
 
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.sharding import (
+from accounting.model.sharding import (
     SHARDINGS,
     shard_size,
     sharded_model_states,

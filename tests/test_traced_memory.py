@@ -14,9 +14,9 @@ from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.live_memory import LiveTensorBytes
 from accounting.memory import storage_bytes
-from accounting.traced_memory import TracedStepMemory, traced_training_step_memory
-from accounting.training_memory import optimizer_state_bytes
-from accounting.transformer import TransformerConfig
+from accounting.model.traced_step import TracedStepMemory, traced_training_step_memory
+from accounting.model.training_memory import optimizer_state_bytes
+from accounting.model.config import TransformerConfig
 from tests.support.hf_models import FAMILIES, build_hf_model, model_from_config_json, random_token_ids
 
 PARTS = ("parameters", "buffers", "optimizer_state", "inputs", "gradients", "activations", "temporaries")

@@ -20,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 transformers = pytest.importorskip("transformers")
 
 from accounting import TransformerConfig, transformer_training_memory
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.attention_kernels import AttentionDevice
 from studies.training_memory_families import hf_model, measure_model
 
 H200_STEPS = Path(__file__).parent / "data" / "hosts" / "nvidia-h200" / "hf-llama-step-peaks.json"

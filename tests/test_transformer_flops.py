@@ -19,8 +19,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError, AccountingTypeError, TransformerConfig, mfu
-# From the module: the package attribute ``accounting.transformer_flops`` is the module once it is imported.
-from accounting.transformer_flops import training_flops, training_time, transformer_flops
+from accounting.model.flops import training_flops, training_time, transformer_flops
 from tests.support.hf_models import FAMILIES, build_hf_model, hf_config, model_from_config_json, random_token_ids
 from tests.support.published_configs import PUBLISHED
 from tests.support.strategies_training import ReferenceGPT, language_model_loss, random_tokens, transformer_configs

@@ -40,7 +40,7 @@ from accounting.model_mfu.kernels import formula_attention
 from accounting.model_mfu.layers import RMS_NORM_EPS, ROTARY_BASE
 from accounting.model_mfu.step import LEARNING_RATE, predicted_peak_bytes
 from accounting.timing import MEMORY_FRACTION
-from accounting.transformer_flops import transformer_flops
+from accounting.model.flops import transformer_flops
 
 PRECISION = "bf16"
 """The policy both steps run: bf16 weights, gradients and AdamW state (Hugging Face's ``model.to(torch.bfloat16)``)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from accounting.acceptance.probe import PLUGIN_MODULE
 from accounting.acceptance.steps import Step
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.attention_kernels import AttentionDevice
 from accounting.errors import AccountingError
 from accounting.gate.measure import NOTHING_RUN_FILTER
 from accounting.acceptance.model_anchor import transformers_missing

@@ -1,7 +1,7 @@
 """A decoder-only transformer built from a :class:`~accounting.TransformerConfig`, written as the lecture writes models.
 
 Named axes with einops (``rearrange``) and shapes in jaxtyping annotations. Two families, told apart by
-the config's ``norm`` as the memory formulas tell them apart (:mod:`accounting.activation_memory`):
+the config's ``norm`` as the memory formulas tell them apart (:mod:`accounting.model.activations`):
 
 - ``norm="layernorm"``: GPT-2 — learned positions (or none), LayerNorm, one fused Q/K/V projection, a GELU
   MLP, final LayerNorm, unembedding tied to the token embedding unless the config says not;
@@ -49,7 +49,7 @@ from torch.utils.checkpoint import checkpoint
 from accounting._checks import check_choice
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.model_mfu.layers import ATTENTIONS, RMSNorm, apply_rotary, attend, rotary_tables
-from accounting.transformer import TransformerConfig
+from accounting.model.config import TransformerConfig
 
 
 def _norm(config: TransformerConfig) -> nn.Module:

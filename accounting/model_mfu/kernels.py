@@ -7,7 +7,7 @@ flash) save no (s × s) matrix (the memory formula's ``"sdpa-flash"``…) and re
 (s × s)-sized products there to the math kernel's four, one more QKᵀ per layer, which ``FlopCounterMode`` counts
 as hardware FLOPs (torch's own flash-backward formula) and the model-FLOP convention does not. The math kernel
 runs the products as ``bmm`` and keeps the (s × s) weights (``"sdpa-math"``), as eager attention does
-(``"eager"``). Before a step runs, :func:`accounting.attention_kernels.choose_sdpa_kernel` predicts the kernel (the
+(``"eager"``). Before a step runs, :func:`accounting.model.attention_kernels.choose_sdpa_kernel` predicts the kernel (the
 memory formulas' ``attention="sdpa"`` on a device).
 
 >>> from accounting.flop_count import FlopCount
@@ -18,7 +18,7 @@ memory formulas' ``attention="sdpa"`` on a device).
 'math'
 """
 
-from accounting.transformer import TransformerConfig
+from accounting.model.config import TransformerConfig
 
 FUSED_KERNELS = {
     "aten._scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
@@ -42,7 +42,7 @@ def attention_kernel(count, attention: str) -> str:
 
 FORMULA_ATTENTIONS = {"flash (CPU)": "sdpa-flash", "flash": "sdpa-flash", "memory-efficient": "sdpa-efficient",
                       "cuDNN": "sdpa-cudnn", "math": "sdpa-math", "eager": "eager"}
-"""The memory formulas' attention for each kernel (:data:`accounting.activation_memory.ATTENTIONS`)."""
+"""The memory formulas' attention for each kernel (:data:`accounting.model.activations.ATTENTIONS`)."""
 
 
 def formula_attention(kernel: str) -> str:

@@ -2,7 +2,7 @@
 attention by ``scaled_dot_product_attention`` or by hand.
 
 Each is written as Hugging Face's ``LlamaForCausalLM`` writes it (transformers ``modeling_llama.py``), because
-the activation formulas (:mod:`accounting.activation_memory`) count what that code saves for backward:
+the activation formulas (:mod:`accounting.model.activations`) count what that code saves for backward:
 
 - RMSNorm in fp32 whatever the input's dtype (``x.float()``, its mean square, ``rsqrt``), the gain applied
   after casting back;

@@ -33,8 +33,8 @@ from accounting.model_mfu.kernels import attention_kernel, formula_attention, is
 from accounting.model_mfu.sizes import ModelSize
 from accounting.model_mfu.step import TrainingStep, check_step_device, compile_step, predicted_peak_bytes
 from accounting.timing import time_fn
-from accounting.training_memory import precision_policy
-from accounting.transformer_flops import transformer_flops
+from accounting.model.training_memory import precision_policy
+from accounting.model.flops import transformer_flops
 
 PEAK_MEMORY_BAND = (0.93, 1.3)
 """Accepted measured/predicted peak-memory ratio. Below: 7 %: CPU LayerNorm keeps bf16 statistics where the formula

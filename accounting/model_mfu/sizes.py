@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from accounting._checks import check_choice, check_positive_size
 from accounting.errors import AccountingTypeError
-from accounting.transformer import TransformerConfig
+from accounting.model.config import TransformerConfig
 
 
 @dataclass(frozen=True)

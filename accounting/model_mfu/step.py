@@ -1,6 +1,6 @@
 """One training step of :class:`~accounting.model_mfu.gpt.GPT` under a precision policy, as a callable.
 
-Policies (:data:`accounting.training_memory.PRECISION_POLICIES`), each laid out in memory as
+Policies (:data:`accounting.model.training_memory.PRECISION_POLICIES`), each laid out in memory as
 :func:`accounting.transformer_training_memory` predicts it:
 
 - ``fp32``: fp32 weights, gradients and AdamW state (on CUDA, plain FP32 matmuls: TF32 off).
@@ -40,7 +40,7 @@ from accounting.model_mfu.gpt import GPT, language_model_loss
 from accounting.model_mfu.layers import ATTENTIONS
 from accounting.model_mfu.sizes import ModelSize
 from accounting.timing import MEMORY_FRACTION
-from accounting.training_memory import precision_policy, transformer_training_memory
+from accounting.model.training_memory import precision_policy, transformer_training_memory
 
 STEP_POLICIES = ("fp32", "bf16-mixed", "bf16")
 """Precision policies a training step can run (``fp16-mixed`` would need loss scaling)."""
@@ -119,7 +119,7 @@ def predicted_peak_bytes(size: ModelSize, precision: str, recompute: bool = Fals
                          device="cpu") -> int:
     """``transformer_training_memory`` of the step's config, batch, optimizer, policy, recomputation and attention:
     ``"sdpa"`` counts the kernel ``scaled_dot_product_attention`` runs on ``device`` (a device name, or an
-    :class:`accounting.attention_kernels.AttentionDevice` naming a GPU by compute capability); a named kernel
+    :class:`accounting.model.attention_kernels.AttentionDevice` naming a GPU by compute capability); a named kernel
     (``"sdpa-flash"``, ``"sdpa-math"``…) or ``"eager"`` counts that one."""
     return transformer_training_memory(size.config, size.batch_size, OPTIMIZER, precision, attention=attention,
                                        recompute="full" if recompute else "none", device=device).peak
@@ -157,7 +157,7 @@ def size_that_fits(size: ModelSize, precisions, device, free_bytes: int | None =
     machine without the GPU, name it, e.g. ``AttentionDevice("cuda", (9, 0))``).
 
     >>> from accounting.model_mfu.sizes import model_size
-    >>> from accounting.attention_kernels import AttentionDevice
+    >>> from accounting.model.attention_kernels import AttentionDevice
     >>> size, why = size_that_fits(model_size("tinyllama-1.1b"), ["bf16"], "cuda", free_bytes=24 * 2**30,
     ...                            fallback=model_size("gpt2-small"), attention_device=AttentionDevice("cuda", (9, 0)))
     >>> size.batch_size, why

@@ -11,16 +11,16 @@ import json
 import sys
 
 from accounting._checks import positive_number_from_text
-from accounting.activation_memory import ATTENTIONS, RECOMPUTES
+from accounting.model.activations import ATTENTIONS, RECOMPUTES
 from accounting.console import EXIT_BAD_INPUT, EXIT_OK, check_writable
 from accounting.errors import AccountingError
 from accounting.model_mfu.sizes import MODEL_SIZES, model_size
 from accounting.plan.compute import PlanSettings, make_plan
 from accounting.plan.devices import known_devices, plan_device
 from accounting.plan.render import plan_document, render_plan
-from accounting.sharding import SHARDINGS
-from accounting.training_memory import OPTIMIZERS, PRECISION_POLICIES, precision_policy
-from accounting.transformer import TransformerConfig
+from accounting.model.sharding import SHARDINGS
+from accounting.model.training_memory import OPTIMIZERS, PRECISION_POLICIES, precision_policy
+from accounting.model.config import TransformerConfig
 
 EXIT_DOES_NOT_FIT = 1
 

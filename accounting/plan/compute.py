@@ -2,7 +2,7 @@
 
 Memory per device is the package's model of a training step,
 :func:`accounting.transformer_training_memory` with its ``sharding`` and ``devices`` (model
-states divided as :func:`accounting.sharding.sharded_model_states` divides them, and the unit
+states divided as :func:`accounting.model.sharding.sharded_model_states` divides them, and the unit
 ZeRO-3 gathers), its ``attention`` and ``recompute``. A plan *fits* when the peak is at most
 the device's usable memory: its capacity less ``headroom`` (a fraction kept for what no
 formula here counts — the CUDA context, communication buffers, allocator fragmentation).
@@ -17,14 +17,14 @@ import math
 from dataclasses import dataclass, replace
 
 from accounting._checks import check_choice, check_positive, check_positive_size, check_real
-from accounting.activation_memory import ATTENTIONS, RECOMPUTES
-from accounting.attention_kernels import AttentionDevice, SdpaKernel
+from accounting.model.activations import ATTENTIONS, RECOMPUTES
+from accounting.model.attention_kernels import AttentionDevice, SdpaKernel
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.plan.devices import PlanDevice
-from accounting.sharding import ZERO3, sharding_stage
-from accounting.training_memory import transformer_training_memory
-from accounting.transformer import TransformerConfig
-from accounting.transformer_flops import training_time, transformer_flops
+from accounting.model.sharding import ZERO3, sharding_stage
+from accounting.model.training_memory import transformer_training_memory
+from accounting.model.config import TransformerConfig
+from accounting.model.flops import training_time, transformer_flops
 
 LARGEST_MICRO_BATCH = 2**20
 """Where the search for the largest micro-batch that fits stops (sequences per device)."""

@@ -17,7 +17,7 @@ closer to 80 GiB; the difference is a margin, not something to plan on using.
 40000000000
 
 Which attention kernel ``scaled_dot_product_attention`` runs depends on the GPU's compute
-capability (:mod:`accounting.attention_kernels`): each NVIDIA row has its own
+capability (:mod:`accounting.model.attention_kernels`): each NVIDIA row has its own
 (:data:`COMPUTE_CAPABILITIES`); for any other device the plan assumes an A100's (8.0) and says so.
 
 >>> plan_device("H200 SXM", "bfloat16").attention_device
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from accounting._checks import check_positive
 from accounting._units import GB, TERA
-from accounting.attention_kernels import AttentionDevice
+from accounting.model.attention_kernels import AttentionDevice
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.peaks import CHIP_ROWS, PeakUnknownWarning, find_chip, peak_flops
 

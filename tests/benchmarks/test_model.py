@@ -25,7 +25,7 @@ from accounting.hardware.cpu_facts import cpu_flags, cpu_vendor
 from accounting.hardware.devices import release_cached_memory
 from accounting.flop_count import count_flops
 from accounting.hardware.cpu_peak import cpu_flops_per_cycle
-from accounting.transformer_flops import transformer_flops
+from accounting.model.flops import transformer_flops
 from accounting.model_mfu import (
     PEAK_DTYPES,
     attention_kernel,

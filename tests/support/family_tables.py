@@ -15,7 +15,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import TransformerConfig
-from accounting.transformer_flops import transformer_flops
+from accounting.model.flops import transformer_flops
 from tests.support.hf_models import FAMILIES, build_hf_model, model_from_config_json, random_token_ids
 from tests.support.published_configs import PUBLISHED
 

@@ -23,7 +23,7 @@ model ``transformers`` itself builds from a config, never a reimplementation.
 >>> sum(p.numel() for p in model.parameters()) == config.parameter_count
 True
 >>> from torch.utils.flop_counter import FlopCounterMode
->>> from accounting.transformer_flops import transformer_flops
+>>> from accounting.model.flops import transformer_flops
 >>> counter = FlopCounterMode(display=False)
 >>> _ = training_step(model, random_token_ids(config, batch_size=2), counter)
 >>> counter.get_total_flops() == transformer_flops(config, batch_size=2).training

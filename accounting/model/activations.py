@@ -2,7 +2,7 @@
 
 Also the precision policies (:class:`PrecisionPolicy`: the format of each copy of the model,
 whether the forward runs under autocast) and the element sizes they give a forward pass
-(:class:`ActivationFormats`); :mod:`accounting.training_memory` builds the whole step on them.
+(:class:`ActivationFormats`); :mod:`accounting.model.training_memory` builds the whole step on them.
 
 The accounting follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", arXiv:2205.05198, section 4), term by term, but counts what the code
@@ -20,7 +20,7 @@ that people train actually keeps, read off the saved tensors of a real forward p
   and Mixtral's experts (tokens gathered per expert, ``torch._grouped_mm``).
 
 Attention is counted as the kernel that runs it: eager attention, or the kernel
-``scaled_dot_product_attention`` picks on the device asked about (:mod:`accounting.attention_kernels`):
+``scaled_dot_product_attention`` picks on the device asked about (:mod:`accounting.model.attention_kernels`):
 fused kernels keep one statistic per query, the math kernel every (s × s) attention weight.
 
 Notation: T = tokens (sequence × batch), h = width, A = heads × head width, K·d = kv width,
@@ -38,10 +38,10 @@ import math
 from dataclasses import dataclass
 
 from accounting._checks import check_choice, check_positive_size
-from accounting.attention_kernels import SDPA_KERNELS, SdpaCall, SdpaKernel, choose_sdpa_kernel
+from accounting.model.attention_kernels import SDPA_KERNELS, SdpaCall, SdpaKernel, choose_sdpa_kernel
 from accounting.errors import AccountingTypeError
 from accounting.memory import storage_dtype
-from accounting.transformer import GELUS, TransformerConfig
+from accounting.model.config import GELUS, TransformerConfig
 
 SDPA_ATTENTIONS = tuple(f"sdpa-{kernel}" for kernel in SDPA_KERNELS)
 """``scaled_dot_product_attention`` with a named kernel: ``sdpa-flash``, ``sdpa-cudnn`` and
@@ -51,7 +51,7 @@ kernel upcasts them unless ``allow_fp16_bf16_reduction_math_sdp``) and the (s ×
 ATTENTIONS = ("eager", "sdpa", *SDPA_ATTENTIONS)
 """``eager``: softmax(QKᵀ)V in separate ops, the (s × s) scores saved; ``sdpa``: the kernel
 ``scaled_dot_product_attention`` runs for the call on the ``device`` asked about
-(:func:`accounting.attention_kernels.choose_sdpa_kernel`); or one of :data:`SDPA_ATTENTIONS`."""
+(:func:`accounting.model.attention_kernels.choose_sdpa_kernel`); or one of :data:`SDPA_ATTENTIONS`."""
 _EFFICIENT_LSE_ROWS = 32  # memory-efficient attention pads its log-sum-exp to a multiple of 32 queries
 _SDPA_DROPOUT = 0.1  # the dropout probability the kernel is chosen for with dropout=True (GPT-2's; cuDNN refuses it)
 RECOMPUTES = ("none", "full")
@@ -293,9 +293,9 @@ def attention_call(config: TransformerConfig, batch_size: int, formats: Activati
 def resolve_attention(config: TransformerConfig, batch_size: int, formats: ActivationFormats, attention: str,
                       device=None, dropout: bool = False) -> tuple[str, SdpaKernel | None]:
     """``(attention, kernel)``: ``"sdpa"`` becomes the kernel SDPA runs on ``device`` (default the
-    CPU; :func:`accounting.attention_kernels.choose_sdpa_kernel`), e.g. ``"sdpa-math"``; others stay.
+    CPU; :func:`accounting.model.attention_kernels.choose_sdpa_kernel`), e.g. ``"sdpa-math"``; others stay.
 
-    >>> from accounting.attention_kernels import AttentionDevice
+    >>> from accounting.model.attention_kernels import AttentionDevice
     >>> config = TransformerConfig(layers=1, width=64, heads=4, kv_heads=2, sequence_length=16, vocabulary=10)
     >>> resolve_attention(config, 2, activation_formats("fp32"), "sdpa", AttentionDevice("cuda", (9, 0)))[0]
     'sdpa-math'

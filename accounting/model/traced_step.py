@@ -25,7 +25,7 @@ sizes: no allocator rounding or caching, no library workspaces, no CUDA context.
 What the meta device cannot know is which kernel a real device would choose.
 ``scaled_dot_product_attention`` on meta runs its math fallback, which keeps the (s × s)
 attention weights; a CPU or CUDA fused kernel keeps far less. Ask
-:func:`accounting.attention_kernels.choose_sdpa_kernel` which kernel the real device runs: where
+:func:`accounting.model.attention_kernels.choose_sdpa_kernel` which kernel the real device runs: where
 it is math too (fp32 with grouped-query heads on an H100 or H200, for one), the trace is what that
 device keeps; where it is fused, trace a model with eager attention, or read an SDPA model's
 activations as the upper bound they are. Autocast applies
@@ -53,7 +53,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from accounting._units import readable_bytes
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.live_memory import LiveTensorBytes
-from accounting.training_memory import OPTIMIZERS
+from accounting.model.training_memory import OPTIMIZERS
 
 _OPTIMIZER_CLASSES = {
     "sgd": torch.optim.SGD,

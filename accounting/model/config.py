@@ -22,7 +22,7 @@ routing (Mixtral). :meth:`TransformerConfig.from_hf` reads a Hugging Face ``conf
 
 from dataclasses import dataclass
 
-from accounting import hf_config
+from accounting.model import hf_config
 from accounting._checks import check_choice, check_positive_size
 from accounting.errors import AccountingError, AccountingTypeError
 
@@ -146,7 +146,7 @@ class TransformerConfig:
 
         Reads model types ``gpt2``, ``llama``, ``mistral``, ``qwen2`` and ``mixtral`` without
         importing ``transformers``; a key it does not know, or a setting it cannot model, is
-        an error naming it (see :mod:`accounting.hf_config`). ``sequence_length`` defaults to
+        an error naming it (see :mod:`accounting.model.hf_config`). ``sequence_length`` defaults to
         the model's ``max_position_embeddings`` (``n_positions`` for GPT-2).
 
         >>> config = TransformerConfig.from_hf({"model_type": "gpt2", "n_layer": 12, "n_embd": 768,

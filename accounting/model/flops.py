@@ -32,7 +32,7 @@ residual and bias adds, the rotary angles, the routing weights' scaling, the los
 optimizer step (all O(tokens · h) or O(params), not matmul work).
 
 >>> from accounting import TransformerConfig
->>> from accounting.transformer_flops import transformer_flops, training_time
+>>> from accounting.model.flops import transformer_flops, training_time
 >>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
 >>> flops = transformer_flops(gpt2, batch_size=8)
 >>> flops.forward_per_token, flops.training_per_token
@@ -48,7 +48,7 @@ from accounting._checks import check_choice, check_non_negative, check_positive,
 from accounting._units import readable_duration, readable_flops
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flops import linear_flops, matmul_flops
-from accounting.transformer import TransformerConfig
+from accounting.model.config import TransformerConfig
 
 
 def _whole_number(value, what: str) -> int:

@@ -38,7 +38,7 @@ import torch
 
 from accounting._checks import check_choice, check_non_negative, check_size
 from accounting._units import readable_bytes
-from accounting.activation_memory import (  # the policies live there; imported here by name too
+from accounting.model.activations import (  # the policies live there; imported here by name too
     PRECISION_POLICIES,  # noqa: F401 (public here too)
     PrecisionPolicy,  # noqa: F401 (public here too)
     activation_formats,
@@ -50,11 +50,11 @@ from accounting.activation_memory import (  # the policies live there; imported 
     transformer_activations,
     update_bytes,
 )
-from accounting.attention_kernels import SdpaKernel
+from accounting.model.attention_kernels import SdpaKernel
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.memory import storage_bytes, storage_key
-from accounting.sharding import sharded_model_states, sharding_stage
-from accounting.transformer import TransformerConfig
+from accounting.model.sharding import sharded_model_states, sharding_stage
+from accounting.model.config import TransformerConfig
 
 # ---- parameters ---------------------------------------------------------------------
 
@@ -240,16 +240,16 @@ def transformer_activation_bytes(
     """Bytes of the tensors a transformer's forward pass saves for backward.
 
     Korthikanti et al. 2022's count (arXiv:2205.05198, section 4) made exact for the code that
-    runs, term by term in :mod:`accounting.activation_memory`: GPT-2-style blocks
+    runs, term by term in :mod:`accounting.model.activations`: GPT-2-style blocks
     (``norm="layernorm"``) save **e·(8·sbh + 2·sbf + a·s²·b)** with a fused GELU (s = sequence,
     b = batch, h = width, f = MLP width, a = heads, e = bytes per activation) plus fp32 LayerNorm
     statistics; with ``dropout`` the paper's 34·sbh + 5·a·s²·b at e = 2, f = 4h. Llama-style
     blocks (``norm="rmsnorm"``) as Hugging Face's Llama, Qwen2 and Mixtral code saves them. Outside
     the blocks: the final norm, rotary tables and the loss's fp32 log-probabilities (4·sbV).
     ``attention``: ``"eager"``; ``"sdpa"``, counted as the kernel ``scaled_dot_product_attention`` runs
-    on ``device`` (default the CPU; an :class:`accounting.attention_kernels.AttentionDevice` names a GPU by
+    on ``device`` (default the CPU; an :class:`accounting.model.attention_kernels.AttentionDevice` names a GPU by
     its compute capability): fused kernels have no s² term, the math kernel keeps the (s × s) weights; or
-    a kernel by name (``"sdpa-flash"``, ``"sdpa-math"``…, :data:`accounting.activation_memory.ATTENTIONS`);
+    a kernel by name (``"sdpa-flash"``, ``"sdpa-math"``…, :data:`accounting.model.activations.ATTENTIONS`);
     ``recompute="full"``: each block keeps
     only its input; ``gelu``: ``"fused"`` or ``"unfused"`` (Hugging Face's ``gelu_new``, GPT-2's); default:
     the config's own (``config.gelu``, which ``TransformerConfig.from_hf`` reads from ``activation_function``).
@@ -372,7 +372,7 @@ def training_memory(
     :func:`transformer_activation_bytes`; ``transient``: short-lived bytes alive next to them
     at the peak. ``optimizer_settings`` as for :func:`optimizer_state_bytes`; step counters
     (4 bytes per parameter tensor) are left out. ``sharding`` and ``devices``: data-parallel
-    partitioning of the model states (:func:`accounting.sharding.sharded_model_states`: ``None``,
+    partitioning of the model states (:func:`accounting.model.sharding.sharded_model_states`: ``None``,
     ``"ddp"``, ``"zero1"``-``"zero3"``, FSDP's names); the parts are then one device's. The master
     copy is partitioned with the optimizer state, as ZeRO counts it.
 
@@ -427,7 +427,7 @@ def transformer_training_memory(
     optimizer's temporaries (Adam/AdamW for-loop: two fp32 tensors of the largest parameter) and,
     with a master copy, the fp32 copies of the gradients. ``backward`` (``recompute="full"``): every
     gradient but the embedding's, beside the bottom block's input, recomputed activations, incoming
-    gradient and working set (:func:`accounting.activation_memory.block_backward_bytes`).
+    gradient and working set (:func:`accounting.model.activations.block_backward_bytes`).
     ``gathered`` (ZeRO-3/FSDP), assuming one unit in flight, as FSDP wraps each block: the full
     parameters and gradients of the largest unit (a block, or the root's embeddings and norm).
     ``attention="sdpa"`` counts the kernel SDPA runs on ``device`` (see
