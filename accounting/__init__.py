@@ -62,6 +62,8 @@ _PUBLIC = {
     "ShardedStates": "accounting.model.sharding",
     "sharded_model_states": "accounting.model.sharding",
     "sharding_stage": "accounting.model.sharding",
+    "AttentionDevice": "accounting.model.attention_kernels",
+    "choose_sdpa_kernel": "accounting.model.attention_kernels",
     "TracedStepMemory": "accounting.model.traced_step",
     "traced_training_step_memory": "accounting.model.traced_step",
     # hardware, timing and the benchmark matrix
