@@ -90,10 +90,12 @@ def test_mixtral_saved_activations_to_a_few_bytes(experts, precision):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-autocast"])
-def test_gpt2_saved_activations_to_the_byte(precision):
-    """LayerNorm's input, mean and reciprocal std per token, GPT-2's unfused GELU, byte for byte."""
-    measured = _measure("gpt2", GPT2, precision, "none")
-    predicted = transformer_activation_bytes(GPT2, BATCH, precision, gelu="unfused")
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_gpt2_saved_activations_to_the_byte(precision, attention):
+    """LayerNorm's input, mean and reciprocal std per token, GPT-2's unfused GELU, byte for byte; with SDPA (the
+    CPU's flash kernel) the fused projection's output that Q, K and V are views of, the output and its statistic."""
+    measured = _measure("gpt2", GPT2, precision, "none", attention)
+    predicted = transformer_activation_bytes(GPT2, BATCH, precision, attention=attention, gelu="unfused")
     labels, positions = INT64 * BATCH * GPT2.sequence_length, INT64 * GPT2.sequence_length
     assert measured.activations - predicted == labels + positions + SCALARS
 

@@ -213,9 +213,14 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
 
     Fused kernels (``sdpa-flash``, ``sdpa-cudnn``, ``sdpa-efficient``): Q, K and V as they come in,
     the output, and an fp32 log-sum-exp per query and head (padded to 32 queries by memory-efficient
-    attention). Math (``sdpa-math``): the scaled Q, the scaled K repeated to every query head, V
-    repeated, and the softmax output (referenced twice: by the softmax and by the product with V), in
-    fp32 for 16-bit inputs (torch's math kernel upcasts them unless ``allow_fp16_bf16_reduction_math_sdp``).
+    attention). GPT-2 as Hugging Face runs it by default: Q stays a view of the fused QKV output, which
+    it keeps alive whole, and K and V come in as contiguous copies that its key-value cache made
+    (``use_cache`` is on in training too; on every device): 6 tensors of the attention's width. A
+    model without the cache (the package's GPT, ``use_cache=False``) keeps 2 fewer. (Llama's cache copies
+    replace the rotated K and the V view, byte for byte.) Math (``sdpa-math``): the scaled Q, the scaled K
+    repeated to every query head, V repeated, and the softmax output (referenced twice: by the softmax
+    and by the product with V), in fp32 for 16-bit inputs (torch's math kernel upcasts them unless
+    ``allow_fp16_bf16_reduction_math_sdp``).
 
     >>> config = TransformerConfig(layers=1, width=8, heads=2, kv_heads=1, sequence_length=4, vocabulary=10,
     ...                            norm="rmsnorm", mlp="swiglu")
@@ -233,7 +238,7 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
     log_sum_exp = _FP32 * heads * rows * batch
     if _llama_style(config):  # q (rotated), k (rotated) and v at their own widths, the output
         return mu * (2 * q + 2 * kv) + log_sum_exp
-    return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, two copies, the output
+    return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, the cache's K and V, the output
 
 
 def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:

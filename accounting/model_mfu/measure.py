@@ -38,9 +38,11 @@ from accounting.model.flops import transformer_flops
 
 PEAK_MEMORY_BAND = (0.93, 1.3)
 """Accepted measured/predicted peak-memory ratio. Below: 7 %: CPU LayerNorm keeps bf16 statistics where the formula
-assumes fp32, and for the GPT-2 family with SDPA the formula counts two (tokens × width) tensors a layer that neither
-this model nor Hugging Face's GPT-2 keeps (tests/test_model_mfu.py pins both; measured/predicted 0.943-0.964 at the
-"tiny" and "small" sizes on the CPU, the Llama family 1.000). Above: 30 % for what the
+assumes fp32, and for the GPT-2 family with SDPA the formula counts Hugging Face's default step, whose key-value cache
+(on in training too) keeps copies of K and V beside the fused projection Q is a view of: two (tokens × width) tensors
+a layer that this model, which has no cache, does not keep (tests/test_model_mfu.py and
+tests/test_training_memory_gpt2_sdpa.py measure both; measured/predicted 0.943-0.964 at the "tiny" and "small" sizes
+on the CPU, the Llama family, whose cache copies replace what they copy, 1.000). Above: 30 % for what the
 prediction leaves out — attention-score and optimizer temporaries, the fp32 copy of the gradients a
 bf16-mixed step makes for its master weights, allocator rounding on CUDA. With recomputation the prediction is
 ``recompute="full"``'s, fitted to Hugging Face's models: on this model at the "small" size on the CPU,
