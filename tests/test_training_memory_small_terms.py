@@ -4,7 +4,8 @@ A whole-step comparison within a few percent cannot see a term off by one elemen
 
 - the parameters whose gradients appear only at the very end of backward, against the autograd graph of a real
   Hugging Face step (the parameters only an embedding lookup feeds: their gradients are made last);
-- the optimizer update's temporaries beside Adam's, against the live-tensor tracker around a real SGD step;
+- the optimizer update's temporaries beside Adam's, against the live-tensor tracker around real SGD, Adagrad and
+  RMSprop steps;
 - what dropout adds to a block whose attention runs in a fused kernel, against the tensors torch's kernels save
   with and without dropout (their shape functions, on meta tensors) and those a real dropout saves.
 """
@@ -70,6 +71,26 @@ def test_an_sgd_update_makes_no_temporaries(momentum):
             optimizer.step()
     predicted = transformer_training_memory(GPT2, 2, "sgd", "fp32", momentum=momentum)
     assert predicted.update == live.peak
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "rmsprop"])
+def test_a_root_dividing_update_makes_one_temporary_of_the_largest_parameter(optimizer):
+    """Adagrad and RMSprop divide by the state's square root, a new tensor per parameter: measured, the largest
+    parameter's (and the one before it, still referenced when the next is made: at most as large again)."""
+    from accounting.model_mfu.gpt import GPT
+
+    torch.manual_seed(0)
+    model = GPT(GPT2, attention="eager")
+    optimizer_class = {"adagrad": torch.optim.Adagrad, "rmsprop": torch.optim.RMSprop}[optimizer]
+    step = optimizer_class(model.parameters(), lr=0.01, foreach=False)
+    tokens = torch.randint(0, GPT2.vocabulary, (2, GPT2.sequence_length))
+    for _ in range(2):
+        step.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
+        with LiveTensorBytes() as live:
+            step.step()
+    predicted = transformer_training_memory(GPT2, 2, optimizer, "fp32").update
+    assert 0 < predicted <= live.peak <= 2 * predicted
 
 
 def _saved_on_meta(fn, *shapes) -> int:

@@ -384,6 +384,10 @@ _ADAMW_TEMPORARIES = 2
 """Parameter-sized temporaries of a single-tensor (for-loop) Adam/AdamW update, the CPU default:
 ``exp_avg_sq.sqrt()`` and its quotient by the bias correction, alive together for the largest tensor."""
 
+_ROOT_TEMPORARIES = 1
+"""Parameter-sized temporaries of a for-loop Adagrad or RMSprop update: the square root of the state
+(``state_sum.sqrt().add_(eps)``, ``square_avg.sqrt().add_(eps)``) the gradient is divided by."""
+
 
 def largest_parameter(config: TransformerConfig) -> int:
     """Elements of the largest parameter tensor: the (un)embedding, or one layer's largest matrix
@@ -426,10 +430,11 @@ def block_backward_bytes(
 
 
 def update_bytes(config: TransformerConfig, state_bytes: int, optimizer: str) -> int:
-    """Temporaries of the optimizer step on top of the gradients (Adam and AdamW, for-loop)."""
-    if optimizer not in ("adam", "adamw"):
-        return 0
-    return _ADAMW_TEMPORARIES * state_bytes * largest_parameter(config)
+    """Temporaries of the optimizer step on top of the gradients (for-loop updates): Adam's and AdamW's two,
+    Adagrad's and RMSprop's one, SGD's none, each the size of the largest parameter."""
+    temporaries = {"adam": _ADAMW_TEMPORARIES, "adamw": _ADAMW_TEMPORARIES,
+                   "adagrad": _ROOT_TEMPORARIES, "rmsprop": _ROOT_TEMPORARIES}.get(optimizer, 0)
+    return temporaries * state_bytes * largest_parameter(config)
 
 
 def largest_unit(config: TransformerConfig) -> int:
