@@ -40,10 +40,9 @@ from accounting.report.saturation import (
     SUSTAINED_TARGET_S,
     saturation_evidence,
     saturation_tags,
-    window_clock,
     withheld_because,
 )
-from accounting.telemetry.validity import POWER_SUSPECT, tag_names, validity_tags, window_power_w
+from accounting.telemetry.validity import POWER_SUSPECT, summary_clock_mhz, tag_names, validity_tags, window_power_w
 
 BURST_CLOCK_FRACTION = 0.97
 BURST_REPEATS = 5
@@ -237,7 +236,7 @@ def soak(device: HeadlineDevice, dtype: str, candidate: Candidate, *, max_s: flo
     while device.clock() - started + per_window * candidate.seconds <= max_s or not result.windows:
         window = device.repeat(dtype, candidate.shape, per_window)
         result.windows.append(window)
-        result.clocks.append(window_clock(window.telemetry))
+        result.clocks.append(summary_clock_mhz(window.telemetry))
         if clock_is_flat(result.clocks):
             result.ended = "flat"
             break
@@ -332,7 +331,7 @@ def _sustained_headline(dtype, window: Window, candidate: Candidate, device_name
     return Headline(
         name, "sustained", reason is None, flops_per_s=rate,
         shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples), seconds=seconds,
-        clock_mhz=window_clock(window.telemetry), power_w=window_power_w(window.telemetry),
+        clock_mhz=summary_clock_mhz(window.telemetry), power_w=window_power_w(window.telemetry),
         power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"),
         saturation=saturation_evidence(window.telemetry), energy_j=joules, energy_source=source,
         j_per_tflop=per_tflop, energy_unavailable=why, telemetry=window.telemetry, spreads=(steadiness,),

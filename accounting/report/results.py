@@ -52,7 +52,7 @@ from accounting.report.accumulation import accumulation_of
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, UNKNOWN, WRONG_RESULT, judge, not_judged, overall, wrong_result
-from accounting.telemetry.validity import validity_tags
+from accounting.telemetry.validity import summary_clock_mhz, validity_tags
 
 SCHEMA = "accounting-report/1"
 
@@ -162,10 +162,9 @@ def figure_check(flops_per_s, dtype, telemetry, physical) -> str | None:
     """
     if physical is None or not flops_per_s:
         return None
-    telemetry = telemetry or {}
-    clock = telemetry.get("clock_mhz_median") or telemetry.get("clock_mhz_mean")
     capability, multiprocessors = physical
-    return physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors, clock_mhz=clock)
+    return physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors,
+                          clock_mhz=summary_clock_mhz(telemetry))
 
 
 def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,

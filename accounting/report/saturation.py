@@ -29,7 +29,7 @@ the window ran 0.015 s, under the 1 s a sustained figure needs
 import statistics
 
 from accounting.hardware.flops_per_clock import physical_check
-from accounting.telemetry.validity import POWER_SUSPECT_FRACTION, saturating_reasons, window_power_w
+from accounting.telemetry.validity import POWER_SUSPECT_FRACTION, saturating_reasons, summary_clock_mhz, window_power_w
 
 SUSTAINED_MIN_S = 1.0
 """A sustained window lasts at least this long."""
@@ -50,17 +50,6 @@ def is_gpu_window(telemetry) -> bool:
     """Whether the window was read by a GPU's telemetry (whose readings the sustained rules ask for)."""
     telemetry = telemetry or {}
     return telemetry.get("backend") in GPU_BACKENDS or telemetry.get("power_limit_w") is not None
-
-
-def window_clock(telemetry) -> float | None:
-    """The window's clock: the median of its readings where kept, else their mean.
-
-    >>> window_clock({"clock_mhz_median": 1455.0, "clock_mhz_mean": 1500.0}), window_clock({"clock_mhz_mean": 9.0})
-    (1455.0, 9.0)
-    """
-    telemetry = telemetry or {}
-    median = telemetry.get("clock_mhz_median")
-    return median if median is not None else telemetry.get("clock_mhz_mean")
 
 
 def saturation_evidence(telemetry) -> str | None:
@@ -115,7 +104,7 @@ def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = N
     if physical is not None and flops_per_s and dtype is not None:
         capability, multiprocessors = physical
         impossible = physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors,
-                                    clock_mhz=window_clock(telemetry))
+                                    clock_mhz=summary_clock_mhz(telemetry))
         if impossible:
             reasons.append(impossible)
     if gpu and saturation_evidence(telemetry) is None:
