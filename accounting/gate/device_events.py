@@ -32,21 +32,13 @@ def read_ecc(nvml, handle) -> dict:
     return {"corrected": snapshot.value(ECC_CORRECTED), "uncorrected": snapshot.value(ECC_UNCORRECTED)}
 
 
-def _index(device: str) -> int:
-    return int(str(device).split(":")[1]) if ":" in str(device) else 0
-
-
-def read_ecc_device(device: str) -> dict | None:
-    """:func:`read_ecc` of ``device`` (``"cuda:0"``) through NVML; ``None`` off NVIDIA GPUs or without NVML."""
+def open_device_nvml(device: str):
+    """The telemetry's NVML backend of ``device`` (``"cuda:0"``; the caller closes it), ``None`` off NVIDIA GPUs or
+    without NVML: the gate's readings of settings, ECC counts and Xids go through it."""
     if not str(device).startswith("cuda"):
         return None
-    backend, _ = open_nvml(_index(device), ())
-    if backend is None:
-        return None
-    try:
-        return read_ecc(backend.nvml, backend.handle)
-    finally:
-        backend.close()
+    backend, _ = open_nvml(int(str(device).split(":")[1]) if ":" in str(device) else 0, ())
+    return backend
 
 
 class XidWatch:
@@ -67,9 +59,7 @@ class XidWatch:
 
 def watch_xids(device: str) -> XidWatch | None:
     """Start watching ``device``'s Xid events (``None`` off NVIDIA GPUs or without NVML)."""
-    if not str(device).startswith("cuda"):
-        return None
-    backend, _ = open_nvml(_index(device), ())
+    backend = open_device_nvml(device)
     if backend is None:
         return None
     return XidWatch(backend.nvml, backend.handle, close=backend.close)

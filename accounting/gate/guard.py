@@ -59,9 +59,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from accounting.gate.device_events import ECC_KEY, fault_disturbances, read_ecc_device
+from accounting.gate.device_events import ECC_KEY, fault_disturbances, open_device_nvml, read_ecc
 from accounting.gate.settings import SETTINGS_KEY
-from accounting.gate.settings import read_device as read_settings
+from accounting.gate.settings import read as read_settings
 from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
 from accounting.telemetry.sampler import snapshot
 
@@ -241,8 +241,13 @@ def read(device: str) -> dict:
     ECC counts (:mod:`accounting.gate.device_events`)."""
     reading = snapshot(device).to_dict()
     if str(device).startswith("cuda"):
-        reading[SETTINGS_KEY] = read_settings(device)
-        reading[ECC_KEY] = read_ecc_device(device)
+        backend = open_device_nvml(device)  # one NVML session for both (None: not an NVIDIA GPU, or no NVML)
+        try:
+            reading[SETTINGS_KEY] = None if backend is None else read_settings(backend.nvml, backend.handle)
+            reading[ECC_KEY] = None if backend is None else read_ecc(backend.nvml, backend.handle)
+        finally:
+            if backend is not None:
+                backend.close()
     return reading
 
 

@@ -17,8 +17,6 @@ compared. A setting a run did not record (an older run, a driver that does not s
 
 import math
 
-from accounting.telemetry.gpu_nvml import open_nvml
-
 SETTINGS_KEY = "settings"
 """Key of the settings in a load-guard reading (``accounting_gate.before.settings``)."""
 NVML_CLOCK_SM = 1
@@ -53,20 +51,6 @@ def read(nvml, handle) -> dict:
                                                                                        NVML_CLOCK_SM)),
             "applications_memory_clock_mhz": ask("nvmlDeviceGetApplicationsClock", getattr(nvml, "NVML_CLOCK_MEM",
                                                                                            NVML_CLOCK_MEM))}
-
-
-def read_device(device: str) -> dict | None:
-    """:func:`read` for ``device`` (``"cuda:0"``) through the telemetry's NVML backend; ``None`` off NVIDIA GPUs."""
-    if not str(device).startswith("cuda"):
-        return None
-    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
-    backend, _ = open_nvml(index, ())
-    if backend is None:
-        return None
-    try:
-        return read(backend.nvml, backend.handle)
-    finally:
-        backend.close()
 
 
 def run_settings(guard: dict | None) -> dict | None:
