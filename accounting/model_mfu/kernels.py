@@ -18,6 +18,8 @@ memory formulas' ``attention="sdpa"`` on a device).
 'math'
 """
 
+from accounting._checks import check_choice
+from accounting.model import attention_kernels
 from accounting.model.config import TransformerConfig
 
 FUSED_KERNELS = {
@@ -26,10 +28,9 @@ FUSED_KERNELS = {
     "aten._scaled_dot_product_efficient_attention": "memory-efficient",
     "aten._scaled_dot_product_cudnn_attention": "cuDNN",
 }
-"""The aten operator of each fused attention kernel (its forward), and the kernel's name."""
-UNFUSED_KERNELS = ("math", "eager")
-"""``math``: ``scaled_dot_product_attention``'s fallback (matmuls and a softmax, the weights kept);
-``eager``: the model's own attention written out (``attention="eager"``)."""
+"""The aten operator of each fused attention kernel (its forward), and the kernel's name; a step whose count has
+none ran ``math`` (``scaled_dot_product_attention``'s fallback: matmuls and a softmax, the weights kept) or
+``eager`` (the model's own attention written out, ``attention="eager"``)."""
 
 
 def attention_kernel(count, attention: str) -> str:
@@ -46,13 +47,20 @@ FORMULA_ATTENTIONS = {"flash (CPU)": "sdpa-flash", "flash": "sdpa-flash", "memor
 
 
 def formula_attention(kernel: str) -> str:
-    """The memory formulas' attention for a kernel that ran: ``"sdpa-flash"``, ``"sdpa-math"``, ``"eager"``…"""
-    return FORMULA_ATTENTIONS[kernel]
+    """The memory formulas' attention for a kernel that ran: ``"sdpa-flash"``, ``"sdpa-math"``, ``"eager"``…
+
+    >>> formula_attention("flsh")
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: attention kernel must be one of 'flash (CPU)', 'flash', 'memory-efficient', 'cuDNN', 'math', 'eager', got 'flsh'
+    """
+    return FORMULA_ATTENTIONS[check_choice(kernel, tuple(FORMULA_ATTENTIONS), "attention kernel")]
 
 
 def is_fused(kernel: str) -> bool:
-    """A fused kernel (flash, memory-efficient, cuDNN): no (s × s) weights kept, QKᵀ recomputed in backward."""
-    return kernel not in UNFUSED_KERNELS
+    """A fused kernel (flash, memory-efficient, cuDNN): no (s × s) weights kept, QKᵀ recomputed in backward
+    (:data:`accounting.model.attention_kernels.FUSED_KERNELS`, by the memory formulas' name for it)."""
+    return formula_attention(kernel).removeprefix("sdpa-") in attention_kernels.FUSED_KERNELS
 
 
 def recomputed_scores_flops(config: TransformerConfig, batch_size: int) -> int:
