@@ -63,6 +63,8 @@ from accounting.gate.device_events import ECC_KEY, fault_disturbances, open_devi
 from accounting.gate.settings import SETTINGS_KEY
 from accounting.gate.settings import read as read_settings
 from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
+from accounting.telemetry.gpu_amdsmi import AmdSmiBackend
+from accounting.telemetry.gpu_nvml import NvmlBackend
 from accounting.telemetry.sampler import snapshot
 
 FOREIGN_LOAD_PER_CPU = 0.5
@@ -85,7 +87,7 @@ LOAD_PERIOD_S = 60.0
 """Time constant of the 1-minute load average."""
 NORMAL_AT_FULL_LOAD = frozenset({"sw_power_cap"})
 """GPU throttle reasons that are a GPU's normal state under full load: the power cap holds every busy GPU's clock."""
-GPU_CLOCK_SOURCES = frozenset({"NVML SM clock", "AMD SMI GFX clock"})
+GPU_CLOCK_SOURCES = frozenset({NvmlBackend.clock_source, AmdSmiBackend.clock_source})
 """``clock_source`` of the telemetry's GPU backends."""
 
 
