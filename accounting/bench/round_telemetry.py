@@ -81,6 +81,11 @@ def warm_to_working_clock(call, read, *, now=time.perf_counter, max_s: float = W
             "settled": settled}
 
 
+def _plain(value):
+    """A reading's field as JSON keeps it (the throttle reasons' tuple as a list)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 class RoundReadings:
     """Reads ``backend`` after each timed round: pass :meth:`teardown` as pytest-benchmark ``pedantic``'s teardown.
 
@@ -120,11 +125,8 @@ class RoundReadings:
 
     def record(self) -> dict:
         """The rounds' readings as ``extra_info["telemetry_rounds"]``: a list per field, one entry per round read."""
-        record = {"clock_mhz": [reading.clock_mhz for reading in self._readings],
-                  "power_w": [reading.power_w for reading in self._readings],
-                  "temperature_c": [reading.temperature_c for reading in self._readings],
-                  "throttle_reasons": [list(reading.throttle_reasons) for reading in self._readings],
-                  "read": "after each round"}
+        record = {field: [_plain(getattr(reading, field)) for reading in self._readings] for field in ROUND_FIELDS}
+        record["read"] = "after each round"
         if self._error is not None:
             record["error"] = self._error
         return record
