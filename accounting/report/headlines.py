@@ -33,11 +33,11 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
-from accounting.hardware.flops_per_clock import physical_check
 from accounting.report.accumulation import case_options, default_key, split_key
 from accounting.report.saturation import (
     SUSTAINED_MIN_S,
     SUSTAINED_TARGET_S,
+    figure_check,
     saturation_evidence,
     saturation_tags,
     withheld_because,
@@ -487,10 +487,9 @@ def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> H
                   power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"), tags=tags,
                   telemetry=window.telemetry,
                   command=reproduce_command(dtype, candidate.shape, device_name, BURST_REPEATS))
-    if physical is not None:
-        impossible = physical_check(rate, physical[0], split_key(dtype)[0], multiprocessors=physical[1], clock_mhz=clock)
-        if impossible:
-            return Headline(split_key(dtype)[0], "burst", False, reason=f"withheld: {impossible}", **common)
+    impossible = figure_check(rate, split_key(dtype)[0], clock, physical)
+    if impossible:
+        return Headline(split_key(dtype)[0], "burst", False, reason=f"withheld: {impossible}", **common)
     if clock is None or run_max_clock is None:
         return Headline(split_key(dtype)[0], "burst", True,
                         reason="clock unknown: the 0.97 × highest-clock rule was not checked", **common)

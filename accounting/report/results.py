@@ -46,10 +46,10 @@ import torch
 from accounting._units import TERA
 from accounting.console import DISTRIBUTION
 from accounting.flops import achieved_mfu
-from accounting.hardware.flops_per_clock import physical_check
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting.report.accumulation import accumulation_of
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
+from accounting.report.saturation import figure_check
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, UNKNOWN, WRONG_RESULT, judge, not_judged, overall, wrong_result
 from accounting.telemetry.validity import summary_clock_mhz, validity_tags
@@ -133,7 +133,7 @@ def _measurement_row(done, peak, ridge, physical=None) -> dict:
     intensity = arithmetic_intensity(done.m, done.k, done.n, done.dtype)
     telemetry = getattr(done, "telemetry", None) or {}
     tags = validity_tags(telemetry or None)
-    impossible = figure_check(done.flops_per_second, done.dtype, telemetry, physical)
+    impossible = figure_check(done.flops_per_second, done.dtype, summary_clock_mhz(telemetry), physical)
     if impossible:
         tags.append(impossible)
     return {
@@ -151,22 +151,6 @@ def _measurement_row(done, peak, ridge, physical=None) -> dict:
     }
 
 
-def figure_check(flops_per_s, dtype, telemetry, physical) -> str | None:
-    """:func:`accounting.hardware.flops_per_clock.physical_check` of a figure at its window's clock (the median of
-    its readings where kept, else their mean); ``physical``: ``(compute capability, SM count)``, ``None``: unknown.
-
-    >>> figure_check(793.1e12, "bfloat16", {"clock_mhz_mean": 1350.0}, ((9, 0), 132))[:40]
-    'impossible: 793.1 TFLOP/s > 132 SMs × 40'
-    >>> print(figure_check(793.1e12, "bfloat16", {"clock_mhz_mean": 1350.0}, None))
-    None
-    """
-    if physical is None or not flops_per_s:
-        return None
-    capability, multiprocessors = physical
-    return physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors,
-                          clock_mhz=summary_clock_mhz(telemetry))
-
-
 def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_bandwidth, reason=None,
                   peak_source=None, native=None, mfu_against=None, headlines=None, physical=None,
                   check_seconds: float | None = None, checks_skipped=()) -> dict:
@@ -179,8 +163,8 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     that emulates it) but gets no floor and a ``not judged`` verdict.
     ``headlines``: ``{"burst": Headline, "sustained": Headline}``
     (:mod:`accounting.report.headlines`); ``physical``: ``(compute capability, SM count)`` of the device, for
-    each row's physical check (:func:`figure_check`: a figure above what the SMs can do at its clock is tagged
-    ``impossible``). A verdict judged from a tagged number names the tags.
+    each row's physical check (:func:`~accounting.report.saturation.figure_check` at the window's clock: a figure
+    above what the SMs can do at its clock is tagged ``impossible``). A verdict judged from a tagged number names the tags.
     A product that failed its result check (each measurement's ``check``) makes the verdict
     ``wrong result``, whatever the speed; ``checks`` sums the checks up (``check_seconds`` their cost).
     """

@@ -86,6 +86,21 @@ def clock_unsettled(telemetry) -> str | None:
     return None
 
 
+def figure_check(flops_per_s, dtype, clock_mhz, physical) -> str | None:
+    """:func:`accounting.hardware.flops_per_clock.physical_check` of a figure at ``clock_mhz``; ``physical``:
+    ``(compute capability, SM count)`` of the device, ``None`` (unknown) or no figure: not made.
+
+    >>> figure_check(793.1e12, "bfloat16", 1350.0, ((9, 0), 132))[:40]
+    'impossible: 793.1 TFLOP/s > 132 SMs × 40'
+    >>> print(figure_check(793.1e12, "bfloat16", 1350.0, None))
+    None
+    """
+    if physical is None or not flops_per_s:
+        return None
+    capability, multiprocessors = physical
+    return physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors, clock_mhz=clock_mhz)
+
+
 def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = None, dtype: str | None = None,
                      physical=None) -> str | None:
     """Why a window of ``seconds`` with ``telemetry`` (``Summary.to_dict()``) is not a sustained figure (every reason,
@@ -101,12 +116,9 @@ def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = N
     readings = telemetry.get("samples") or 0
     if gpu and readings < MIN_READINGS:
         reasons.append(f"{readings} telemetry readings in the window, under the {MIN_READINGS} a sustained figure needs")
-    if physical is not None and flops_per_s and dtype is not None:
-        capability, multiprocessors = physical
-        impossible = physical_check(flops_per_s, capability, dtype, multiprocessors=multiprocessors,
-                                    clock_mhz=summary_clock_mhz(telemetry))
-        if impossible:
-            reasons.append(impossible)
+    impossible = None if dtype is None else figure_check(flops_per_s, dtype, summary_clock_mhz(telemetry), physical)
+    if impossible:
+        reasons.append(impossible)
     if gpu and saturation_evidence(telemetry) is None:
         power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
         drew = "power unknown" if power is None else f"{power:.0f} W"
