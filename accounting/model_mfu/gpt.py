@@ -46,9 +46,8 @@ from jaxtyping import Float, Int
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from accounting._checks import check_choice
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.model_mfu.layers import ATTENTIONS, RMSNorm, apply_rotary, attend, rotary_tables
+from accounting.model_mfu.layers import RMSNorm, apply_rotary, attend, check_attention, rotary_tables
 from accounting.model.config import TransformerConfig
 
 
@@ -140,9 +139,7 @@ class GPT(nn.Module):
             raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         if not isinstance(recompute, bool):
             raise AccountingTypeError(f"recompute must be True or False, got {recompute!r}")
-        if not isinstance(attention, str):
-            raise AccountingTypeError(f"attention must be one of {', '.join(map(repr, ATTENTIONS))}, got {attention!r}")
-        self.attention = check_choice(attention, ATTENTIONS, "attention")
+        self.attention = check_attention(attention)
         _check_buildable(config)
         self.config = config
         self.recompute = recompute

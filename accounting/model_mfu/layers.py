@@ -28,10 +28,25 @@ from torch import nn
 from torch.torch_version import TorchVersion
 from torch.utils import flop_counter
 
+from accounting._checks import check_choice
+from accounting.errors import AccountingTypeError
+
 ATTENTIONS = ("sdpa", "eager")
 """``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``, which runs a fused kernel where the device has
 one for the inputs (flash, memory-efficient or cuDNN on CUDA, a flash kernel on the CPU) and its math fallback
 elsewhere; ``eager``: the scores computed, masked and normalised in separate ops (the (s × s) matrices saved)."""
+
+
+def check_attention(attention) -> str:
+    """``attention`` if it is one of :data:`ATTENTIONS`, else an error naming it.
+
+    >>> check_attention("eager")
+    'eager'
+    """
+    if not isinstance(attention, str):
+        raise AccountingTypeError(f"attention must be one of {', '.join(map(repr, ATTENTIONS))}, got {attention!r}")
+    return check_choice(attention, ATTENTIONS, "attention")
+
 ROTARY_BASE = 10_000.0
 """θ of rotary positions: frequency i of a head is θ^(-2i/d) (Su et al. 2021, "RoFormer"; Llama 2, TinyLlama)."""
 RMS_NORM_EPS = 1e-5

@@ -37,7 +37,7 @@ from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.devices import as_device, free_memory_bytes
 from accounting.hardware.precision import float32_matmul_mode
 from accounting.model_mfu.gpt import GPT, language_model_loss
-from accounting.model_mfu.layers import ATTENTIONS
+from accounting.model_mfu.layers import check_attention
 from accounting.model_mfu.sizes import ModelSize
 from accounting.timing import MEMORY_FRACTION
 from accounting.model.training_memory import precision_policy, transformer_training_memory
@@ -198,9 +198,7 @@ def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu
         raise AccountingTypeError(f"size must be a ModelSize (see model_size), got {size!r}")
     policy = precision_policy(precision).name
     check_choice(policy, STEP_POLICIES, "precision of a training step")
-    if not isinstance(attention, str):
-        raise AccountingTypeError(f"attention must be one of {', '.join(map(repr, ATTENTIONS))}, got {attention!r}")
-    check_choice(attention, ATTENTIONS, "attention")
+    check_attention(attention)
     device = as_device(device)
     seed = check_size(seed, "seed")
     check_fits(size, policy, device, attention=attention)  # before allocating anything
