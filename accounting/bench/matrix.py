@@ -339,10 +339,7 @@ def _model_kind(kind: str, value, source: str) -> ModelMatrix:
     precisions = value.get("precisions")
     if not isinstance(precisions, list) or not precisions:
         fail(source, f"{where}.precisions", f"must be a non-empty list of precision policies, got {precisions!r}")
-    for position, name in enumerate(precisions):
-        if name not in STEP_POLICIES:
-            fail(source, f"{where}.precisions[{position}]",
-                  f"= {name!r}: a training step runs {', '.join(STEP_POLICIES)}")
+    _check_policies(precisions, source, f"{where}.precisions")
     floors = {}
     for key, floor in mapping(value.get("floors", {}), source, f"{where}.floors").items():
         if key.startswith("_"):
@@ -368,15 +365,20 @@ def _model_kind(kind: str, value, source: str) -> ModelMatrix:
     return ModelMatrix(kind, sizes["size"], sizes["quick_size"], tuple(precisions), floors, rounds, fallback, per_size)
 
 
+def _check_policies(precisions: list, source, where) -> None:
+    """Every entry of a model section's ``precisions`` list is a precision policy a training step runs."""
+    for position, name in enumerate(precisions):
+        if name not in STEP_POLICIES:
+            fail(source, f"{where}[{position}]", f"= {name!r}: a training step runs {', '.join(STEP_POLICIES)}")
+
+
 def _model_size_matrix(value, source, where) -> ModelSizeMatrix:
     value = mapping(value, source, where)
     check_keys(value, _MODEL_SIZE_KEYS, source, where)
     precisions = value.get("precisions", [])
     if not isinstance(precisions, list):
         fail(source, f"{where}.precisions", f"must be a list of precision policies, got {precisions!r}")
-    for position, name in enumerate(precisions):
-        if name not in STEP_POLICIES:
-            fail(source, f"{where}.precisions[{position}]", f"= {name!r}: a training step runs {', '.join(STEP_POLICIES)}")
+    _check_policies(precisions, source, f"{where}.precisions")
 
     def floors_of(table, at):
         floors = {}
