@@ -32,9 +32,8 @@ from accounting.flop_count import count_flops
 from accounting.hardware.clocks import clock_for
 from accounting.hardware.devices import detect_device, free_memory_bytes
 from accounting.hardware.peaks import device_peak_flops
-from accounting.memory import storage_bytes
 from accounting.model_mfu import PEAK_DTYPES, PEAK_MEMORY_BAND, attention_kernel, build_training_step, model_size
-from accounting.model_mfu._peak_memory import PeakMemory
+from accounting.model_mfu._peak_memory import step_peak_bytes
 from accounting.model_mfu.gpt import language_model_loss
 from accounting.model_mfu.kernels import formula_attention
 from accounting.model_mfu.layers import RMS_NORM_EPS, ROTARY_BASE
@@ -127,12 +126,6 @@ def interleaved_times(steps: dict, device, *, warmup: int = WARMUP_STEPS, rounds
     return times
 
 
-def _peak(step, device, run) -> int:
-    with PeakMemory(device) as memory:
-        run()
-    return storage_bytes(*step.persistent_tensors()) + memory.peak
-
-
 def anchor(size, device, *, transformers, peak_flops=None, info=None, warmup: int = WARMUP_STEPS,
            rounds: int = ROUNDS, clock=None) -> dict:
     """Time and measure both steps of ``size`` on ``device``; the JSON-ready document."""
@@ -153,7 +146,7 @@ def anchor(size, device, *, transformers, peak_flops=None, info=None, warmup: in
     steps = {}
     for name, step, run in (("package", ours, ours.eager_step), ("hugging_face", theirs, theirs)):
         median = statistics.median(times[name])
-        measured = _peak(step, device, run)
+        measured = step_peak_bytes(step, run, device)
         steps[name] = {"median_s": median, "seconds": times[name], "tokens_per_s": size.tokens / median,
                        "mfu": None if not peak_flops else model_flops / median / peak_flops,
                        "parameters": sum(p.numel() for p in step.model.parameters()),

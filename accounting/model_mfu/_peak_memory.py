@@ -20,6 +20,7 @@ import torch
 from accounting.hardware.clocks import synchronize
 from accounting.hardware.devices import as_device
 from accounting.live_memory import LiveTensorBytes
+from accounting.memory import storage_bytes
 
 
 class PeakMemory:
@@ -48,3 +49,11 @@ class PeakMemory:
         result = self._tracker.__exit__(*exc_info)
         self.peak = self._tracker.peak
         return result
+
+
+def step_peak_bytes(step, run, device) -> int:
+    """Peak bytes of a training step: ``step.persistent_tensors()`` (weights, optimizer state; read after the
+    step, which creates the state) plus the high-water mark ``run()`` adds on ``device``."""
+    with PeakMemory(device) as memory:
+        run()
+    return storage_bytes(*step.persistent_tensors()) + memory.peak

@@ -27,8 +27,7 @@ from accounting.errors import AccountingError
 from accounting.flops import MFU_CEILING, achieved_mfu
 from accounting.hardware.devices import detect_device
 from accounting.hardware.peaks import device_peak_flops
-from accounting.memory import storage_bytes
-from accounting.model_mfu._peak_memory import PeakMemory
+from accounting.model_mfu._peak_memory import step_peak_bytes
 from accounting.model_mfu.kernels import attention_kernel, formula_attention, is_fused, recomputed_scores_flops
 from accounting.model_mfu.sizes import ModelSize
 from accounting.model_mfu.step import TrainingStep, check_step_device, compile_step, predicted_peak_bytes
@@ -180,9 +179,7 @@ def step_measurement(step: TrainingStep, *, median_s: float, iqr_s: float, repea
     FLOPs, and the attention kernel that ran); the memory step runs here, after the timing, so the tracker never
     slows a timed step. It runs the eager model (a compiled step's memory is not the formula's to predict).
     """
-    with PeakMemory(step.device) as memory:
-        step.eager_step()
-    measured_peak = storage_bytes(*step.persistent_tensors()) + memory.peak
+    measured_peak = step_peak_bytes(step, step.eager_step, step.device)
     size = step.size
     kernel = attention_kernel(count, step.attention)
     return ModelMeasurement(
