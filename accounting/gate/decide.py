@@ -248,9 +248,8 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         if problems and (not base or not judged_current):
             fixed[name] = Verdict(name, kind, threshold, None, f"not judged: {problems[0]}", **memory)
             continue
-        base, judged_current, round_notes, clocks = screen_rounds(name, base, judged_current, current_runs,
-                                                                  load_guard)
-        notes.extend(round_notes)
+        base, judged_current, round_notes, clocks = screen_rounds(base, judged_current, current_runs, load_guard)
+        notes.extend(f"{name}: {note}" for note in (*round_notes["baseline"], *round_notes["current"]))
         clean = [(path, bench.summary(metric)) for path, bench in judged_current if path not in disturbed]
         noisy = [bench.summary(metric) for path, bench in judged_current if path in disturbed]
         noisy += [bench.summary(metric) for path, bench in current_all
@@ -260,8 +259,7 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
         rows[name] = {"kind": kind, "threshold": threshold, "kept": kept, "current_kept": current_kept,
                       "memory": {**memory, **side_clocks(clocks, kept, current_kept)},
                       "base_rounds_disturbed": bool(same_work) and not base,
-                      "rounds_reason": next((note.split(": ", 1)[1] for note in round_notes
-                                             if note.startswith(f"{name}: current run ")), ""),
+                      "rounds_reason": next(iter(round_notes["current"]), ""),
                       "values": {"baseline_values": tuple(value for _, value in kept),
                                  "outlier_values": tuple(set_aside),
                                  "current_values": tuple(value for _, value in current_kept),

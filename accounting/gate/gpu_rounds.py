@@ -254,24 +254,26 @@ def saved_run_lines(run) -> list[str]:
     return lines
 
 
-def screen_rounds(name, base, current, current_runs, load_guard: bool):
+def screen_rounds(base, current, current_runs, load_guard: bool):
     """A benchmark's ``(path, BenchmarkRun)`` pairs of both sides less those whose timed rounds were disturbed
     (:func:`rounds_disturbances`: the baseline runs judged on their own, the current ones
-    against the baseline's), a note for each left out, and each path's clock during the rounds."""
+    against the baseline's), a note per side for each left out (``{"baseline": [...], "current": [...]}``, without
+    the benchmark's name), and each path's clock during the rounds."""
     telemetry = {path: rounds_telemetry(bench.extra_info, len(bench.rounds)) for path, bench in (*base, *current)}
     clocks = {path: value.clock_mhz for path, value in telemetry.items() if value is not None}
+    notes = {"baseline": [], "current": []}
     if not load_guard:
-        return base, current, [], clocks
+        return base, current, notes, clocks
     labels = {run.path: run.label for run in current_runs}
-    notes, kept = [], {"baseline": [], "current": []}
+    kept = {"baseline": [], "current": []}
     for side, pairs in (("baseline", base), ("current", current)):
         against = [telemetry[path] for path, _ in kept["baseline"]] if side == "current" else ()
         for path, bench in pairs:
             reasons = rounds_disturbances(telemetry[path], against)
             if reasons:
                 label = labels.get(path) or path.rsplit("/", 1)[-1]
-                notes.append(f"{name}: {side} run {label} not used, disturbed during its timed rounds: "
-                             f"{'; '.join(reasons)}")
+                notes[side].append(f"{side} run {label} not used, disturbed during its timed rounds: "
+                                   f"{'; '.join(reasons)}")
             else:
                 kept[side].append((path, bench))
     return kept["baseline"], kept["current"], notes, clocks
