@@ -119,14 +119,12 @@ def attend(q: Float[torch.Tensor, "batch heads seq d"], k: Float[torch.Tensor, "
     fp32, cast back (Llama's), else in the scores' dtype (GPT-2's).
     """
     group = q.shape[1] // k.shape[1]
-    if attention == "sdpa":
-        if group > 1 and SDPA_TAKES_GQA:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        if group > 1:
-            k, v = (repeat(t, "b k t d -> b (k g) t d", g=group) for t in (k, v))
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    if group > 1:
+    if attention == "sdpa" and group > 1 and SDPA_TAKES_GQA:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    if group > 1:  # key/value heads repeated to every query head
         k, v = (repeat(t, "b k t d -> b (k g) t d", g=group) for t in (k, v))
+    if attention == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     length = q.shape[2]
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     scores = scores.masked_fill(future[:length, :length], float("-inf"))
