@@ -15,6 +15,7 @@ from accounting.hardware.cpu_clock import vector_clock_supported
 from accounting.report import headlines as phase
 from accounting.report import measure as measuring
 from accounting.report import run
+from accounting.report import thermal_soak
 from accounting.report.headlines import Candidate, Window, measure_headlines, soak, sustained
 from accounting.report.render import render
 from accounting.report.results import BandwidthMeasurement, dtype_section
@@ -83,9 +84,9 @@ def test_the_soak_ends_within_20_s_once_a_settling_clock_is_flat():
     result = soak(device, "bf16", candidate(4096, device), max_s=phase.SOAK_MAX_S)
     assert result.ended == "flat"
     assert result.seconds < phase.SOAK_MAX_S
-    assert phase.clock_is_flat(result.clocks) and not phase.clock_is_flat(result.clocks[:-1])
+    assert thermal_soak.clock_is_flat(result.clocks) and not thermal_soak.clock_is_flat(result.clocks[:-1])
     assert result.saturated_clock_mhz == pytest.approx(sum(result.clocks[-3:]) / 3)
-    assert result.saturated_clock_mhz == pytest.approx(device.settled, abs=2 * phase.FLAT_MHZ)
+    assert result.saturated_clock_mhz == pytest.approx(device.settled, abs=2 * thermal_soak.FLAT_MHZ)
 
 
 def test_a_clock_that_never_settles_ends_the_soak_at_its_limit():

@@ -9,6 +9,8 @@ One module per job:
 - :mod:`~accounting.report.sweep` — the budgeted search for the most matmul FLOP/s.
 - :mod:`~accounting.report.measure` — timing products and a large copy on the device.
 - :mod:`~accounting.report.headlines` — burst and sustained figures per dtype, each at its window's clock and power.
+- :mod:`~accounting.report.headline_device` — what the headline phase needs from a device (timed windows).
+- :mod:`~accounting.report.thermal_soak` — the soak before the sustained figures, until the clock is flat.
 - :mod:`~accounting.report.saturation` — whether a window may be published as sustained (seconds long, saturated).
 - :mod:`~accounting.report.accumulation` — an fp8 figure's accumulation (fast or default), named everywhere.
 - :mod:`~accounting.report.roofline` — arithmetic intensity, ridge point, compute- or memory-bound.

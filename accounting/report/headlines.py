@@ -8,8 +8,8 @@ power limit and settles lower once hot and power-saturated. So, after the sweep:
   its window is at least ``BURST_CLOCK_FRACTION`` × the run's highest clock and the figure
   passes the physical check (:mod:`accounting.hardware.flops_per_clock`). Every repetition
   of the sustained phase is a burst candidate too, so burst ≥ sustained.
-- **sustained** — after a thermal soak (a large matmul for at most ``SOAK_MAX_S``,
-  ended early once the clock is flat: ``FLAT_READINGS`` readings within ``FLAT_MHZ``),
+- **sustained** — after a thermal soak (:mod:`accounting.report.thermal_soak`: a large matmul
+  for at most ``SOAK_MAX_S``, ended early once the clock is flat),
   the top ``TOP_CANDIDATES`` sweep shapes are timed ``CANDIDATE_REPEATS`` times each and
   the fastest runs back to back, a ``LEAD_IN_S`` lead-in and then a window of at least one
   second (two where the budget allows), telemetry sampled throughout; the figure is the window's work over its time, at the
@@ -19,8 +19,8 @@ power limit and settles lower once hot and power-saturated. So, after the sweep:
 
 Energy per unit of work comes from the sustained window (joules per TFLOP; the energy
 counter over a window of a second or more). Nothing here touches torch or a device: a
-:class:`HeadlineDevice` times repetitions and reports each window's telemetry, so the
-logic is tested with fakes.
+:class:`~accounting.report.headline_device.HeadlineDevice` times repetitions and reports each
+window's telemetry, so the logic is tested with fakes.
 
 >>> trimmed_centre([1.0, 1.1, 1.2, 1.3, 9.0])
 1.2
@@ -31,9 +31,9 @@ logic is tested with fakes.
 import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol
 
 from accounting.report.accumulation import case_options, default_key, split_key
+from accounting.report.headline_device import Candidate, HeadlineDevice, Window
 from accounting.report.saturation import (
     SUSTAINED_MIN_S,
     SUSTAINED_TARGET_S,
@@ -42,19 +42,13 @@ from accounting.report.saturation import (
     saturation_tags,
     withheld_because,
 )
+from accounting.report.thermal_soak import SOAK_CHUNK_S, SOAK_MAX_S, SOAK_SHARE, Soak, soak
 from accounting.telemetry.validity import POWER_SUSPECT, summary_clock_mhz, tag_names, validity_tags, window_power_w
 
 BURST_CLOCK_FRACTION = 0.97
 BURST_REPEATS = 5
 IDLE_S = 1.0
 """Idle before each burst (shortened to a tenth of a dtype's share on small budgets)."""
-SOAK_MAX_S = 20.0
-SOAK_SHARE = 0.4
-"""The soak takes at most this share of the headline budget (and never more than ``SOAK_MAX_S``)."""
-SOAK_CHUNK_S = 0.5
-"""The soak is timed in windows of about this long; each gives one clock reading."""
-FLAT_READINGS = 3
-FLAT_MHZ = 5.0
 TOP_CANDIDATES = 3
 CANDIDATE_REPEATS = 5
 TRIM_FRACTION = 0.2
@@ -76,36 +70,6 @@ WINDOW_OVERHEAD_S = 0.05
 TERA = 1e12
 
 
-@dataclass(frozen=True)
-class Window:
-    """Single repetitions timed together: seconds per repetition and the window's telemetry (``Summary.to_dict()``)."""
-
-    samples: tuple[float, ...]
-    telemetry: dict | None = None
-
-
-class HeadlineDevice(Protocol):
-    """What the headline logic needs from a device: timed repetitions, a clock to plan by, a way to idle."""
-
-    def repeat(self, dtype: str, shape: tuple[int, int, int], repeats: int, *, seconds: float | None = None) -> Window:
-        """``repeats`` single calls timed in one telemetry window; with ``seconds``, calls until that much time of
-        them has passed (at most ``repeats``): a sustained window lasts its time even when calls run slower than
-        planned (a loaded host)."""
-
-    def clock(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A sweep shape: its FLOPs per call and seconds per call (the sweep's median)."""
-
-    shape: tuple[int, int, int]
-    flops: int
-    seconds: float
-
-
 def trimmed_centre(samples, fraction: float = TRIM_FRACTION) -> float:
     """Mean of ``samples`` after dropping ``floor(fraction × n)`` of them at each end (a symmetric trim)."""
     ordered = sorted(samples)
@@ -117,16 +81,6 @@ def trimmed_centre(samples, fraction: float = TRIM_FRACTION) -> float:
 def spread(samples) -> float:
     """``(max − min) / median`` of ``samples``."""
     return (max(samples) - min(samples)) / statistics.median(samples)
-
-
-def clock_is_flat(clocks, *, readings: int = FLAT_READINGS, within_mhz: float = FLAT_MHZ) -> bool:
-    """Whether the last ``readings`` clocks lie within ``within_mhz`` of each other.
-
-    >>> clock_is_flat([1980, 1700, 1502, 1500, 1503]), clock_is_flat([1980, 1700, 1500])
-    (True, False)
-    """
-    last = [clock for clock in clocks[-readings:] if clock is not None]
-    return len(last) == readings and max(last) - min(last) <= within_mhz
 
 
 def reproduce_command(dtype: str, shape, device: str, repeats: int) -> str:
@@ -209,45 +163,6 @@ def _energy(window: Window, flops: int):
         return None, None, None, why
     work_tflop = flops * len(window.samples) / TERA
     return joules, window.telemetry.get("energy_source"), joules / work_tflop, None
-
-
-@dataclass
-class Soak:
-    """The thermal soak: how long, the clock readings, why it ended and the settled (saturated) clock."""
-
-    dtype: str | None = None
-    shape: tuple[int, int, int] | None = None
-    seconds: float = 0.0
-    clocks: list = field(default_factory=list)
-    ended: str = "not run"
-    saturated_clock_mhz: float | None = None
-    windows: list = field(default_factory=list, repr=False)
-
-    def to_dict(self) -> dict:
-        return {"dtype": self.dtype, "shape": list(self.shape) if self.shape else None, "seconds": self.seconds,
-                "clocks_mhz": list(self.clocks), "ended": self.ended, "saturated_clock_mhz": self.saturated_clock_mhz}
-
-
-def soak(device: HeadlineDevice, dtype: str, candidate: Candidate, *, max_s: float) -> Soak:
-    """Run ``candidate`` in windows of about ``SOAK_CHUNK_S`` until the clock is flat or ``max_s`` has passed."""
-    result = Soak(dtype=dtype, shape=candidate.shape)
-    per_window = max(1, round(SOAK_CHUNK_S / candidate.seconds)) if candidate.seconds > 0 else 1
-    started = device.clock()
-    while device.clock() - started + per_window * candidate.seconds <= max_s or not result.windows:
-        window = device.repeat(dtype, candidate.shape, per_window)
-        result.windows.append(window)
-        result.clocks.append(summary_clock_mhz(window.telemetry))
-        if clock_is_flat(result.clocks):
-            result.ended = "flat"
-            break
-    else:
-        result.ended = "time limit"
-    result.seconds = device.clock() - started
-    settled = [clock for clock in result.clocks[-FLAT_READINGS:] if clock is not None]
-    result.saturated_clock_mhz = statistics.fmean(settled) if settled else None
-    if not any(clock is not None for clock in result.clocks):
-        result.ended += " (no clock readings)"
-    return result
 
 
 def _fits(device: HeadlineDevice, deadline: float, repeats: int, seconds: float, overhead_s: float = WINDOW_OVERHEAD_S,

@@ -23,7 +23,7 @@ from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_c
 from accounting.hardware.peaks import last_level_cache_bytes
 from accounting.report.accumulation import case_options, split_key
 from accounting.report.checks import ResultChecker, is_out_of_memory
-from accounting.report.headlines import Window
+from accounting.report.headline_device import Window
 from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
 from accounting.report.waves import CPU_TILE, GPU_TILE, WaveGrid
