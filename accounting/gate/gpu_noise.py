@@ -21,7 +21,6 @@ strictest step asks of a matrix of ``family`` benchmarks, ``ALPHA / family``):
 True
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import numpy as np
 from accounting.errors import AccountingError
 from accounting.gate.levels import ALPHA
 from accounting.gate.power import minimum_detectable_effect
+from accounting.gate.storage import read_document
 
 MAX_CURRENT_RUNS = 20
 """The most current runs :func:`runs_needed_for` considers (``check --max-extra-runs 19``)."""
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     paths = [Path(path) for path in (sys.argv[1:] if argv is None else argv)]
     if not paths:
         raise AccountingError("give one or more pytest-benchmark runs saved with --benchmark-save-data")
-    documents = [(str(path), json.loads(path.read_text(encoding="utf8"))) for path in paths]
+    documents = [(str(path), read_document(path)) for path in paths]
     print(f"From the rounds of {paths[0].name} (alpha {ALPHA}/2: Holm's strictest step for 2 benchmarks):")
     print("\n".join(table(round_spreads(documents[0][1], documents[0][0]))))
     spreads = run_spreads(documents)

@@ -228,18 +228,23 @@ def parse_run(data, source: str) -> SavedRun:
     return SavedRun(str(source), machine, benchmarks, data.get("datetime"), guard, commit or None)
 
 
-def load_run(path) -> SavedRun:
-    """Read and check one saved run (see :func:`parse_run`)."""
+def read_document(path) -> dict:
+    """The JSON document of one saved run, unchecked; an unreadable file or invalid JSON is an error naming it."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf8")
     except OSError as error:
         raise AccountingError(f"cannot read saved run {str(path)!r}: {error.strerror or error}") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise AccountingError(f"{path}: not valid JSON ({error}); delete or replace the file") from None
-    return parse_run(data, str(path))
+
+
+def load_run(path) -> SavedRun:
+    """Read and check one saved run (see :func:`parse_run`)."""
+    path = Path(path)
+    return parse_run(read_document(path), str(path))
 
 
 def machine_id() -> str:
