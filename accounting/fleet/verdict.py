@@ -46,6 +46,7 @@ from accounting.fleet.identity import DRIFT_FIELDS
 from accounting.fleet.links import common_end, link_rows, slow_links
 from accounting.fleet.neighbours import neighbours
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
+from accounting.hardware.flops_per_clock import IMPOSSIBLE  # a rank's best figure failed the physical check
 from accounting.report.accumulation import accumulation_of, figure_label
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, WRONG_RESULT
 
@@ -64,8 +65,6 @@ SLOW_MEMORY = "slow memory"
 OFTEN_SLOWEST = "often slowest"
 SLOW_LINK = "slow link"
 BUSY = "busy"
-IMPOSSIBLE = "impossible"
-"""A rank's best figure above what its SMs can do at the clock it was read at (the physical check)."""
 
 TIME_OVER_RANKS = "mean"
 """How a row's time is taken over its ranks: their mean, as nccl-tests reports by default (``-a 1``)."""

@@ -23,6 +23,8 @@ None
 
 from accounting.hardware.dtypes import dtype_name, peak_column
 
+IMPOSSIBLE = "impossible"
+"""The name a figure that fails the physical check is tagged and flagged with (``"impossible: <why>"``)."""
 PHYSICAL_MARGIN = 1.02
 """A figure may exceed SMs × FLOP/clock × clock by this factor (a clock sampled between its steps) and pass."""
 
@@ -76,7 +78,7 @@ def physical_check(flops_per_s: float, compute_capability, dtype, *, multiproces
                                 clock_mhz=clock_mhz or 0.0)
     if ceiling is None or flops_per_s <= PHYSICAL_MARGIN * ceiling:
         return None
-    return (f"impossible: {flops_per_s / 1e12:.1f} TFLOP/s > {multiprocessors} SMs × {rate} FLOP/clock × "
+    return (f"{IMPOSSIBLE}: {flops_per_s / 1e12:.1f} TFLOP/s > {multiprocessors} SMs × {rate} FLOP/clock × "
             f"{clock_mhz:.0f} MHz × {PHYSICAL_MARGIN} = {PHYSICAL_MARGIN * ceiling / 1e12:.1f} TFLOP/s: the clock "
             "was read outside the timed work, or the timer is wrong")
 

@@ -46,6 +46,7 @@ import torch
 from accounting._units import TERA
 from accounting.console import DISTRIBUTION
 from accounting.flops import achieved_mfu
+from accounting.hardware.flops_per_clock import IMPOSSIBLE
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting.report.accumulation import accumulation_of
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
@@ -196,7 +197,7 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     if failed:
         verdict = wrong_result(dtype, failed, mfu=best_mfu, floor=floor)
     verdict = verdict.as_dict()
-    impossible = [tag for tag in (best_row or {}).get("tags", []) if tag.startswith("impossible:")]
+    impossible = [tag for tag in (best_row or {}).get("tags", []) if tag.startswith(f"{IMPOSSIBLE}:")]
     if impossible and verdict["status"] != WRONG_RESULT:  # the figure and its clock cannot both be true
         verdict.update(status=UNKNOWN, healthy=None, shortfall=None,
                        message=f"unknown: the best figure fails the physical check ({impossible[0]})")
