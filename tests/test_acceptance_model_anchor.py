@@ -75,8 +75,13 @@ def test_the_steps_take_turns_and_a_slower_package_does_not_hold(monkeypatch):
 def test_hugging_face_has_no_model_for_a_mixed_config():
     odd = model_size("tiny", layers=1).config.__class__(layers=1, width=8, heads=2, sequence_length=4, vocabulary=8,
                                                         mlp="swiglu")
-    with pytest.raises(AccountingError, match="GPT2LMHeadModel"):
+    with pytest.raises(AccountingError, match=r"GPT2LMHeadModel; this config has mlp='swiglu' \(not 'gelu'\)$"):
         model_anchor.hugging_face_model(odd, transformers)
+    llama = odd.__class__(layers=1, width=8, heads=2, sequence_length=4, vocabulary=8, norm="rmsnorm", mlp="swiglu",
+                          experts=2, experts_per_token=1)
+    with pytest.raises(AccountingError, match=r"LlamaForCausalLM; this config has learned_positions=True \(not "
+                                              r"rotary positions\), experts=2 \(not 1\)$"):
+        model_anchor.hugging_face_model(llama, transformers)
 
 
 def test_two_models_that_do_not_fit_together_are_named():

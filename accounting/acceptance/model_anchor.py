@@ -62,12 +62,21 @@ def slower_than_reference(ours_s: float, theirs_s: float, tolerance: float = SLO
     return ours_s > theirs_s * (1 + tolerance)
 
 
+def _differences(checks) -> str:
+    """``name=value (not expected)`` for each ``(name, value, expected, same)`` that is not the same."""
+    return ", ".join(f"{name}={value!r} (not {expected})" for name, value, expected, same in checks if not same)
+
+
 def hugging_face_model(config, transformers):
     """Hugging Face's model of ``config`` (random weights, SDPA); an error naming what it has no model for."""
     if config.norm == "rmsnorm":
-        if config.mlp != "swiglu" or config.learned_positions or config.experts > 1:
+        differs = _differences((("mlp", config.mlp, "'swiglu'", config.mlp == "swiglu"),
+                                ("learned_positions", config.learned_positions, "rotary positions",
+                                 not config.learned_positions),
+                                ("experts", config.experts, "1", config.experts == 1)))
+        if differs:
             raise AccountingError("a Llama-family config needs mlp='swiglu', rotary positions and no experts for "
-                                  "Hugging Face's LlamaForCausalLM")
+                                  f"Hugging Face's LlamaForCausalLM; this config has {differs}")
         hf_config = transformers.LlamaConfig(
             hidden_size=config.width, intermediate_size=config.ffn_width, num_hidden_layers=config.layers,
             num_attention_heads=config.heads, num_key_value_heads=config.kv_heads, head_dim=config.head_width,
@@ -75,11 +84,16 @@ def hugging_face_model(config, transformers):
             rope_theta=ROTARY_BASE, tie_word_embeddings=config.tied_embeddings, attention_bias=config.qkv_bias,
             mlp_bias=config.bias, attn_implementation="sdpa")
         return transformers.LlamaForCausalLM(hf_config)
-    gpt2 = (config.kv_heads == config.heads and config.ffn_width == 4 * config.width and config.bias
-            and config.qkv_bias and config.tied_embeddings and config.learned_positions and config.mlp == "gelu")
-    if not gpt2:
+    differs = _differences((
+        ("kv_heads", config.kv_heads, f"heads={config.heads}", config.kv_heads == config.heads),
+        ("ffn_width", config.ffn_width, f"4 x width = {4 * config.width}", config.ffn_width == 4 * config.width),
+        ("bias", config.bias, "True", config.bias), ("qkv_bias", config.qkv_bias, "True", config.qkv_bias),
+        ("tied_embeddings", config.tied_embeddings, "True", config.tied_embeddings),
+        ("learned_positions", config.learned_positions, "True", config.learned_positions),
+        ("mlp", config.mlp, "'gelu'", config.mlp == "gelu")))
+    if differs:
         raise AccountingError("a GPT-2-family config must be GPT-2's own (heads = kv heads, MLP 4 x width, biases, "
-                              "tied, learned positions) for Hugging Face's GPT2LMHeadModel")
+                              f"tied, learned positions) for Hugging Face's GPT2LMHeadModel; this config has {differs}")
     hf_config = transformers.GPT2Config(
         n_layer=config.layers, n_embd=config.width, n_head=config.heads, n_positions=config.max_positions,
         vocab_size=config.vocabulary, activation_function="gelu", attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
