@@ -17,11 +17,9 @@ under the key :func:`default_key` (``"float8_e4m3fn (default accumulation)"``), 
 """
 
 from accounting.errors import AccountingError
+from accounting.health.accumulation import DEFAULT, FAST
 from accounting.memory import format_name
 
-FAST = "fast"
-DEFAULT = "default"
-ACCUMULATIONS = (FAST, DEFAULT)
 _DEFAULT_SUFFIX = f" ({DEFAULT} accumulation)"
 
 
