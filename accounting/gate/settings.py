@@ -4,7 +4,8 @@ A GPU held at its power limit runs at the clock that limit allows, so the same c
 slower under a 500 W limit than under 700 W; application clocks set by an administrator
 (``nvidia-smi -ac``) cap the clock the same way. These are settings of the machine, not
 noise: the gate reads them with each run (:func:`read`, kept in the load guard's readings
-under ``"settings"``) and compares them exactly (:func:`settings_difference`). A baseline run
+under ``"settings"``) and compares them exactly (:func:`settings_difference`; the power limit to within
+:data:`POWER_LIMIT_TOLERANCE_W`, NVML's milliwatt rounding). A baseline run
 taken under other settings is left out, named; where none is left, the benchmark is not
 compared. A setting a run did not record (an older run, a driver that does not say) decides nothing.
 
