@@ -199,6 +199,12 @@ def _rank(device, dtype, candidates, deadline, overhead_s, windows) -> tuple[Can
     return max(trials, key=lambda trial: trial[0].flops / trial[1])
 
 
+def _most_calls(seconds: float, per_call: float) -> int:
+    """The calls a window of ``seconds`` may make: ``WINDOW_HEADROOM`` × those planned at ``per_call`` seconds each
+    (the window stops once ``seconds`` of them have passed)."""
+    return max(1, math.ceil(WINDOW_HEADROOM * seconds / per_call)) if per_call > 0 else 1
+
+
 def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *, deadline: float,
               device_name: str = "cpu", overhead_s: float = WINDOW_OVERHEAD_S, overrun_s: float = 0.0,
               physical=None, target_s: float = SUSTAINED_TARGET_S) -> tuple[Headline, list[tuple[Window, Candidate]]]:
@@ -225,13 +231,10 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
                 f"the budget left {max(room, 0.0):.2f} s for the window, under the {SUSTAINED_MIN_S:g} s a "
                 "sustained figure needs"), needs_s=SUSTAINED_MIN_S - max(room, 0.0)), windows
         seconds = SUSTAINED_MIN_S
-    # Up to WINDOW_HEADROOM × the planned calls, stopped once ``seconds`` of them have passed.
-    repeats = max(1, math.ceil(WINDOW_HEADROOM * seconds / per_call)) if per_call > 0 else 1
     if room - seconds >= LEAD_IN_S + overhead_s:  # the clock settles on this dtype's load before the window
-        lead_in = device.repeat(dtype, chosen.shape, max(1, math.ceil(WINDOW_HEADROOM * LEAD_IN_S / per_call))
-                                if per_call > 0 else 1, seconds=LEAD_IN_S)
+        lead_in = device.repeat(dtype, chosen.shape, _most_calls(LEAD_IN_S, per_call), seconds=LEAD_IN_S)
         windows.append((lead_in, chosen))
-    window = device.repeat(dtype, chosen.shape, repeats, seconds=seconds)
+    window = device.repeat(dtype, chosen.shape, _most_calls(seconds, per_call), seconds=seconds)
     windows.append((window, chosen))
     return _sustained_headline(dtype, window, chosen, device_name, physical), windows
 
