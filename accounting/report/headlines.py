@@ -40,6 +40,7 @@ from accounting.report.saturation import (
     figure_check,
     saturation_evidence,
     saturation_tags,
+    soak_may_help,
     withheld_because,
 )
 from accounting.report.thermal_soak import SOAK_CHUNK_S, SOAK_MAX_S, SOAK_SHARE, Soak, soak
@@ -374,8 +375,7 @@ def _advised(headline: Headline, soaked: Soak, budget_advice) -> Headline:
         return headline
     if headline.needs_s is not None:
         return replace(headline, reason=f"{headline.reason}; {budget_advice(headline.needs_s)}")
-    unsaturated = "not power-saturated" in headline.reason or "still moving" in headline.reason
-    if unsaturated and soaked.seconds < SOAK_MAX_S:
+    if soak_may_help(headline.telemetry) and soaked.seconds < SOAK_MAX_S:
         soak_more = SOAK_MAX_S - soaked.seconds
         return replace(headline, reason=f"{headline.reason}; a {SOAK_MAX_S:g} s thermal soak may reach it: "
                                         f"{budget_advice(soak_more)}", needs_s=soak_more)

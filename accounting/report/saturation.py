@@ -70,6 +70,21 @@ def saturation_evidence(telemetry) -> str | None:
     return None
 
 
+def not_saturated(telemetry) -> bool:
+    """Whether a GPU window shows no saturation (:func:`saturation_evidence` finds none).
+
+    >>> not_saturated({"backend": "nvml", "power_w_median": 500.0, "power_limit_w": 700.0}), not_saturated({})
+    (True, False)
+    """
+    return is_gpu_window(telemetry) and saturation_evidence(telemetry) is None
+
+
+def soak_may_help(telemetry) -> bool:
+    """Whether a longer thermal soak may turn the window into a sustained figure: it was not saturated
+    (:func:`not_saturated`) or its clock was still moving (:func:`clock_unsettled`)."""
+    return not_saturated(telemetry) or clock_unsettled(telemetry) is not None
+
+
 def clock_unsettled(telemetry) -> str | None:
     """Why the window's clock had not settled (``None``: it had, or its halves are unknown).
 
@@ -119,7 +134,7 @@ def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = N
     impossible = None if dtype is None else figure_check(flops_per_s, dtype, summary_clock_mhz(telemetry), physical)
     if impossible:
         reasons.append(impossible)
-    if gpu and saturation_evidence(telemetry) is None:
+    if not_saturated(telemetry):
         power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
         drew = "power unknown" if power is None else f"{power:.0f} W"
         against = "" if not limit else f" < {SATURATION_POWER_FRACTION} × the enforced limit {limit:.0f} W"
