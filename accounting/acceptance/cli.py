@@ -26,6 +26,7 @@ from pathlib import Path
 
 from accounting.acceptance.figures import (
     clock_figures,
+    cuda_model_floor,
     fleet_headline,
     model_figures,
     pytest_figures,
@@ -52,7 +53,6 @@ from accounting.acceptance.plan import (
 )
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome, Step, run_step
 from accounting.acceptance.summary import SCHEMA, exit_status, render, result
-from accounting.bench.matrix import load_benchmarks
 from accounting.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, OneLineParser
 from accounting.errors import AccountingError
 
@@ -113,7 +113,7 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
         return next((line.strip() for line in reversed(lines) if " collected" in line), ""), []
     if name == "model-anchor":
         document = _read_json(logs / ANCHOR_JSON)
-        return (anchor_headline(document), anchor_figures(document, step=name, floor=_anchor_floor)) if document \
+        return (anchor_headline(document), anchor_figures(document, step=name, floor=cuda_model_floor)) if document \
             else ("", [])
     if name == "fleet":
         document = _read_json(out / FLEET_JSON)
@@ -123,13 +123,6 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
     if name == "gate-check":
         return (gate_verdict(logs / "gate-check.log") if (logs / "gate-check.log").exists() else ""), []
     return "", []
-
-
-def _anchor_floor(precision: str, size: str, device_name: str | None) -> float | None:
-    try:
-        return load_benchmarks().model_floor("cuda", precision, size, chip=device_name)
-    except AccountingError:
-        return None
 
 
 def _probe_headline(found: dict | None) -> str:

@@ -113,14 +113,16 @@ def report_headline(document: dict) -> str:
     return f"health {health.get('state', '?')}, verdict {document.get('verdict', '?')}" + (f" ({reasons})" if reasons else "")
 
 
-def _model_floor(precision: str) -> float | None:
+def cuda_model_floor(precision: str, size: str | None = None, device_name: str | None = None) -> float | None:
+    """``benchmarks.json``'s model-MFU floor on CUDA for ``precision`` (the size's on this chip where it has one),
+    ``None`` where it has none."""
     try:
-        return load_benchmarks().model_floor("cuda", precision)
+        return load_benchmarks().model_floor("cuda", precision, size, chip=device_name)
     except AccountingError:
         return None
 
 
-def model_figures(document: dict, *, step: str, floor=_model_floor) -> list[Figure]:
+def model_figures(document: dict, *, step: str, floor=cuda_model_floor) -> list[Figure]:
     """Model MFU per precision policy (and with recomputation), each against its floor in benchmarks.json."""
     figures = []
     for row in (document.get("model") or {}).get("rows", []):
@@ -133,7 +135,7 @@ def model_figures(document: dict, *, step: str, floor=_model_floor) -> list[Figu
     return figures
 
 
-def pytest_figures(document: dict, device_name: str | None, *, step: str, floor=_model_floor) -> list[Figure]:
+def pytest_figures(document: dict, device_name: str | None, *, step: str, floor=cuda_model_floor) -> list[Figure]:
     """From pytest-benchmark's JSON: each matmul benchmark's TFLOP/s (its note names an fp8 accumulation, and a
     failed physical check), each training step's model MFU."""
     figures = []
