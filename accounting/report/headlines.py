@@ -405,14 +405,15 @@ def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> H
                   power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"), tags=tags,
                   telemetry=window.telemetry,
                   command=reproduce_command(dtype, candidate.shape, device_name, BURST_REPEATS))
-    impossible = figure_check(rate, split_key(dtype)[0], clock, physical)
+    name = split_key(dtype)[0]  # a headline key may name an fp8 accumulation
+    impossible = figure_check(rate, name, clock, physical)
     if impossible:
-        return Headline(split_key(dtype)[0], "burst", False, reason=f"withheld: {impossible}", **common)
+        return Headline(name, "burst", False, reason=f"withheld: {impossible}", **common)
     if clock is None or run_max_clock is None:
-        return Headline(split_key(dtype)[0], "burst", True,
+        return Headline(name, "burst", True,
                         reason="clock unknown: the 0.97 × highest-clock rule was not checked", **common)
     if clock < BURST_CLOCK_FRACTION * run_max_clock:
-        return Headline(split_key(dtype)[0], "burst", False, reason=(
+        return Headline(name, "burst", False, reason=(
             f"withheld: its clock {clock:.0f} MHz < {BURST_CLOCK_FRACTION} × the run's highest {run_max_clock:.0f} MHz"),
             **common)
-    return Headline(split_key(dtype)[0], "burst", True, **common)
+    return Headline(name, "burst", True, **common)
