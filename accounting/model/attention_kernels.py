@@ -342,6 +342,12 @@ def _local_cuda_capability():
     return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
 
 
+def _asked_torch(call: SdpaCall, device: AttentionDevice, rules: SdpaKernel) -> SdpaKernel:
+    """torch's choice on this machine's ``device``, with the ``rules``' reasons where they agree with it."""
+    name = torch_kernel_choice(call, device.type)
+    return SdpaKernel(name, device, "torch", rules.reason if rules.name == name else "", rules.refused)
+
+
 def choose_sdpa_kernel(call: SdpaCall, device="cpu") -> SdpaKernel:
     """The kernel ``scaled_dot_product_attention`` runs for ``call`` on ``device`` (see the module docstring).
 
@@ -360,15 +366,10 @@ def choose_sdpa_kernel(call: SdpaCall, device="cpu") -> SdpaKernel:
     if device.type == "meta":
         return SdpaKernel("math", device, "torch", "meta tensors have no fused kernel")
     if device.type == "cpu":
-        name = torch_kernel_choice(call, "cpu")
-        rules = cpu_kernel_rules(call)
-        return SdpaKernel(name, device, "torch", rules.reason if rules.name == name else "", rules.refused)
+        return _asked_torch(call, device, cpu_kernel_rules(call))
     local = _local_cuda_capability()
     if local is not None and device.capability in (None, tuple(local)):
-        name = torch_kernel_choice(call, "cuda")
-        rules = cuda_kernel_rules(call, tuple(local))
-        device = AttentionDevice("cuda", tuple(local))
-        return SdpaKernel(name, device, "torch", rules.reason if rules.name == name else "", rules.refused)
+        return _asked_torch(call, AttentionDevice("cuda", tuple(local)), cuda_kernel_rules(call, tuple(local)))
     if device.capability is None:
         raise AccountingError(
             "no CUDA device here to ask which attention kernel runs: name its compute capability, "
