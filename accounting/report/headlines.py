@@ -411,7 +411,7 @@ def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> H
         return Headline(name, "burst", False, reason=f"withheld: {impossible}", **common)
     if clock is None or run_max_clock is None:
         return Headline(name, "burst", True,
-                        reason="clock unknown: the 0.97 × highest-clock rule was not checked", **common)
+                        reason=f"clock unknown: the {BURST_CLOCK_FRACTION} × highest-clock rule was not checked", **common)
     if clock < BURST_CLOCK_FRACTION * run_max_clock:
         return Headline(name, "burst", False, reason=(
             f"withheld: its clock {clock:.0f} MHz < {BURST_CLOCK_FRACTION} × the run's highest {run_max_clock:.0f} MHz"),
