@@ -90,6 +90,8 @@ def test_two_models_that_do_not_fit_together_are_named():
     why = model_anchor.both_fit(size, "cuda", free_bytes=35 * 2**30, attention_device=hopper)  # one alone: 23.8 GiB
     assert why.startswith("tinyllama-1.1b: 22 layers") and "over 80% of 35.00 GiB free" in why
     assert model_anchor.both_fit(size, "cuda", free_bytes=140 * 2**30, attention_device=hopper) is None
+    with pytest.raises(AccountingError, match=r"^free_bytes must be a non-negative integer, got -1$"):
+        model_anchor.both_fit(size, "cuda", free_bytes=-1, attention_device=hopper)
 
 
 def test_without_transformers_the_file_says_why(tmp_path, monkeypatch, capsys):

@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from accounting._checks import check_size
 from accounting.acceptance.expected import Expected, expected_model_mfu
 from accounting.acceptance.figures import Figure
 from accounting.errors import AccountingError
@@ -180,7 +181,7 @@ def both_fit(size, device, free_bytes: int | None = None, attention_device=None)
     """Why the two steps do not fit the device together (both models' weights and state, one step's peak), or
     ``None``: the prediction of one step plus the persistent bytes of the other (``attention_device``: where SDPA's
     kernel is chosen, default ``device``)."""
-    free = free_memory_bytes(device) if free_bytes is None else free_bytes
+    free = free_memory_bytes(device) if free_bytes is None else check_size(free_bytes, "free_bytes")
     one = predicted_peak_bytes(size, PRECISION, device=device if attention_device is None else attention_device)
     other = 3 * 2 * size.config.parameter_count  # bf16 weights and AdamW's two bf16 moments
     if one + other > MEMORY_FRACTION * free:
