@@ -12,6 +12,7 @@ from accounting.report.checks import ResultChecker
 from accounting.report.levels import QUICK, STANDARD
 from accounting.report.report_plan import Plan, describe_device, mfu_against
 from accounting.report.results import assemble, bandwidth_section, dtype_section, machine_section
+from accounting.report.saturation import physical_facts
 
 QUICK_FLOOR_REASON = "the quick level times one mid-size shape; MFU floors are judged at --level standard"
 
@@ -30,8 +31,7 @@ def dtype_sections(plan: Plan, sweeps: dict, bandwidth, found=None, checker: Res
                              peak_source=plan.peak_sources[dtype], native=plan.native.get(dtype),
                              mfu_against=mfu_against(plan.info, plan.native[dtype]) if dtype in plan.native else None,
                              headlines=found.get("headlines", {}).get(dtype),
-                             physical=(plan.info.compute_capability, plan.info.multiprocessors)
-                             if plan.info.kind == "cuda" else None,
+                             physical=physical_facts(plan.info),
                              check_seconds=None if checker is None else checker.seconds.get(dtype, 0.0),
                              checks_skipped=[item for item in skipped if item.startswith(f"{dtype} ")])
         for dtype in plan.dtypes

@@ -56,6 +56,7 @@ from accounting.report.report_plan import (  # noqa: F401 (describe_device, mfu_
     peak_source,
 )
 from accounting.report.results import assemble, bandwidth_section
+from accounting.report.saturation import physical_facts
 from accounting.report.sweep import Sweep
 from accounting.timing import MEMORY_FRACTION, matmul_case
 
@@ -192,11 +193,6 @@ def headline_candidates(sweeps: dict) -> dict:
                 ranked.append(headline_phase.Candidate(done.shape, done.flops, done.seconds))
         candidates[dtype] = ranked
     return candidates
-
-
-def physical_facts(info: DeviceInfo):
-    """``(compute capability, SM count)`` of a CUDA device for the physical check; ``None`` on a CPU."""
-    return (info.compute_capability, info.multiprocessors) if info.kind == "cuda" else None
 
 
 def report_budget_advice(budget_s: float, level: str):

@@ -28,6 +28,7 @@ the window ran 0.015 s, under the 1 s a sustained figure needs
 
 import statistics
 
+from accounting.hardware.devices import DeviceInfo
 from accounting.hardware.flops_per_clock import physical_check
 from accounting.telemetry.validity import POWER_SUSPECT_FRACTION, saturating_reasons, summary_clock_mhz, window_power_w
 
@@ -99,6 +100,15 @@ def clock_unsettled(telemetry) -> str | None:
     if centre > 0 and abs(early - late) > CLOCK_SETTLED_FRACTION * centre:
         return f"the clock was still moving: {early:.0f} MHz in the first half of the window, {late:.0f} MHz in the second"
     return None
+
+
+def physical_facts(info: DeviceInfo):
+    """``(compute capability, SM count)`` of a CUDA device for :func:`figure_check`; ``None`` on a CPU.
+
+    >>> physical_facts(DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), multiprocessors=132))
+    ((9, 0), 132)
+    """
+    return (info.compute_capability, info.multiprocessors) if info.kind == "cuda" else None
 
 
 def figure_check(flops_per_s, dtype, clock_mhz, physical) -> str | None:
