@@ -228,40 +228,38 @@ def _rows(total: int, width: int):
         yield start, min(total, start + step)
 
 
-def _block_sums(x, width, signs, acc, scale=None):
-    """Per block of ``width`` columns: the signed sums ``x[:, J] @ signs[J]`` and the sums of ``|x[:, J]|``, in ``acc``.
-
-    The columns are zero-padded to whole blocks and summed as a reshaped view: O(rows·n), no index scatter.
-    """
+def _blocks(x, width, acc, scale=None):
+    """``(start, stop, block)`` per run of rows of ``x``: those rows in ``acc`` (a copy of their own, so ``abs_`` may
+    change it), times ``scale`` where given, zero-padded to whole blocks of ``width`` columns and viewed as
+    ``(rows, blocks, width)``: the blocks are reduced over the last axis as a view, O(rows·n), no index scatter."""
     rows, n = x.shape
     vectors = -(-n // width)
     pad = vectors * width - n
-    signed = torch.empty(rows, vectors, dtype=acc, device=x.device)
-    absolute = torch.empty_like(signed)
-    for start, stop in _rows(rows, n):
-        block = x[start:stop].to(acc, copy=True)  # a copy of its own: abs_ below must not touch x
-        if scale is not None:
-            block = block * scale.to(acc)
-        if pad:
-            block = torch.nn.functional.pad(block, (0, pad))
-        signed[start:stop] = (block * signs).view(stop - start, vectors, width).sum(-1)
-        absolute[start:stop] = block.abs_().view(stop - start, vectors, width).sum(-1)
-    return signed, absolute
-
-
-def _block_max(x, width, acc, scale=None):
-    """Per block of ``width`` columns: ``max_{j ∈ J} |x[:, j]|``, in ``acc`` (zero-padded like :func:`_block_sums`)."""
-    rows, n = x.shape
-    vectors = -(-n // width)
-    pad = vectors * width - n
-    largest = torch.empty(rows, vectors, dtype=acc, device=x.device)
     for start, stop in _rows(rows, n):
         block = x[start:stop].to(acc, copy=True)
         if scale is not None:
             block = block * scale.to(acc)
         if pad:
             block = torch.nn.functional.pad(block, (0, pad))
-        largest[start:stop] = block.abs_().view(stop - start, vectors, width).amax(-1)
+        yield start, stop, block.view(stop - start, vectors, width)
+
+
+def _block_sums(x, width, signs, acc, scale=None):
+    """Per block of ``width`` columns: the signed sums ``x[:, J] @ signs[J]`` and the sums of ``|x[:, J]|``, in ``acc``."""
+    vectors = -(-x.shape[1] // width)
+    signed = torch.empty(x.shape[0], vectors, dtype=acc, device=x.device)
+    absolute = torch.empty_like(signed)
+    for start, stop, block in _blocks(x, width, acc, scale):
+        signed[start:stop] = (block * signs.view(vectors, width)).sum(-1)
+        absolute[start:stop] = block.abs_().sum(-1)
+    return signed, absolute
+
+
+def _block_max(x, width, acc, scale=None):
+    """Per block of ``width`` columns: ``max_{j ∈ J} |x[:, j]|``, in ``acc`` (zero-padded like :func:`_block_sums`)."""
+    largest = torch.empty(x.shape[0], -(-x.shape[1] // width), dtype=acc, device=x.device)
+    for start, stop, block in _blocks(x, width, acc, scale):
+        largest[start:stop] = block.abs_().amax(-1)
     return largest
 
 
