@@ -15,7 +15,7 @@ from accounting._units import GB, TERA
 from accounting.console import DPI, load_pyplot
 from accounting.fleet.figures import bandwidth_by_rank
 from accounting.fleet.verdict import SLOW_LINK, SLOW_MEMORY, STRAGGLER, best_by_dtype
-from accounting.report.accumulation import accumulation_of, figure_label
+from accounting.report.accumulation import dtype_label
 
 FIGURE_SIZE_IN = (9.0, 5.5)
 PANEL_WIDTH_IN = 5.0
@@ -65,7 +65,7 @@ def write_plot(document: dict, path: str) -> None:
             axes.bar(rank + offset, values[rank] / TERA, width=width, color=colour,
                      hatch="//" if (rank, dtype) in stragglers else None,
                      edgecolor=STATE_COLOURS["failed"] if failed else "black", linewidth=2.0 if failed else 0.5,
-                     label=figure_label(dtype, accumulation_of(dtype)) if rank == min(values) else None)
+                     label=dtype_label(dtype) if rank == min(values) else None)
         median = statistics.median(values.values()) / TERA
         axes.axhline(median, color=colour, linestyle="--", linewidth=1.2, label=f"{dtype} median {median:.3g}")
         for rank in values:  # each rank's own line: the fraction of the median of the *other* ranks

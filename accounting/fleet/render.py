@@ -14,7 +14,7 @@ from accounting.console import NOT_KNOWN, fraction, table, tflops
 from accounting.fleet.health import health_lines
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
 from accounting.fleet.verdict import best_busbw
-from accounting.report.accumulation import accumulation_of, figure_label
+from accounting.report.accumulation import dtype_label
 
 MICRO = 1e6
 
@@ -68,7 +68,7 @@ def rank_rows(document: dict) -> tuple[list[str], list[list[str]]]:
     dtypes = _dtypes(document)
     header = ["rank", "host", "device"]
     for dtype in dtypes:
-        header += [f"{figure_label(dtype, accumulation_of(dtype))} TFLOP/s", "MFU"]
+        header += [f"{dtype_label(dtype)} TFLOP/s", "MFU"]
     header += ["copy GB/s", "slowest", "clock MHz", "power W", "temp °C", "throttle", "neighbours", "flags", "health"]
     kinds = _flagged_kinds(document)
     hung = set(document["hung_ranks"])

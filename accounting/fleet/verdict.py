@@ -47,7 +47,7 @@ from accounting.fleet.links import common_end, link_rows, slow_links
 from accounting.fleet.neighbours import neighbours
 from accounting.fleet.thresholds import as_table, judged_scope, minimum_for
 from accounting.hardware.flops_per_clock import IMPOSSIBLE  # a rank's best figure failed the physical check
-from accounting.report.accumulation import accumulation_of, figure_label
+from accounting.report.accumulation import dtype_label
 from accounting.report.verdict import ABOVE_PEAK, BELOW_FLOOR, WRONG_RESULT
 
 STRAGGLER = "straggler"
@@ -104,7 +104,7 @@ def _g(value: float) -> str:
 def stragglers(dtype: str, best: dict, *, fraction: float) -> list[Flag]:
     """Ranks whose ``best[rank]`` (TFLOP/s, or any rate) is below ``fraction ×`` the median of the others'
     (an fp8 dtype named with its accumulation, :mod:`accounting.report.accumulation`)."""
-    label = figure_label(dtype, accumulation_of(dtype))
+    label = dtype_label(dtype)
     return [Flag(STRAGGLER, rank, f"rank {rank} {label}: best {_g(value)} TFLOP/s < {fraction:g} × "
                                   f"{_g(median)} (median of the other ranks)", subject=dtype)
             for rank, value, median in below_peers(best, fraction=fraction)]
@@ -240,7 +240,7 @@ def impossible_flags(records) -> list[Flag]:
             best = section.get("best") or {}
             for tag in best.get("tags") or ():
                 if tag.startswith(f"{IMPOSSIBLE}:"):
-                    label = figure_label(dtype, accumulation_of(dtype))
+                    label = dtype_label(dtype)
                     flags.append(Flag(IMPOSSIBLE, rank, f"rank {rank} {label}: best {_g(best['flops_per_s'] / TERA)} "
                                                         f"TFLOP/s fails the physical check:{tag.split(':', 1)[1]}",
                                       subject=dtype))

@@ -60,3 +60,12 @@ def case_options(accumulation: str | None) -> dict:
 def figure_label(dtype: str, accumulation: str | None) -> str:
     """``dtype`` with its accumulation where it has one."""
     return dtype if accumulation is None else f"{dtype} ({accumulation} accumulation)"
+
+
+def dtype_label(dtype: str) -> str:
+    """``dtype`` named with the accumulation the package's products of it use (fp8: fast), as its figures are.
+
+    >>> dtype_label("float8_e4m3fn"), dtype_label("bfloat16")
+    ('float8_e4m3fn (fast accumulation)', 'bfloat16')
+    """
+    return figure_label(dtype, accumulation_of(dtype))
