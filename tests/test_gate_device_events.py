@@ -4,13 +4,19 @@ The truths: the fake NVML's counters and Xids, changed between the reading befor
 driver would report), read through the package's own health readers; the load guard must name them.
 """
 
-import pytest
+import sys
+import types
 
+import pytest
+import torch
+
+from accounting.gate import guard
 from accounting.gate.device_events import XidWatch, fault_disturbances, read_ecc, watch_xids
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner
 from accounting.gate.storage import load_run
-from tests.support.fake_health import FakeNvml, NvmlGpu
+from tests.support.fake_health import FakeNvml, NvmlGpu, combined_nvml
+from tests.support.fake_nvml import FakeGpu
 
 QUIET_GPU = {"device": "cuda:0", "clock_source": "NVML SM clock", "clock_mhz_mean": 1980.0, "throttle_reasons": []}
 
@@ -81,3 +87,34 @@ def test_the_runner_watches_for_xids_while_pytest_runs_and_keeps_them_with_the_r
     assert run.guard["xids"] == [79]
     assert order == ["read", "watch", "stop", "read"]  # the watch spans the pytest process, inside the readings
     assert "Xid 79 during the run" in recorded_disturbances(run.guard)  # beside the shared machine's own load
+
+
+def test_under_mig_the_guard_reads_settings_ecc_and_xids_on_the_slices_gpu(monkeypatch):
+    """NVML refuses a MIG slice's handle for the power limit, ECC counts and events: they are the GPU's."""
+    mig = "MIG-5c0a3e9b-1d2f-5a6b-8c7d-0e1f2a3b4c5d"
+    nvml = combined_nvml([FakeGpu(mig_uuids=(mig,))], [NvmlGpu(power_limit_mw=650_000, xids=[])])
+    refused = []
+
+    def gpu_only(name, call):
+        def checked(handle, *args):
+            if isinstance(handle, tuple):  # the slice's handle: NVML_ERROR_NOT_SUPPORTED
+                refused.append(name)
+                raise nvml.health.NVMLError(3)
+            return call(handle, *args)
+        return checked
+
+    for name in ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetEccMode",
+                 "nvmlDeviceRegisterEvents"):
+        monkeypatch.setattr(nvml, name, gpu_only(name, getattr(nvml, name)), raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setitem(sys.modules, "amdsmi", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(uuid=mig[4:]))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    reading = guard.read("cuda:0")
+    assert reading["settings"]["power_limit_w"] == 650.0 and reading["ecc"] == {"corrected": 0, "uncorrected": 0}
+    watch = watch_xids("cuda:0")
+    nvml.health.gpus[0].xids.append(79)
+    assert watch.stop() == [79]
+    assert refused == [], "nothing asked of the slice's handle that NVML refuses there"

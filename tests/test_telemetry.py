@@ -104,6 +104,23 @@ def test_clock_event_masks_decode_to_names(mask, names):
     assert decode_clock_event_reasons(mask) == names
 
 
+NVML_H_CLOCK_EVENT_REASONS = {
+    0x1: "GpuIdle", 0x2: "ApplicationsClocksSetting", 0x4: "SwPowerCap", 0x8: "HwSlowdown", 0x10: "SyncBoost",
+    0x20: "SwThermalSlowdown", 0x40: "HwThermalSlowdown", 0x80: "HwPowerBrakeSlowdown", 0x100: "DisplayClockSetting"}
+"""nvml.h's ``nvmlClocksEventReason<Name>`` bits, written out from the header: ``nvmlClocksEventReasonAll`` is their OR."""
+
+
+@pytest.mark.parametrize("bit", range(16))
+def test_a_bit_nvml_h_does_not_define_is_named_unknown_not_guessed(bit):
+    """0x200 and 0x400 are in no nvml.h: a name for them would be made up (and judged as if it were known)."""
+    value = 1 << bit
+    names = decode_clock_event_reasons(value | SW_POWER_CAP)
+    if value in NVML_H_CLOCK_EVENT_REASONS:
+        assert all(not name.startswith("unknown") for name in names)
+    else:
+        assert names == ("sw_power_cap", f"unknown_{value:#x}")
+
+
 def test_energy_over_a_long_window_comes_from_the_counter(nvml):
     clock = FakeTime()
     backend = NvmlBackend(nvml, 0, now=clock)

@@ -242,9 +242,31 @@ def test_a_mig_slice_is_found_and_says_it_has_no_published_peak(install, torch_d
     summary = snapshot("cuda:0")
     assert summary.backend == "nvml" and summary.mig_slice == mig
     assert any("no published peak" in note for note in summary.notes)
-    assert summary.clock_mhz_mean is None and "NotSupported" in summary.unavailable["clock_mhz_mean"]
     assert summary.busy_siblings == ("GPU 1: 50% utilised, 1.0 GiB used",), "the slice's own GPU is no sibling"
     assert nvml.calls["nvmlDeviceGetComputeRunningProcesses"] >= 1
+
+
+def test_a_mig_slice_reads_power_and_the_enforced_limit_of_its_gpu_which_the_slice_handle_refuses(install,
+                                                                                                  torch_devices):
+    """NVML answers a MIG slice's handle with NOT_SUPPORTED for power, the power limit, clock and throttle reasons
+    (the fake refuses every call but processes and memory on it); all slices share the GPU's, read on its handle.
+    Without them no sustained figure could be judged power-saturated."""
+    mig = "MIG-5c0a3e9b-1d2f-5a6b-8c7d-0e1f2a3b4c5d"
+    gpu = FakeGpu(mig_uuids=(mig,), power_mw=612_000.0, power_limit_mw=650_000.0, clock_mhz=1455.0,
+                  throttle_mask=0x4)
+    nvml = install(FakeNvml([FakeGpu(power_mw=100_000.0, power_limit_mw=700_000.0), gpu]))
+    torch_devices([bare(mig)])
+    clock = FakeTime()
+    backend = NvmlBackend(nvml, 0, now=clock)
+    first = backend.read(edge=True)
+    clock.t += 2.0
+    gpu.energy_mj += 1_224_000  # 612 W for 2 s
+    summary = summarise("cuda:0", backend, [first, backend.read(edge=False), backend.read(edge=True)])
+    assert (summary.power_w_median, summary.power_limit_w) == (612.0, 650.0), summary.unavailable
+    assert (summary.clock_mhz_median, summary.throttle_reasons) == (1455.0, ("sw_power_cap",))
+    assert summary.energy_j == pytest.approx(1224.0) and summary.power_source == "instant"
+    assert validity_tags(summary) == ["throttled: sw_power_cap"], "saturated, not power-suspect nor unknown"
+    assert backend.device_handle() == 1 and backend.handle == (1, 0)
 
 
 def test_a_whole_gpu_is_no_mig_slice(install, torch_devices):

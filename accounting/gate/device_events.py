@@ -62,7 +62,7 @@ def watch_xids(device: str) -> XidWatch | None:
     backend = open_device_nvml(device)
     if backend is None:
         return None
-    return XidWatch(backend.nvml, backend.handle, close=backend.close)
+    return XidWatch(backend.nvml, backend.device_handle(), close=backend.close)  # Xids are the GPU's, not a MIG slice's
 
 
 def _count(reading, name):

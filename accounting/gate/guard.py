@@ -245,8 +245,9 @@ def read(device: str) -> dict:
     if str(device).startswith("cuda"):
         backend = open_device_nvml(device)  # one NVML session for both (None: not an NVIDIA GPU, or no NVML)
         try:
-            reading[SETTINGS_KEY] = None if backend is None else read_settings(backend.nvml, backend.handle)
-            reading[ECC_KEY] = None if backend is None else read_ecc(backend.nvml, backend.handle)
+            gpu = None if backend is None else backend.device_handle()  # a MIG slice's GPU: settings and ECC are its
+            reading[SETTINGS_KEY] = None if backend is None else read_settings(backend.nvml, gpu)
+            reading[ECC_KEY] = None if backend is None else read_ecc(backend.nvml, gpu)
         finally:
             if backend is not None:
                 backend.close()

@@ -49,10 +49,10 @@ NVML_CLOCK_EVENT_REASONS = {
     0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
-    0x200: "board_limit",
-    0x400: "reliability",
 }
-"""NVML's ``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*`` bits (nvml.h; the same bits under both names)."""
+"""NVML's ``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*`` bits (nvml.h; the same bits under both names):
+every bit nvml.h's ``nvmlClocksEventReasonAll`` sets, 0x1 to 0x100. A driver may set a bit nvml.h does not define
+yet ("new reasons might be added"); it is named ``unknown_0x...`` (:func:`decode_clock_event_reasons`), never guessed."""
 NOT_SLOWING = frozenset({"gpu_idle", "display_clock_setting"})
 """Reasons that do not hold a busy GPU's clock down: left out of ``Summary.throttle_reasons``."""
 
@@ -78,7 +78,12 @@ _GIB = 2**30
 
 
 def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
-    """The names of the slowing reasons set in an NVML clock-event mask (unknown bits as ``unknown_0x...``)."""
+    """The names of the slowing reasons set in an NVML clock-event mask (bits nvml.h does not define as
+    ``unknown_0x...``: a reason the driver gives and nothing here can name is still a reason).
+
+    >>> decode_clock_event_reasons(0x4 | 0x200)
+    ('sw_power_cap', 'unknown_0x200')
+    """
     names = []
     for bit in range(64):
         value = 1 << bit
@@ -151,10 +156,14 @@ class NvmlBackend:
         self.notes: list[str] = []
         self._failed: set[str] = set()
         self.handle, self.nvml_index, self.mig_slice = self._handle(index)
+        self.gpu_handle = self.handle
         if self.mig_slice is not None:
+            self.gpu_handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self.handle)
             self.notes.append(
                 f"cuda:{index} is the MIG slice {self.mig_slice}: a slice has no published peak (it has a share of "
-                "the GPU's SMs and memory bandwidth); readings NVML does not give for a slice are unavailable")
+                "the GPU's SMs and memory bandwidth); its clock, power, energy, temperature, throttle reasons and "
+                "power limit are the whole GPU's (NVML gives them on the GPU's handle, not the slice's: every slice "
+                "of the GPU shares them), its processes the slice's own")
         self.fleet_nvml_indices = frozenset(self._fleet_index(device) for device in fleet_devices if device != index)
         self._instant_power = True  # until the driver says it has no NVML_FI_DEV_POWER_INSTANT
         self._power_usage_source = None
@@ -170,14 +179,13 @@ class NvmlBackend:
         return self.nvml
 
     def device_handle(self):
-        """The NVML handle of the whole GPU: a MIG slice's parent GPU, else :attr:`handle`.
+        """The NVML handle of the whole GPU: a MIG slice's parent GPU, else :attr:`handle` (:attr:`gpu_handle`).
 
-        ECC counts, row remapping, the PCIe link and Xid events belong to the physical GPU, not to a slice
-        (NVML answers a slice's handle with "not supported" for them).
+        The clock, power, energy, temperature, clock-event reasons and the power limit, ECC counts, row
+        remapping, the PCIe link and Xid events belong to the physical GPU, not to a slice (NVML answers a
+        slice's handle with "not supported" for them); only its processes and memory are the slice's.
         """
-        if self.mig_slice is None:
-            return self.handle
-        return self.nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self.handle)
+        return self.gpu_handle
 
     def _by_uuid(self, uuid) -> tuple:
         """``(handle, uuid)`` of torch's ``uuid``: ``GPU-`` for a GPU, ``MIG-`` for a MIG slice (torch gives neither)."""
@@ -245,8 +253,9 @@ class NvmlBackend:
     _ask = ask_library
 
     def _power(self) -> tuple[float | None, str | None]:
-        """``(milliwatts, power source)``: the instant field where the driver has it, else ``nvmlDeviceGetPowerUsage``."""
-        nvml, handle = self.nvml, self.handle
+        """``(milliwatts, power source)``: the instant field where the driver has it, else ``nvmlDeviceGetPowerUsage``
+        (the whole GPU's: a MIG slice's handle has no power)."""
+        nvml, handle = self.nvml, self.gpu_handle
         call = getattr(nvml, "nvmlDeviceGetFieldValues", None)
         if self._instant_power and call is not None:
             field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", NVML_FI_DEV_POWER_INSTANT)
@@ -283,7 +292,7 @@ class NvmlBackend:
         if call is None:
             self.unavailable["power_limit_w"] = "pynvml has no nvmlDeviceGetEnforcedPowerLimit"
             return None
-        return self._ask(("power_limit_w",), call, self.handle)
+        return self._ask(("power_limit_w",), call, self.gpu_handle)
 
     def _throttle_mask(self):
         """The clock-event mask: ``...ClocksEventReasons``, else the older ``...ClocksThrottleReasons`` (R525/R530
@@ -291,7 +300,7 @@ class NvmlBackend:
         while self._throttle_calls:
             call = getattr(self.nvml, self._throttle_calls[0])
             try:
-                return call(self.handle)
+                return call(self.gpu_handle)
             except Exception as error:  # noqa: BLE001 - NVMLError_FunctionNotFound (old driver), NotSupported
                 if is_transient(error):
                     self.unavailable["throttle_reasons"] = f"NVML {describe_failure(call, error)}"
@@ -348,8 +357,9 @@ class NvmlBackend:
         return tuple(busy)
 
     def read(self, *, edge: bool) -> Reading:
-        """One reading; processes and siblings are read at the window's edges only (they cost milliseconds)."""
-        nvml, handle = self.nvml, self.handle
+        """One reading; processes and siblings are read at the window's edges only (they cost milliseconds).
+        Everything but the processes is read on the whole GPU's handle (:meth:`device_handle`)."""
+        nvml, handle = self.nvml, self.gpu_handle
         clock = self._ask(CLOCK_FIELDS, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
         power_mw, power_source = self._power()
         energy_mj = self._ask(("energy_j",), nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
