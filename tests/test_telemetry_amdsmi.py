@@ -11,6 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting.errors import AccountingError
+from accounting.gate.gpu_rounds import rounds_disturbances, rounds_telemetry
+from accounting.gate.guard import disturbances
+from accounting.report.saturation import saturation_evidence
 from accounting.telemetry.gpu import (
     AmdSmiBackend,
     decode_indep_throttle_status,
@@ -18,6 +21,7 @@ from accounting.telemetry.gpu import (
     open_gpu_backend,
 )
 from accounting.telemetry.sampler import Sampler, summarise
+from accounting.telemetry.validity import POWER_SUSPECT, tag_names, validity_tags
 from tests.support.fake_nvml import FakeTime
 
 # Bit positions written out from the Linux amdgpu header (drivers/gpu/drm/amd/pm/swsmu/inc/amdgpu_smu.h,
@@ -41,6 +45,7 @@ class FakeAmdGpu:
     bdf: str = "0000:0c:00.0"  # as amdsmi_get_gpu_device_bdf writes it
     hip_id: int = 0  # amdsmi_get_gpu_enumeration_info's HIP index (ROCm 6.4 and newer)
     average_power_w: object = "N/A"  # MI200 gives only the average; MI300 the current power too
+    power_cap_uw: object = 750_000_000  # amdsmi_get_power_cap_info's power_cap: µW on Linux (amdsmi.h)
     violations: dict = field(default_factory=lambda: {name: False for name in (
         "active_ppt_pwr", "active_socket_thrm", "active_vr_thrm", "active_hbm_thrm", "active_prochot_thrm")})
 
@@ -81,6 +86,11 @@ class FakeAmdSmi(types.ModuleType):
     def amdsmi_get_power_info(self, handle):
         gpu = self._call("amdsmi_get_power_info", handle)
         return {"current_socket_power": gpu.power_w, "average_socket_power": gpu.average_power_w}
+
+    def amdsmi_get_power_cap_info(self, handle):
+        gpu = self._call("amdsmi_get_power_cap_info", handle)
+        return {"power_cap": gpu.power_cap_uw, "default_power_cap": 750_000_000, "dpm_cap": 2100,
+                "min_power_cap": 0, "max_power_cap": 750_000_000}
 
     def amdsmi_get_gpu_device_bdf(self, handle):
         return self._call("amdsmi_get_gpu_device_bdf", handle).bdf
@@ -310,3 +320,69 @@ def test_an_amd_smi_reason_names_amd_smi():
     backend = AmdSmiBackend(smi, 0, now=FakeTime())
     backend.read(edge=False)
     assert backend.unavailable["temperature_c_max"].startswith("AMD SMI amdsmi_get_temp_metric: AmdSmiLibraryException")
+
+
+# ---- the power cap: a power-capped MI300X is saturated, not disturbed -------------------------------------------
+
+
+def capped_window(smi, power_w):
+    """A 2-s window of an MI300X at ``power_w`` held at its power cap (PVIOL and PPT0, as the SMU reports it)."""
+    gpu = smi.gpus[0]
+    gpu.violations["active_ppt_pwr"] = True
+    gpu.indep_throttle_status = 1 << PPT0
+    gpu.clock_mhz, gpu.power_w = 1700, power_w
+    clock = FakeTime()
+    backend = AmdSmiBackend(smi, 0, now=clock)
+    return summarise("cuda:0", backend, window(backend, clock, [lambda: None] * 20))
+
+
+def test_the_power_cap_is_read_at_the_edges_in_watts():
+    smi = FakeAmdSmi([FakeAmdGpu(power_cap_uw=560_000_000)])  # an administrator's 560 W cap
+    clock = FakeTime()
+    backend = AmdSmiBackend(smi, 0, now=clock)
+    readings = window(backend, clock, [lambda: None] * 3)
+    assert [reading.power_limit_w for reading in readings] == [560.0, None, None, None, 560.0]
+    assert smi.calls["amdsmi_get_power_cap_info"] == 2
+    assert summarise("cuda:0", backend, readings).power_limit_w == 560.0
+
+
+def test_a_device_without_the_power_cap_call_says_why():
+    smi = FakeAmdSmi(unsupported=("amdsmi_get_power_cap_info",))
+    clock = FakeTime()
+    backend = AmdSmiBackend(smi, 0, now=clock)
+    summary = summarise("cuda:0", backend, window(backend, clock, [lambda: None]))
+    assert summary.power_limit_w is None
+    assert "amdsmi_get_power_cap_info: AmdSmiLibraryException" in summary.unavailable["power_limit_w"]
+
+
+def test_a_power_capped_mi300x_window_is_saturated_and_an_unloaded_one_is_power_suspect():
+    capped = capped_window(FakeAmdSmi(), 745)
+    assert capped.throttle_reasons == ("ppt_power", "ppt0") and capped.power_limit_w == 750.0
+    assert POWER_SUSPECT not in tag_names(validity_tags(capped))
+    assert saturation_evidence(capped.to_dict()) is not None
+    idle = FakeAmdSmi()
+    idle.gpus[0].power_w = 300  # far below the 750 W cap, and nothing reported holding the clock
+    clock = FakeTime()
+    backend = AmdSmiBackend(idle, 0, now=clock)
+    summary = summarise("cuda:0", backend, window(backend, clock, [lambda: None] * 20))
+    assert tag_names(validity_tags(summary)) == [POWER_SUSPECT]
+
+
+@pytest.mark.parametrize("bit", [0, 1, 2, 3])
+def test_every_package_power_bit_is_the_gates_normal_state_at_full_load(bit):
+    """Rounds of a busy MI300X at its power cap, below the baselines' clock: the cap explains it, as sw_power_cap does
+    on NVIDIA; the gate must not call every capped run disturbed."""
+    smi = FakeAmdSmi()
+    gpu = smi.gpus[0]
+    gpu.violations["active_ppt_pwr"] = True
+    gpu.indep_throttle_status = 1 << bit
+    gpu.clock_mhz = 1600
+    reasons = list(AmdSmiBackend(smi, 0, now=FakeTime()).read(edge=False).throttle_reasons)
+    capped = {"telemetry_rounds": {"clock_mhz": [1600.0] * 3, "throttle_reasons": [reasons] * 3}}
+    cool = {"telemetry_rounds": {"clock_mhz": [2100.0] * 3, "throttle_reasons": [[]] * 3}}
+    assert rounds_disturbances(rounds_telemetry(capped, 3), [rounds_telemetry(cool, 3)]) == []
+    idle = {"device": "cuda:0", "clock_source": AmdSmiBackend.clock_source, "clock_mhz_mean": 150.0,
+            "throttle_reasons": []}
+    assert disturbances(idle, dict(idle, clock_mhz_mean=1600.0, throttle_reasons=reasons)) == []
+    hot = dict(idle, throttle_reasons=reasons + ["temp_hotspot"])
+    assert disturbances(idle, hot) == ["throttled after the run (temp_hotspot)"]

@@ -66,6 +66,7 @@ from accounting.telemetry.cpu import WINDOW_MEASURED_CLOCK_SOURCES
 from accounting.telemetry.gpu_amdsmi import AmdSmiBackend
 from accounting.telemetry.gpu_nvml import NvmlBackend
 from accounting.telemetry.sampler import snapshot
+from accounting.telemetry.validity import POWER_CAP_REASONS
 
 FOREIGN_LOAD_PER_CPU = 0.5
 """Load average from other work, per logical CPU, above which a run is disturbed: on 2 cores,
@@ -85,8 +86,9 @@ OTHER_MEMORY_LIMIT_BYTES = 4 * 2**30
 """Memory other processes may hold on the GPU before the run counts as shared (as telemetry's busy siblings)."""
 LOAD_PERIOD_S = 60.0
 """Time constant of the 1-minute load average."""
-NORMAL_AT_FULL_LOAD = frozenset({"sw_power_cap"})
-"""GPU throttle reasons that are a GPU's normal state under full load: the power cap holds every busy GPU's clock."""
+NORMAL_AT_FULL_LOAD = POWER_CAP_REASONS
+"""GPU throttle reasons that are a GPU's normal state under full load: the power cap holds every busy GPU's clock
+(NVIDIA's ``sw_power_cap``, AMD's package power tracking: :data:`accounting.telemetry.validity.POWER_CAP_REASONS`)."""
 GPU_CLOCK_SOURCES = frozenset({NvmlBackend.clock_source, AmdSmiBackend.clock_source})
 """``clock_source`` of the telemetry's GPU backends."""
 

@@ -5,7 +5,8 @@ reason, never an error. AMD SMI reads the GFX clock, socket power, the energy co
 temperature, of the device whose PCI address torch reports (AMD SMI lists every GPU of the node; torch only the visible ones); throttle
 reasons from ``amdsmi_get_violation_status`` (MI300 and newer: PVIOL/TVIOL ``active_*`` flags,
 :data:`AMDSMI_VIOLATIONS`) and from ``amdsmi_get_gpu_metrics_info``'s ``indep_throttle_status``
-(the ASIC-independent ``SMU_THROTTLER_*`` bits, :data:`SMU_THROTTLER_BITS`).
+(the ASIC-independent ``SMU_THROTTLER_*`` bits, :data:`SMU_THROTTLER_BITS`); and at a window's edges the
+power cap it enforces (``amdsmi_get_power_cap_info``), which tells a power-saturated figure from one that is not.
 
 >>> decode_indep_throttle_status((1 << 0) | (1 << 36))
 ('ppt0', 'temp_hotspot')
@@ -54,6 +55,17 @@ AMDSMI_VIOLATIONS = {
 """``amdsmi_get_violation_status`` flags (ROCm/amdsmi ``py-interface/amdsmi_interface.py``, ROCm 6.3+,
 MI300 and newer) and the reason each names: PVIOL (package power tracking), TVIOL (socket thermal),
 voltage-regulator, HBM and PROCHOT thermal limits, each ``True`` while active (``"N/A"`` when unknown)."""
+
+AMD_POWER_LIMIT_REASONS = frozenset({"ppt_power"} | {SMU_THROTTLER_BITS[bit] for bit in range(8)})
+"""The reasons that say a power limit holds the clock: the violation status's PVIOL and the metrics' power bits
+(PPT0–3, package power tracking; SPL/FPPT/SPPT, an APU's limits) — AMD's ``sw_power_cap``, the state of every
+busy MI300X (a dense GEMM holds it at its cap)."""
+AMD_THERMAL_REASONS = frozenset({"socket_thermal", "vr_thermal", "hbm_thermal", "prochot_thermal"}
+                                | {SMU_THROTTLER_BITS[bit] for bit in range(32, 48)})
+"""The reasons that say a temperature limit holds the clock: the violation status's thermal flags and the metrics'
+temperature, VRHOT and PROCHOT bits."""
+AMDSMI_POWER_CAP_UNIT_W = 1e-6
+"""``amdsmi_get_power_cap_info``'s ``power_cap`` is in µW on Linux (amdsmi.h, ``amdsmi_power_cap_info_t``)."""
 
 AMDSMI_POWER_SOURCES = {"current_socket_power": POWER_INSTANT, "average_socket_power": POWER_AVERAGE_UNPUBLISHED}
 """``amdsmi_get_power_info`` keys, in the order asked, and what each is (MI300: current; MI200: average only)."""
@@ -231,7 +243,22 @@ class AmdSmiBackend:
                 "AMD SMI gave no throttle status (violation status and indep_throttle_status both N/A)")
         return tuple(names)
 
-    def read(self, *, edge: bool) -> Reading:  # noqa: ARG002 - same signature as the other backends
+    def _power_cap_w(self) -> float | None:
+        """The power cap the device enforces now (``amdsmi_get_power_cap_info``'s ``power_cap``, µW), in W."""
+        call = getattr(self.amdsmi, "amdsmi_get_power_cap_info", None)
+        if call is None:
+            self.unavailable["power_limit_w"] = "AMD SMI has no amdsmi_get_power_cap_info"
+            return None
+        caps = self._ask(("power_limit_w",), call, self.handle)
+        cap = caps.get("power_cap") if isinstance(caps, dict) else None
+        if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
+            if caps is not None:
+                self.unavailable["power_limit_w"] = f"AMD SMI amdsmi_get_power_cap_info gave power_cap {cap!r}"
+            return None
+        return cap * AMDSMI_POWER_CAP_UNIT_W
+
+    def read(self, *, edge: bool) -> Reading:
+        """One reading; the power cap at the window's edges only (as NVML's enforced limit)."""
         smi, handle = self.amdsmi, self.handle
         clock = self._ask(CLOCK_FIELDS, smi.amdsmi_get_clock_info, handle, smi.AmdSmiClkType.GFX)
         power = self._ask(POWER_FIELDS, smi.amdsmi_get_power_info, handle)
@@ -255,6 +282,7 @@ class AmdSmiBackend:
             clock_mhz=float(clock["clk"]) if isinstance(clock, dict) and "clk" in clock else None,
             power_w=float(power[key]) if key is not None else None,
             power_source=AMDSMI_POWER_SOURCES[key] if key is not None else None,
+            power_limit_w=self._power_cap_w() if edge else None,
             energy_j=joules,
             temperature_c=float(temperature) if isinstance(temperature, (int, float)) else None,
             throttle_reasons=self._throttle_reasons(),

@@ -27,6 +27,7 @@ string ``"<name>: <detail>"``; the names:
 """
 
 from accounting._units import readable_bytes
+from accounting.telemetry.gpu_amdsmi import AMD_POWER_LIMIT_REASONS, AMD_THERMAL_REASONS
 from accounting.telemetry.readings import POWER_AVERAGING_S
 
 THROTTLED = "throttled"
@@ -38,8 +39,11 @@ TAG_NAMES = (THROTTLED, POWER_SUSPECT, BOOSTING, BUSY)
 POWER_SUSPECT_FRACTION = 0.9
 """Below this share of the enforced power limit (and with no power-cap or thermal throttle reason) a figure is
 ``power-suspect`` (not power-saturated)."""
-SATURATING_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-                                "ppt_power", "socket_thermal", "vr_thermal", "hbm_thermal", "prochot_thermal"})
+POWER_CAP_REASONS = frozenset({"sw_power_cap"}) | AMD_POWER_LIMIT_REASONS
+"""Throttle reasons (NVML's and AMD SMI's names) that say the power limit holds the clock: the normal state of a
+busy GPU (NVIDIA's ``sw_power_cap``; AMD's package power tracking, ``ppt_power`` and ``ppt0``–``ppt3``)."""
+SATURATING_REASONS = (POWER_CAP_REASONS | AMD_THERMAL_REASONS
+                      | {"hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"})
 """Throttle reasons (NVML's and AMD SMI's names) that say the device is at its power or thermal limit: a window
 with one is saturated."""
 BOOSTING_FACTOR = 1.04
