@@ -269,3 +269,124 @@ def test_math_kernel_dropout_keeps_the_dropped_weights_and_a_mask(precision):
     residual_masks = torch.bool.itemsize * 3 * tokens * config.width  # after attention, after the MLP, embeddings
     cpu_mask_width = max(formats.matmul, torch.float32.itemsize) - torch.bool.itemsize
     assert measured == counted[True] - counted[False] - residual_masks + cpu_mask_width * scores
+
+
+# ---- the torch asked: its version, its devices ------------------------------------------------
+
+
+def _dispatcher_of_torch_2_4(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None):
+    """torch 2.4's ``_fused_sdp_choice``: ``aten::_fused_sdp_choice(Tensor query, Tensor key, Tensor value,
+    Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None) -> int`` (``enable_gqa``
+    came in 2.5), answering as today's dispatcher does for what it takes; the calls it got are kept."""
+    _dispatcher_of_torch_2_4.seen.append((query.shape[1], key.shape[1], value.shape[1]))
+    return _REAL_CHOICE(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+
+
+_REAL_CHOICE = torch._fused_sdp_choice
+
+
+def test_torch_2_4_without_enable_gqa_is_asked_with_the_heads_repeated(monkeypatch):
+    """A dispatcher without ``enable_gqa`` (torch 2.4) is asked what runs there: key/value heads repeated to every
+    query head (as models on that torch call SDPA), and the answer is the real dispatcher's for that call."""
+    monkeypatch.setattr(torch, "_fused_sdp_choice", _dispatcher_of_torch_2_4)
+    _dispatcher_of_torch_2_4.seen = []
+    grouped = SdpaCall(torch.float32, batch=2, heads=4, kv_heads=2, sequence=16, head_width=16)
+    repeated = dataclasses.replace(grouped, kv_heads=4)
+    kernel = choose_sdpa_kernel(grouped, "cpu")
+    assert _dispatcher_of_torch_2_4.seen[-1] == (4, 4, 4)
+    assert kernel.name == _REAL_CHOICE_NAME(repeated) and kernel.source == "torch"
+    assert "enable_gqa" in kernel.reason
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.raises(AccountingError, match=r"no enabled kernel"):
+        choose_sdpa_kernel(dataclasses.replace(grouped, dropout=0.1), "cpu")
+
+
+def _REAL_CHOICE_NAME(call):
+    query, key, value = (torch.empty(1, call.sequence, heads, call.head_width).transpose(1, 2)
+                         for heads in (call.heads, call.kv_heads, call.kv_heads))
+    return {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}[_REAL_CHOICE(query, key, value, None, 0.0, True)]
+
+
+def test_every_memory_prediction_works_on_torch_2_4(monkeypatch):
+    """check_fits (and every SDPA memory prediction behind it) on torch 2.4's dispatcher: the kernel of the call
+    with repeated heads, not a TypeError."""
+    from accounting.model_mfu import check_fits, model_size
+
+    monkeypatch.setattr(torch, "_fused_sdp_choice", _dispatcher_of_torch_2_4)
+    _dispatcher_of_torch_2_4.seen = []
+    size = model_size("tiny-llama", layers=1, seq=16, batch=2)
+    predicted = check_fits(size, "bf16", "cpu", free_bytes=2**30)
+    assert predicted > 0 and _dispatcher_of_torch_2_4.seen
+    assert all(heads == kv for heads, kv, _ in _dispatcher_of_torch_2_4.seen)
+
+
+def test_a_torch_without_enable_gqa_repeats_heads_for_the_rules_too(monkeypatch):
+    """Named by capability, a GPU is judged by the rules; on a torch whose SDPA takes no enable_gqa the call judged
+    is the one with repeated heads: fp32 on cc 9.0 runs memory-efficient attention, not math."""
+    from accounting.model import attention_kernels
+
+    call = SdpaCall(torch.float32, **RECORDED)
+    assert choose_sdpa_kernel(call, AttentionDevice("cuda", (9, 0))).name == "math"
+    monkeypatch.setattr(attention_kernels, "SDPA_TAKES_ENABLE_GQA", False)
+    kernel = choose_sdpa_kernel(call, AttentionDevice("cuda", (9, 0)))
+    assert kernel.name == cuda_kernel_rules(dataclasses.replace(call, kv_heads=32), (9, 0)).name == "efficient"
+
+
+class _TwoGpus:
+    """Two CUDA devices of different capability, made of fake tensors: what torch.cuda says about them, and a
+    dispatcher answering by the device its tensors are on (an A100's flash on cuda:0, an H100's cuDNN on cuda:1)."""
+
+    capabilities = {0: (8, 0), 1: (9, 0)}
+    answers = {0: 1, 1: 3}  # SDPBackend: flash, cudnn
+
+    def __init__(self, monkeypatch):
+        self.current = 0
+        self.asked = []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "get_device_capability",
+                            lambda device=None: self.capabilities[self._index(device)])
+        monkeypatch.setattr(torch, "_fused_sdp_choice", self.choice)
+
+    def _index(self, device) -> int:
+        if device is None:
+            return self.current
+        device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        return self.current if device.index is None else device.index
+
+    def choice(self, query, key, value, *args, **kwargs):
+        self.asked.append(str(query.device))
+        return self.answers[query.device.index]
+
+
+def test_each_cuda_device_is_asked_and_remembered_by_its_index(monkeypatch):
+    """On a node with an A100 as cuda:0 and an H100 as cuda:1, the kernel for cuda:1 is cuda:1's answer (asked on
+    cuda:1, not the current device), whichever was asked first; "cuda" is the current device."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gpus = _TwoGpus(monkeypatch)
+    call = SdpaCall(torch.bfloat16, **RECORDED)
+    with FakeTensorMode():
+        first = choose_sdpa_kernel(call, "cuda:0")
+        second = choose_sdpa_kernel(call, "cuda:1")
+        gpus.current = 1
+        current = choose_sdpa_kernel(call, "cuda")
+        named = choose_sdpa_kernel(call, AttentionDevice("cuda", (9, 0), index=1))
+    assert (first.name, first.device.capability) == ("flash", (8, 0))
+    assert (second.name, second.device.capability) == ("cudnn", (9, 0))
+    assert (current.name, current.device.capability) == ("cudnn", (9, 0))
+    assert named.name == "cudnn" and named.source == "torch"
+    assert gpus.asked == ["cuda:0", "cuda:1"]  # the third and fourth answers are cuda:1's, remembered
+    assert str(second.device) == "cuda:1 (compute capability 9.0)"
+
+
+def test_a_cuda_index_this_machine_lacks_is_named(monkeypatch):
+    _TwoGpus(monkeypatch)
+    call = SdpaCall(torch.bfloat16, **RECORDED)
+    with pytest.raises(AccountingError, match=r"no CUDA device cuda:2 here"):
+        choose_sdpa_kernel(call, "cuda:2")
+    assert choose_sdpa_kernel(call, AttentionDevice("cuda", (9, 0), index=2)).source == "rules"
+    with pytest.raises(AccountingError, match=r"device index must be a non-negative integer, got -1"):
+        attention_device(AttentionDevice("cuda", index=-1))
+    with pytest.raises(AccountingError, match=r"only a CUDA device has an index"):
+        attention_device(AttentionDevice("cpu", index=0))

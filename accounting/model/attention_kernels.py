@@ -9,9 +9,11 @@ training-memory formula must know which, so this module answers, in this order:
 
 1. **torch itself**, where it can: ``torch._fused_sdp_choice`` is the dispatcher
    ``scaled_dot_product_attention`` calls, fed here with tensors of the call's shape (batch 1,
-   the real strides; a few MiB) on the CPU, or on this machine's CUDA device when it is the one
-   asked about. ``torch.backends.cuda.can_use_flash_attention`` and its siblings answer the same
-   per kernel on a CUDA device.
+   the real strides; a few MiB) on the CPU, or on the CUDA device of this machine that is asked
+   about (``"cuda:1"`` is asked on device 1, ``"cuda"`` on the current one; each answer is
+   remembered per device index, so devices of different kinds in one node each get their own).
+   ``torch.backends.cuda.can_use_flash_attention`` and its siblings answer the same per kernel on
+   a CUDA device.
 2. **the documented rules** otherwise (a GPU named by its compute capability, planned from a
    machine without it): :func:`cuda_kernel_rules`, the constraints of torch 2.5-2.13's
    ``sdp_utils.cpp``, tried in torch's order: flash, memory-efficient, math; on cc 9.0 and 10.x
@@ -23,6 +25,12 @@ training-memory formula must know which, so this module answers, in this order:
 
 :func:`cpu_kernel_rules` states the CPU's rules (its own flash kernel unless dropout, unequal head
 widths, or unequal heads without ``enable_gqa``); the tests hold both rule sets to torch's answers.
+
+torch before 2.5 has no ``enable_gqa`` (neither ``scaled_dot_product_attention`` nor its
+dispatcher takes it), so models there repeat the key/value heads to every query head before
+calling it (Hugging Face's ``repeat_kv``, this package's own step): on such a torch a grouped-query
+call is judged as that call, with as many key/value heads as query heads, by torch and by the rules
+alike (:data:`SDPA_TAKES_ENABLE_GQA`).
 
 >>> import torch
 >>> call = SdpaCall(torch.float32, batch=4, heads=32, kv_heads=4, sequence=2048, head_width=64)
@@ -57,6 +65,16 @@ _CUDNN_DROPOUT_RESOLUTION = 16  # dropout probability in multiples of 1/16
 _SM86_89_FLASH_TRAINING_HEAD_WIDTHS = (192, 224)  # (192, 224] refused; (224, 256] refused with dropout
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _CPU_FLASH_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _dispatcher_takes_enable_gqa() -> bool:
+    schema = torch.ops.aten._fused_sdp_choice.default._schema
+    return any(argument.name == "enable_gqa" for argument in schema.arguments)
+
+
+SDPA_TAKES_ENABLE_GQA = _dispatcher_takes_enable_gqa()
+"""Whether this torch's SDPA and its dispatcher take ``enable_gqa`` (from torch 2.5, read off the dispatcher's
+schema); where not, a grouped-query call is judged with its key/value heads repeated, as it runs there."""
 
 
 @dataclass(frozen=True)
@@ -97,25 +115,40 @@ class SdpaCall:
             raise AccountingError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AttentionDevice:
     """Where the attention runs: ``type`` ``"cpu"``, ``"cuda"`` or ``"meta"``; for CUDA, the compute
-    ``capability`` (major, minor), or ``None`` for this machine's current CUDA device."""
+    ``capability`` (major, minor), or ``None`` for the capability of the CUDA device of this machine named by
+    ``index`` (``None``: the current device).
+
+    >>> AttentionDevice("cuda", (9, 0)), str(AttentionDevice("cuda", (9, 0), index=1))
+    (AttentionDevice(type='cuda', capability=(9, 0)), 'cuda:1 (compute capability 9.0)')
+    """
 
     type: str
     capability: tuple[int, int] | None = None
+    index: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``"cuda:1"``, ``"cuda"``, ``"cpu"``: the device as torch names it."""
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        index = "" if self.index is None else f", index={self.index}"
+        return f"AttentionDevice(type={self.type!r}, capability={self.capability!r}{index})"
 
     def __str__(self) -> str:
         if self.capability is None:
-            return self.type
-        return f"{self.type} (compute capability {self.capability[0]}.{self.capability[1]})"
+            return self.name
+        return f"{self.name} (compute capability {self.capability[0]}.{self.capability[1]})"
 
 
 def attention_device(device) -> AttentionDevice:
     """An :class:`AttentionDevice` from one, a ``torch.device``, or a string (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
 
-    >>> attention_device("cuda:0"), attention_device(torch.device("cpu"))
-    (AttentionDevice(type='cuda', capability=None), AttentionDevice(type='cpu', capability=None))
+    >>> attention_device("cuda:1"), attention_device(torch.device("cpu"))
+    (AttentionDevice(type='cuda', capability=None, index=1), AttentionDevice(type='cpu', capability=None))
     """
     if isinstance(device, AttentionDevice):
         if device.type not in DEVICE_TYPES:
@@ -128,6 +161,11 @@ def attention_device(device) -> AttentionDevice:
             raise AccountingError(f"compute capability must be (major, minor), e.g. (9, 0), got {capability!r}")
         if capability is not None and device.type != "cuda":
             raise AccountingError(f"only a CUDA device has a compute capability, got {device.type} {capability}")
+        index = device.index
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+            raise AccountingError(f"device index must be a non-negative integer, got {index!r}")
+        if index is not None and device.type != "cuda":
+            raise AccountingError(f"only a CUDA device has an index here, got {device.type}:{index}")
         return device
     if isinstance(device, str):
         try:
@@ -136,7 +174,7 @@ def attention_device(device) -> AttentionDevice:
             raise AccountingError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from error
     if not isinstance(device, torch.device):
         raise AccountingTypeError(f"device must be a name, a torch.device or an AttentionDevice, got {device!r}")
-    return attention_device(AttentionDevice(device.type))
+    return attention_device(AttentionDevice(device.type, index=device.index if device.type == "cuda" else None))
 
 
 @dataclass(frozen=True)
@@ -313,39 +351,81 @@ def _call_tensors(call: SdpaCall, device: str):
 
 def torch_kernel_choice(call: SdpaCall, device: str = "cpu") -> str:
     """The kernel name torch's own dispatcher (``torch._fused_sdp_choice``) picks for ``call`` on a
-    real ``device`` of this machine (``"cpu"``, ``"cuda"``), with the backends enabled now
-    (``torch.nn.attention.sdpa_kernel``, ``torch.backends.cuda.enable_*_sdp``)."""
+    real ``device`` of this machine (``"cpu"``, ``"cuda:1"``; ``"cuda"``: the current CUDA device),
+    with the backends enabled now (``torch.nn.attention.sdpa_kernel``, ``torch.backends.cuda.enable_*_sdp``).
+    A dispatcher without ``enable_gqa`` (torch before 2.5) is asked about the call it would get: the
+    key/value heads repeated."""
+    return _torch_choice(call, device)[0]
+
+
+def _torch_choice(call: SdpaCall, device: str) -> tuple[str, bool]:
+    """``(kernel name, whether the key/value heads were repeated for a dispatcher without enable_gqa)``."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # remembered under the index it stands for
     enabled = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
                torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled())
-    return _torch_kernel_choice(call, device, enabled)
+    return _torch_kernel_choice(call, str(device), enabled, torch._fused_sdp_choice)
 
 
 @functools.lru_cache(maxsize=256)
-def _torch_kernel_choice(call: SdpaCall, device: str, enabled: tuple) -> str:
-    """:func:`torch_kernel_choice`, remembered per call, device and enabled backends."""
-    query, key, value, mask = _call_tensors(call, device)
+def _torch_kernel_choice(call: SdpaCall, device: str, enabled: tuple, dispatcher) -> tuple[str, bool]:
+    """:func:`_torch_choice`, remembered per call, device (with its index), enabled backends and dispatcher."""
     causal = call.causal and not call.mask
+    repeated = False
     with warnings.catch_warnings(record=True) as why:  # torch warns each refusal before it gives up
         warnings.simplefilter("always")
         try:
-            choice = torch._fused_sdp_choice(query, key, value, mask, call.dropout, causal, enable_gqa=call.enable_gqa)
+            query, key, value, mask = _call_tensors(call, device)
+            try:
+                choice = dispatcher(query, key, value, mask, call.dropout, causal, enable_gqa=call.enable_gqa)
+            except TypeError as error:  # torch before 2.5: no enable_gqa; the call it gets has the heads repeated
+                if "enable_gqa" not in str(error):
+                    raise
+                asked = without_enable_gqa(call)
+                repeated = asked is not call
+                query, key, value, mask = _call_tensors(asked, device)
+                choice = dispatcher(query, key, value, mask, call.dropout, causal)
         except RuntimeError as error:  # every enabled kernel refuses: torch's warnings say why
             reasons = "; ".join(str(warning.message).split(" (Triggered")[0] for warning in why)
             raise AccountingError(f"scaled_dot_product_attention has no enabled kernel for {call} on {device}: "
                                   f"{reasons or error}") from error
     if choice not in _BACKEND_NAMES:
         raise AccountingError(f"scaled_dot_product_attention chose backend {choice} for {call}, not a known kernel")
-    return _BACKEND_NAMES[choice]
+    return _BACKEND_NAMES[choice], repeated
 
 
-def _local_cuda_capability():
-    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+def without_enable_gqa(call: SdpaCall) -> SdpaCall:
+    """The call as a torch without ``enable_gqa`` gets it: key/value heads repeated to every query head
+    (a call without grouped heads, or without ``enable_gqa``, unchanged).
+
+    >>> without_enable_gqa(SdpaCall(torch.bfloat16, batch=1, heads=8, kv_heads=2, sequence=4, head_width=8)).kv_heads
+    8
+    """
+    if not call.enable_gqa or call.kv_heads == call.heads or call.heads % call.kv_heads:
+        return call
+    return replace(call, kv_heads=call.heads, enable_gqa=False)
+
+
+_REPEATED = "this torch's SDPA takes no enable_gqa: key/value heads repeated to every query head"
+
+
+def _cuda_index(requested: int | None) -> int | None:
+    """The index of the CUDA device of this machine that ``requested`` names (``None``: the current one), or
+    ``None`` where this machine has no such device."""
+    if not torch.cuda.is_available():
+        return None
+    index = torch.cuda.current_device() if requested is None else requested
+    return index if index < torch.cuda.device_count() else None
 
 
 def _asked_torch(call: SdpaCall, device: AttentionDevice, rules: SdpaKernel) -> SdpaKernel:
     """torch's choice on this machine's ``device``, with the ``rules``' reasons where they agree with it."""
-    name = torch_kernel_choice(call, device.type)
-    return SdpaKernel(name, device, "torch", rules.reason if rules.name == name else "", rules.refused)
+    name, repeated = _torch_choice(call, device.name)
+    reason = rules.reason if rules.name == name else ""
+    if repeated:
+        reason = f"{_REPEATED}; {reason}" if reason else _REPEATED
+    return SdpaKernel(name, device, "torch", reason, rules.refused)
 
 
 def choose_sdpa_kernel(call: SdpaCall, device="cpu") -> SdpaKernel:
@@ -354,7 +434,9 @@ def choose_sdpa_kernel(call: SdpaCall, device="cpu") -> SdpaKernel:
     ``device``: an :class:`AttentionDevice` (``AttentionDevice("cuda", (9, 0))`` for a GPU of that compute
     capability, wherever this runs), a ``torch.device`` or its name. torch is asked for the CPU, for
     ``meta`` (math: meta tensors have no fused kernel), and for a CUDA device this machine has (with the
-    capability asked for, or none named); the documented rules answer for any other CUDA device.
+    capability asked for, or none named; ``"cuda:1"`` is asked on device 1); the documented rules answer for any
+    other CUDA device. On a torch without ``enable_gqa`` (before 2.5) a grouped-query call is judged with its heads
+    repeated, as it runs there (:func:`without_enable_gqa`).
 
     >>> call = SdpaCall(torch.bfloat16, batch=1, heads=8, kv_heads=8, sequence=128, head_width=64, dropout=0.1)
     >>> str(choose_sdpa_kernel(call, "cpu"))
@@ -365,14 +447,19 @@ def choose_sdpa_kernel(call: SdpaCall, device="cpu") -> SdpaKernel:
     device = attention_device(device)
     if device.type == "meta":
         return SdpaKernel("math", device, "torch", "meta tensors have no fused kernel")
+    judged = call if SDPA_TAKES_ENABLE_GQA else without_enable_gqa(call)
     if device.type == "cpu":
-        return _asked_torch(call, device, cpu_kernel_rules(call))
-    local = _local_cuda_capability()
-    if local is not None and device.capability in (None, tuple(local)):
-        return _asked_torch(call, AttentionDevice("cuda", tuple(local)), cuda_kernel_rules(call, tuple(local)))
+        return _asked_torch(call, device, cpu_kernel_rules(judged))
+    index = _cuda_index(device.index)
+    local = None if index is None else tuple(torch.cuda.get_device_capability(index))
+    if local is not None and device.capability in (None, local):
+        return _asked_torch(call, AttentionDevice("cuda", local, index), cuda_kernel_rules(judged, local))
     if device.capability is None:
         raise AccountingError(
-            "no CUDA device here to ask which attention kernel runs: name its compute capability, "
+            f"no CUDA device {device.name} here to ask which attention kernel runs: name its compute capability, "
             "e.g. AttentionDevice('cuda', (9, 0)) for an H100 or H200"
         )
-    return cuda_kernel_rules(call, device.capability)
+    kernel = cuda_kernel_rules(judged, device.capability)
+    if judged is not call:
+        kernel = replace(kernel, reason=f"{_REPEATED}; {kernel.reason}" if kernel.reason else _REPEATED)
+    return replace(kernel, device=device) if device.index is not None else kernel
