@@ -10,11 +10,19 @@ The report's sweep runs fp8 with fast accumulation; its headline phase also meas
 under the key :func:`default_key` (``"float8_e4m3fn (default accumulation)"``), which
 :func:`split_key` takes apart again.
 
+On ROCm there is one fp8 kernel: torch's ``scaled_gemm`` sets cuBLASLt's fast-accumulation attribute only
+outside ROCm builds (``#ifndef USE_ROCM``), so hipBLASLt runs the same product whatever ``use_fast_accum``
+says (:func:`fast_accumulation_honoured`). There an fp8 figure is named ``"default"`` (what torch runs without
+fast accumulation, partial sums in float32), :func:`default_key` is the dtype itself, so the product is timed
+once, and :func:`accumulation_note` says why there is no second figure.
+
 >>> split_key("float8_e4m3fn"), split_key(default_key("float8_e4m3fn")), split_key("bfloat16")
 (('float8_e4m3fn', 'fast'), ('float8_e4m3fn', 'default'), ('bfloat16', None))
 >>> figure_label("float8_e4m3fn", "default"), figure_label("bfloat16", None)
 ('float8_e4m3fn (default accumulation)', 'bfloat16')
 """
+
+import torch
 
 from accounting.errors import AccountingError
 from accounting.health.accumulation import DEFAULT, FAST
@@ -31,19 +39,41 @@ def is_fp8(dtype: str) -> bool:
         return False
 
 
+def fast_accumulation_honoured() -> bool:
+    """Whether this torch build runs another fp8 kernel for ``use_fast_accum=True``: CUDA builds do, ROCm builds
+    (``torch.version.hip`` set) ignore the flag (see the module docstring)."""
+    return getattr(torch.version, "hip", None) is None
+
+
 def accumulation_of(dtype: str) -> str | None:
-    """The accumulation the package's fp8 products use by default (``"fast"``), ``None`` for other dtypes."""
-    return FAST if is_fp8(dtype) else None
+    """The accumulation the package's fp8 products use by default (``"fast"``; ``"default"`` on ROCm, which has no
+    fast one), ``None`` for other dtypes."""
+    if not is_fp8(dtype):
+        return None
+    return FAST if fast_accumulation_honoured() else DEFAULT
 
 
 def default_key(dtype: str) -> str:
-    """The headline key of ``dtype`` measured with default accumulation."""
-    return dtype + _DEFAULT_SUFFIX
+    """The headline key of ``dtype`` measured with default accumulation: ``dtype`` itself where that is the only
+    accumulation (ROCm), so a caller that measures every key times the one kernel once."""
+    return dtype + _DEFAULT_SUFFIX if fast_accumulation_honoured() else dtype
+
+
+def accumulation_note(dtype: str) -> str | None:
+    """Why ``dtype`` has no separate default-accumulation figure here (``None`` where it has, or is not fp8).
+
+    >>> accumulation_note("bfloat16") is None
+    True
+    """
+    if not is_fp8(dtype) or fast_accumulation_honoured():
+        return None
+    return (f"{dtype}: one figure, with default accumulation: on ROCm torch ignores use_fast_accum (hipBLASLt has no "
+            "fast-accumulation mode), so fast and default are one kernel, timed once")
 
 
 def split_key(key: str) -> tuple[str, str | None]:
     """``(dtype, accumulation)`` of a headline key (``accumulation`` ``None`` for dtypes that are not fp8)."""
-    if key.endswith(_DEFAULT_SUFFIX):
+    if key.endswith(_DEFAULT_SUFFIX):  # a key written on CUDA keeps its meaning wherever it is read
         return key[:-len(_DEFAULT_SUFFIX)], DEFAULT
     return key, accumulation_of(key)
 
