@@ -107,3 +107,35 @@ def test_the_recorded_pytest_gpu_matmuls_pass_the_benchmarks_physical_check_and_
         # read against 0.7 × the lowest clock at which the SMs could give it, the same figure is impossible
         assert physical_check_record(h200, info["dtype"], rate, clock * 0.7 * rate / (
             sms * FLOPS_PER_CLOCK_PER_SM[capability][COLUMN_OF[info["dtype"]]] * clock * 1e6))["ok"] is False
+
+
+# torch on ROCm fills compute capability with the gfx version's digits: gfx90a (MI210, MI250X) reads (9, 0),
+# Hopper's; gfx942 (MI300X) (9, 4). The MI250X's figures: per GCD (one torch device) 110 CUs at up to 1700 MHz,
+# 191.5 TFLOP/s dense bf16 (AMD's datasheet, the peak table's entry).
+MI250X_GCD = DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 64 * 2**30, compute_capability=(9, 0),
+                        multiprocessors=110, arch="gfx90a:sramecc+:xnack-", runtime="ROCm 6.2")
+MI300X = DeviceInfo("cuda", "AMD Instinct MI300X", 0, 192 * 2**30, compute_capability=(9, 4), multiprocessors=304,
+                    arch="gfx942:sramecc+:xnack-", runtime="ROCm 6.2")
+
+
+@pytest.mark.parametrize("info", [MI250X_GCD, MI300X], ids=["gfx90a", "gfx942"])
+@pytest.mark.parametrize("times_peak", [1.0, 3.0])
+def test_a_rocm_gpu_is_not_judged_by_nvidia_rates_whatever_capability_torch_reports(info, times_peak):
+    """Neither its datasheet peak nor three times it (no clock can give that) is judged: the table is NVIDIA's."""
+    rate = times_peak * peak_flops(info.name, "bf16")
+    record = physical_check_record(info, "bfloat16", rate, 1700.0)
+    assert record["ok"] is None and record["ceiling_flops_per_s"] is None
+    assert record["reason"].startswith("physical check not made") and "AMD" in record["reason"]
+    assert info.arch.split(":")[0] in record["reason"]
+
+
+def test_a_rocm_gpu_without_an_arch_name_is_still_not_judged_by_nvidia_rates():
+    unnamed = DeviceInfo("cuda", "AMD Radeon Graphics", 0, 2**34, compute_capability=(9, 0), multiprocessors=110,
+                         runtime="ROCm 6.2")
+    assert physical_check_record(unnamed, "bfloat16", 1e18, 1700.0)["ok"] is None
+
+
+def test_the_same_capability_on_an_nvidia_gpu_is_still_judged():
+    h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, 80 * 2**30, compute_capability=(9, 0), multiprocessors=132,
+                      runtime="CUDA 12.4")
+    assert physical_check_record(h100, "bfloat16", 3 * peak_flops(h100.name, "bf16"), 1980.0)["ok"] is False

@@ -20,8 +20,8 @@ Pure functions of the gathered records (see :mod:`accounting.fleet.results`), te
 - **wrong values**: a collective whose checked result had wrong elements on any rank (nccl-tests' ``#wrong``);
 - **slow collective**: a collective whose best bus bandwidth over its message sizes (launch-bound sizes
   aside) is below its scope's minimum (``--min-busbw``, :mod:`accounting.fleet.thresholds`);
-- **impossible**: a rank whose best figure for a dtype is more than its SMs can do at the clock it was read at
-  (:func:`impossible_flags`);
+- **impossible**: a rank whose best figure for a dtype is more than its SMs can do at the highest clock its window
+  read (:func:`impossible_flags`);
 - **failed** / **left out** / **hung**: a rank that raised (its error), that its group left out of a scope's
   collectives because it failed there, or that never reached a barrier.
 
@@ -225,9 +225,9 @@ def floor_flags(records) -> list[Flag]:
 
 
 def impossible_flags(records) -> list[Flag]:
-    """Ranks whose best figure for a dtype fails the physical check (more than the SMs can do at its clock,
-    :func:`accounting.hardware.flops_per_clock.physical_check`): the clock was read outside the work, or the
-    timer is wrong, so the figure is not compared as it stands.
+    """Ranks whose best figure for a dtype fails the physical check (more than the SMs can do at the highest clock
+    its window read, :func:`accounting.hardware.flops_per_clock.physical_check`): no reading caught the clock the
+    work ran at, or the timer is wrong, so the figure is not compared as it stands.
 
     >>> best = {"flops_per_s": 7.931e14, "tags": ["impossible: 793.1 TFLOP/s > 132 SMs × 4096 FLOP/clock × 1350 MHz"]}
     >>> [flag.message for flag in impossible_flags([{"report": {"dtypes": {"bfloat16": {"best": best}}}}])]

@@ -13,6 +13,14 @@ count and maximum clock. Sources: NVIDIA A100, H100 and Ada (L4, L40S) whitepape
 A10 datasheet. ``float32`` is the CUDA cores' FP32 FMA (no tensor cores); ``tf32`` the tensor cores'
 float32 mode. An architecture or dtype not in the table is not checked (the check says so).
 
+The table is NVIDIA's: torch on ROCm fills a GPU's compute capability with its gfx version's digits (gfx90a,
+MI210 and MI250X, reads (9, 0) as Hopper does; gfx942, MI300X, (9, 4)), so a device's capability is looked up
+only for an NVIDIA GPU (:func:`nvidia_capability`); an AMD GPU's figures are not checked, and the check says so.
+
+A figure is judged at the highest clock its window read (:func:`highest_clock_mhz`): the clock the work ran at is
+at most that, and a lower reading (the median of a few, one of them an edge before the work) can call a figure
+impossible that the SMs gave.
+
 >>> round(dense_flops_per_s((9, 0), "bf16", multiprocessors=132, clock_mhz=1830.0) / 1e12, 1)
 989.4
 >>> physical_check(793.1e12, (9, 0), "bfloat16", multiprocessors=132, clock_mhz=1350.0)  # doctest: +ELLIPSIS
@@ -21,7 +29,9 @@ float32 mode. An architecture or dtype not in the table is not checked (the chec
 None
 """
 
+from accounting.hardware.devices import DeviceInfo
 from accounting.hardware.dtypes import dtype_name, peak_column
+from accounting.hardware.native import rocm_arch
 
 IMPOSSIBLE = "impossible"
 """The name a figure that fails the physical check is tagged and flagged with (``"impossible: <why>"``)."""
@@ -41,7 +51,55 @@ FLOPS_PER_CLOCK_PER_SM = {
     # FP8 double; 128 FP32 cores (256 FLOP/clock).
     (9, 0): {"bfloat16": 4096, "float16": 4096, "tf32": 2048, "fp8": 8192, "float32": 256},
 }
-"""Dense FLOP per clock per SM, by compute capability and peak column."""
+"""Dense FLOP per clock per SM of NVIDIA GPUs, by compute capability and peak column."""
+
+
+def nvidia_capability(info: DeviceInfo) -> tuple[int, int] | None:
+    """The compute capability the table is read by for ``info``'s device: an NVIDIA GPU's, ``None`` for anything else
+    (a CPU, an AMD GPU whose gfx version torch reports in the same fields).
+
+    >>> h200 = DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), runtime="CUDA 13.0")
+    >>> mi250x = DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 2**36, compute_capability=(9, 0), arch="gfx90a")
+    >>> nvidia_capability(h200), nvidia_capability(mi250x)
+    ((9, 0), None)
+    """
+    if info.kind != "cuda" or _rocm(info):
+        return None
+    return info.compute_capability
+
+
+def _rocm(info: DeviceInfo) -> bool:
+    """Whether ``info`` is a ROCm GPU: a gfx arch, or a ROCm runtime (where torch gave no arch name)."""
+    return rocm_arch(info) is not None or (info.runtime or "").startswith("ROCm")
+
+
+def other_vendor_note(info: DeviceInfo) -> str | None:
+    """Why an AMD GPU's figures are not checked (``None`` for any other device).
+
+    >>> mi300x = DeviceInfo("cuda", "AMD Instinct MI300X", 0, 2**37, compute_capability=(9, 4), arch="gfx942:xnack-")
+    >>> print(other_vendor_note(mi300x))
+    physical check not made: no FLOP/clock table for AMD GPUs (gfx942; its compute capability 9.4 is not NVIDIA's)
+    """
+    if info.kind != "cuda" or not _rocm(info):
+        return None
+    capability = "" if info.compute_capability is None else (
+        f"; its compute capability {'.'.join(str(part) for part in info.compute_capability)} is not NVIDIA's")
+    return f"physical check not made: no FLOP/clock table for AMD GPUs ({rocm_arch(info) or info.runtime}{capability})"
+
+
+def highest_clock_mhz(summary) -> float | None:
+    """The clock a physical check reads a window's figure against: the highest its readings saw (``None``: no reading).
+
+    ``summary``: a telemetry window (``accounting.telemetry.Summary`` or its ``to_dict()``). The work ran at most at
+    that clock, so a figure above the ceiling there is impossible; the median of a few readings, one of them taken
+    before the work (the shape before, an idle edge), is not.
+
+    >>> highest_clock_mhz({"clock_mhz_median": 1400.0, "clock_mhz_max": 1900.0}), highest_clock_mhz(None)
+    (1900.0, None)
+    """
+    if summary is None:
+        return None
+    return summary.get("clock_mhz_max") if isinstance(summary, dict) else getattr(summary, "clock_mhz_max", None)
 
 
 def flops_per_clock_per_sm(compute_capability, dtype) -> int | None:
@@ -100,26 +158,28 @@ def physical_check_note(compute_capability, dtype, *, multiprocessors: int | Non
 
 def physical_check_record(info, dtype, flops_per_s: float | None, clock_mhz: float | None) -> dict:
     """The physical check of a benchmark's figure as ``extra_info`` keeps it: ``ok`` (``None``: not made),
-    ``reason`` (why it failed, or why it was not made) and the ceiling at ``clock_mhz``.
+    ``reason`` (why it failed, or why it was not made), ``clock_mhz`` (the clock it was judged at: the highest of
+    the window the figure was timed in, :func:`highest_clock_mhz`) and the ceiling at that clock.
 
     ``info``: the :class:`~accounting.hardware.devices.DeviceInfo` of the timed device.
 
-    >>> from accounting.hardware.devices import DeviceInfo
     >>> h200 = DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), multiprocessors=132)
     >>> physical_check_record(h200, "bf16", 726e12, 1980.0)["ok"], physical_check_record(h200, "bf16", 793e12, 1350.0)["ok"]
     (True, False)
     >>> physical_check_record(DeviceInfo("cpu", "a CPU", None, 2**30), "float32", 1e11, None)["ok"] is None
     True
     """
+    capability = nvidia_capability(info)
     if info.kind != "cuda":
-        return {"ok": None, "reason": "physical check not made: not a GPU", "ceiling_flops_per_s": None}
-    note = physical_check_note(info.compute_capability, dtype, multiprocessors=info.multiprocessors)
+        note = "physical check not made: not a GPU"
+    else:
+        note = other_vendor_note(info) or physical_check_note(capability, dtype, multiprocessors=info.multiprocessors)
+    if note is None and not flops_per_s:
+        note = "physical check not made: no figure"
     if note is None and not clock_mhz:
         note = "physical check not made: no clock reading in the window"
-    if note is not None or not flops_per_s:
-        return {"ok": None, "reason": note or "physical check not made: no figure", "ceiling_flops_per_s": None}
-    ceiling = dense_flops_per_s(info.compute_capability, dtype, multiprocessors=info.multiprocessors,
-                                clock_mhz=clock_mhz)
-    why = physical_check(flops_per_s, info.compute_capability, dtype, multiprocessors=info.multiprocessors,
-                         clock_mhz=clock_mhz)
-    return {"ok": why is None, "reason": why, "ceiling_flops_per_s": ceiling}
+    if note is not None:
+        return {"ok": None, "reason": note, "clock_mhz": clock_mhz, "ceiling_flops_per_s": None}
+    ceiling = dense_flops_per_s(capability, dtype, multiprocessors=info.multiprocessors, clock_mhz=clock_mhz)
+    why = physical_check(flops_per_s, capability, dtype, multiprocessors=info.multiprocessors, clock_mhz=clock_mhz)
+    return {"ok": why is None, "reason": why, "clock_mhz": clock_mhz, "ceiling_flops_per_s": ceiling}

@@ -46,14 +46,14 @@ import torch
 from accounting._units import TERA
 from accounting.console import DISTRIBUTION
 from accounting.flops import achieved_mfu
-from accounting.hardware.flops_per_clock import IMPOSSIBLE
+from accounting.hardware.flops_per_clock import IMPOSSIBLE, highest_clock_mhz
 from accounting.hardware.peaks import PEAK_TFLOPS_ENV
 from accounting.report.accumulation import accumulation_of
 from accounting.report.roofline import arithmetic_intensity, bound, ridge_point
 from accounting.report.saturation import figure_check
 from accounting.report.sweep import summarise
 from accounting.report.verdict import NOT_JUDGED, UNKNOWN, WRONG_RESULT, judge, not_judged, overall, wrong_result
-from accounting.telemetry.validity import summary_clock_mhz, validity_tags
+from accounting.telemetry.validity import validity_tags
 
 SCHEMA = "accounting-report/1"
 
@@ -134,7 +134,8 @@ def _measurement_row(done, peak, ridge, physical=None) -> dict:
     intensity = arithmetic_intensity(done.m, done.k, done.n, done.dtype)
     telemetry = getattr(done, "telemetry", None) or {}
     tags = validity_tags(telemetry or None)
-    impossible = figure_check(done.flops_per_second, done.dtype, summary_clock_mhz(telemetry), physical)
+    # the highest clock the window read: the product ran at most at it (a lower reading may predate the product)
+    impossible = figure_check(done.flops_per_second, done.dtype, highest_clock_mhz(telemetry), physical)
     if impossible:
         tags.append(impossible)
     return {
@@ -164,8 +165,9 @@ def dtype_section(dtype: str, measurements, *, peak, floor, bandwidth, spec_band
     that emulates it) but gets no floor and a ``not judged`` verdict.
     ``headlines``: ``{"burst": Headline, "sustained": Headline}``
     (:mod:`accounting.report.headlines`); ``physical``: ``(compute capability, SM count)`` of the device, for
-    each row's physical check (:func:`~accounting.report.saturation.figure_check` at the window's clock: a figure
-    above what the SMs can do at its clock is tagged ``impossible``). A verdict judged from a tagged number names the tags.
+    each row's physical check (:func:`~accounting.report.saturation.figure_check` at the highest clock the row's
+    window read: a figure above what the SMs can do at that clock is tagged ``impossible``). A verdict judged from a
+    tagged number names the tags.
     A product that failed its result check (each measurement's ``check``) makes the verdict
     ``wrong result``, whatever the speed; ``checks`` sums the checks up (``check_seconds`` their cost).
     """
