@@ -26,12 +26,12 @@ from accounting.flops import achieved_mfu
 from accounting.hardware.clocks import clock_for, synchronize
 from accounting.hardware.devices import DeviceInfo, as_device, detect_device
 from accounting.hardware.dtypes import dtype_name
-from accounting.hardware.flops_per_clock import physical_check_record
+from accounting.hardware.flops_per_clock import highest_clock_mhz, physical_check_record
 from accounting.hardware.peaks import device_peak_flops
 from accounting.health.results import check_case
 from accounting.live_memory import LiveTensorBytes
 from accounting.telemetry.sampler import Sampler
-from accounting.telemetry.validity import summary_clock_mhz, window_extra_info
+from accounting.telemetry.validity import window_extra_info
 from accounting.timing import WARMUP_CALLS, flush_bytes, rounds_for, should_flush_l2, time_fn
 
 _DEVICE_INFOS = pytest.StashKey[dict]()
@@ -66,8 +66,10 @@ class FlopsBenchmark:
     (tens of µs): the saved stats (what ``--benchmark-compare`` compares) keep it, but on
     CUDA the achieved TFLOP/s and MFU come from a second set of ``rounds`` calls timed with
     CUDA events behind a queued spin (:func:`accounting.timing.time_fn`), which time the
-    GPU alone (``extra_info``: ``host_median_s`` and ``device_median_s``). On the CPU the
-    synchronize is a no-op and this is ordinary pytest-benchmark timing.
+    GPU alone (``extra_info``: ``host_median_s`` and ``device_median_s``). Those calls run in a
+    telemetry window of their own, and ``extra_info["physical_check"]`` judges their figure at the highest
+    clock it read (:func:`accounting.hardware.flops_per_clock.physical_check_record`), not at the rounds' clock.
+    On the CPU the synchronize is a no-op and this is ordinary pytest-benchmark timing.
 
     FLOPs (:mod:`accounting.flop_count`): before the first round, one call is counted
     with ``FlopCounterMode`` — ``count_fn()`` when given (the same work on ``meta``
@@ -166,12 +168,15 @@ class FlopsBenchmark:
             self.benchmark.extra_info["telemetry_rounds"] = recorder.record()
         stats = getattr(self.benchmark, "stats", None)
         median = stats.stats.median if stats is not None else None  # None under --benchmark-disable
+        timed_window = None
         if median and device.type == "cuda":
             # The host clock above also times fn's launch and the synchronize's wake-up (tens of µs): fine
-            # for comparing runs, wrong for MFU. MFU comes from CUDA events around the same call.
+            # for comparing runs, wrong for MFU. MFU comes from CUDA events around the same call, in a
+            # telemetry window of their own: the clock the physical check pairs with their figure.
             self.benchmark.extra_info["host_median_s"] = median
-            median = time_fn(fn, device=device, warmup=0, repeats=rounds, min_time_s=0, flush_cache=flush,
-                             count_flops=False).median  # FLOPs were settled above
+            with _telemetry_window(device) as timed_window:
+                median = time_fn(fn, device=device, warmup=0, repeats=rounds, min_time_s=0, flush_cache=flush,
+                                 count_flops=False).median  # FLOPs were settled above
             self.benchmark.extra_info["device_median_s"] = median
         tflops = flops / median / TERA if median else None
         result = FlopsResult(median, int(flops), tflops, peak, achieved_mfu(flops, median, peak) if median else None,
@@ -193,9 +198,10 @@ class FlopsBenchmark:
         if sampler is not None:
             self.benchmark.extra_info["telemetry"] = window_extra_info(
                 sampler.summary, work_flops=int(flops) * (rounds + warmup_rounds))
-            # a figure above what the SMs can do at the window's clock: its clock or its timer is wrong
+            # a figure above what the SMs can do at the highest clock read while its calls ran: its timer is wrong
             self.benchmark.extra_info["physical_check"] = physical_check_record(
-                info, name, tflops * TERA if tflops else None, summary_clock_mhz(sampler.summary))
+                info, name, tflops * TERA if tflops else None,
+                highest_clock_mhz(timed_window.summary) if timed_window is not None else None)
         if median and hasattr(self.config, "stash"):
             mfu_text = f"MFU {result.mfu:.3f}" if result.mfu is not None else "MFU unknown (no peak)"
             peak_text = f"peak {peak / TERA:.4g}" if peak else "peak ?"
