@@ -16,8 +16,9 @@ throttling, as ``accounting report`` judges one device), and adds what only the 
   doing, not the device's: the busy flag replaces its straggler flags, and its report's below-floor reasons and its
   end of a slow link become notes. A wrong result, an error or a counter still fails or degrades it: other work
   does not make a product wrong. Above the peak is a wrong peak, not a worse device: the report lists it as not
-  checked. An impossible figure (above what the SMs can do at its clock) is a clock read at the wrong moment or a
-  timer fault, not a worse device: flagged, and the device's state left to its other evidence.
+  checked. An impossible figure (above what the SMs can do at the highest clock its window read) is a window that
+  missed the work's clock or a timer fault, not a worse device: flagged, and the device's state left to its other
+  evidence.
 
 Two findings name no device and are the fleet's own reasons: a collective below its ``--min-busbw``
 (degraded: the interconnect) and a collective that raised on *every* rank alike (failed: the collective, its
