@@ -91,8 +91,8 @@ def highest_clock_mhz(summary) -> float | None:
     """The clock a physical check reads a window's figure against: the highest its readings saw (``None``: no reading).
 
     ``summary``: a telemetry window (``accounting.telemetry.Summary`` or its ``to_dict()``). The work ran at most at
-    that clock, so a figure above the ceiling there is impossible; the median of a few readings, one of them taken
-    before the work (the shape before, an idle edge), is not.
+    that clock, so a figure above the ceiling there is impossible. The median of a few readings is no such bound:
+    one low reading taken before the work (the shape before, an idle edge) moves it below the clock the work ran at.
 
     >>> highest_clock_mhz({"clock_mhz_median": 1400.0, "clock_mhz_max": 1900.0}), highest_clock_mhz(None)
     (1900.0, None)
