@@ -168,7 +168,13 @@ def test_a_per_round_record_still_hears_the_windows_neighbours_and_throttling_be
     telemetry = rounds_telemetry({"telemetry_rounds": record, "telemetry": window}, 4)
     reasons = rounds_disturbances(telemetry)
     assert reasons == ["throttled (hw_slowdown) during the rounds' telemetry window, between the readings after "
-                       "each round", "rounds 1-4 of 4: other GPUs busy (GPU 1: 50% utilised, 30.0 GiB used)"]
+                       "each round"], "a busy sibling GPU shares nothing of this one"
+    shared = dict(window, tags=["busy: other processes hold 6.00 GiB on the device; GPU 1: 50% utilised"])
+    assert rounds_disturbances(rounds_telemetry({"telemetry_rounds": record, "telemetry": shared}, 4))[1] == (
+        "rounds 1-4 of 4: other processes hold 6.00 GiB on the device"), "an older window: its tag's words"
+    kept = dict(window, other_process_memory_bytes=6 * 2**30)
+    assert rounds_disturbances(rounds_telemetry({"telemetry_rounds": record, "telemetry": kept}, 4))[1] == (
+        "rounds 1-4 of 4: other processes held 6.0 GiB on the device")
     quiet = rounds_telemetry({"telemetry_rounds": record, "telemetry": {"throttle_reasons": ["sw_power_cap"]}}, 4)
     assert rounds_disturbances(quiet) == []
 

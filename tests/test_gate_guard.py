@@ -81,9 +81,46 @@ def test_a_reading_without_a_cpu_count_is_judged_as_one_cpu():
 
 
 def test_a_missing_before_reading_still_lets_the_after_reading_speak():
-    throttled = dict(QUIET, throttle_reasons=["hw_slowdown", "sw_power_cap"], busy_siblings=["cuda:1", "cuda:2"])
+    throttled = dict(QUIET, throttle_reasons=["hw_slowdown", "sw_power_cap"], other_process_memory_bytes=5 * 2**30)
     assert disturbances(None, throttled) == ["throttled after the run (hw_slowdown, sw_power_cap)",
-                                             "other GPUs busy after the run (cuda:1, cuda:2)"]
+                                             "other processes held 5.0 GiB on the device after the run"]
+
+
+# ---- a GPU on a node shared with other jobs: what can slow this GPU, not the node ------------------------------
+
+NODE_GPU = {"device": "cuda:3", "clock_source": "NVML SM clock", "clock_mhz_mean": 345.0, "throttle_reasons": [],
+            "logical_cpus": 128, "load_average_1m": 9.0, "other_process_memory_bytes": 0,
+            "busy_siblings": [f"GPU {index}: 100% utilised, 70.0 GiB used" for index in (0, 1, 2, 4, 5, 6, 7)]}
+"""GPU 3 of an 8-GPU node whose seven other GPUs run other jobs, each with a process spinning a CPU core."""
+
+
+def test_busy_sibling_gpus_and_their_jobs_cpus_do_not_disturb_a_gpu_run():
+    """Seven other jobs keep seven of 128 cores busy (more than 5 % of the machine) and their GPUs full: none of it
+    shares this GPU's SMs, power limit or memory, and 119 cores stay idle for this run's launches."""
+    host = _host_cpu(7.0, cpus=128)
+    assert disturbances(NODE_GPU, dict(NODE_GPU, clock_mhz_mean=1980.0), host_cpu=host) == []
+    assert disturbances(NODE_GPU, NODE_GPU, own_before=1.0, own_after=1.0) == [], "the load rule, where no /proc/stat"
+    cpu_run = {key: value for key, value in NODE_GPU.items() if key not in ("device", "clock_source")}
+    assert disturbances(cpu_run, cpu_run, host_cpu=host), "a CPU benchmark shares those cores: still disturbed"
+
+
+def test_what_can_slow_this_gpu_still_disturbs_its_run():
+    host = _host_cpu(7.0, cpus=128)
+    shared = dict(NODE_GPU, other_process_memory_bytes=OTHER_MEMORY_LIMIT_BYTES + 1)
+    assert disturbances(NODE_GPU, shared, host_cpu=host) == [
+        f"other processes held {(OTHER_MEMORY_LIMIT_BYTES + 1) / 2**30:.1f} GiB on the device after the run"]
+    hot = dict(NODE_GPU, throttle_reasons=["sw_power_cap", "hw_thermal_slowdown"])
+    assert disturbances(NODE_GPU, hot, host_cpu=host) == ["throttled after the run (hw_thermal_slowdown)"]
+
+
+def test_a_gpu_run_whose_machine_others_kept_busy_is_disturbed():
+    """2 CPUs: the run itself keeps 1.5 busy (its launches and waits, its sampler); another process using 0.4 CPUs
+    leaves 0.1 idle, and its launches may wait for a core."""
+    small = dict(NODE_GPU, logical_cpus=2, busy_siblings=[])
+    record = {"busy_s": 19.0, "steal_s": 0.0, "own_s": 15.0, "wall_s": 10.0, "cpus": 2}
+    (reason,) = disturbances(small, small, host_cpu=record)
+    assert reason.startswith("other processes used 0.4 CPUs and the run 1.5 during it: 0.1 of 2 CPUs idle")
+    assert disturbances(small, small, host_cpu=dict(record, busy_s=15.5)) == [], "0.05 CPUs of others: quiet"
 
 
 def test_the_gates_own_share_of_the_load_adds_up_over_its_runs():

@@ -87,12 +87,14 @@ def test_tag_names_split_at_the_first_colon_only():
 
 def test_extra_info_records_the_window_and_its_energy_efficiency():
     window = summary(clock_mhz_mean=1410.0, clock_mhz_min=1305.0, power_w_mean=400.0, temperature_c_max=71.0,
-                     throttle_reasons=("hw_slowdown",), energy_j=80.0, energy_source="counter")
+                     throttle_reasons=("hw_slowdown",), energy_j=80.0, energy_source="counter",
+                     other_process_memory_bytes=GIB)
     info = window_extra_info(window, work_flops=4 * 10**14, power_limit_w=500.0)
     assert info == {
         "clock_mhz_mean": 1410.0, "clock_mhz_min": 1305.0, "power_w_mean": 400.0, "temperature_c_max": 71.0,
         "throttle_reasons": ["hw_slowdown"], "energy_j": 80.0, "energy_source": "counter",
         "tflop_per_j": 400.0 / 80.0, "energy_unavailable": None, "power_w_median": 400.0, "power_limit_w": 500.0,
+        "other_process_memory_bytes": GIB,
         "tags": ["throttled: hw_slowdown", "power-suspect: 400 W < 0.9 × the enforced power limit, 500 W"],
     }
 

@@ -11,7 +11,8 @@ telemetry of its timed rounds, against what the same benchmark did in the baseli
 - a throttle reason other than the power cap (:data:`NORMAL_AT_FULL_LOAD`) in any round — a
   thermal or hardware slowdown, a power brake — disturbs the benchmark's run;
 - another process holding more than :data:`~accounting.gate.guard.OTHER_MEMORY_LIMIT_BYTES`
-  on the device, or a busy sibling GPU, during the rounds disturbs it;
+  on the device during the rounds disturbs it (a busy sibling GPU does not: it shares neither this
+  GPU's power limit nor its memory);
 - a round's clock outside the baseline runs' own range for the benchmark by more than
   :data:`~accounting.gate.guard.CLOCK_TOLERANCE` disturbs it, unless the power cap explains it:
   a lower clock in rounds the device itself reports as power-capped, or a higher one against
@@ -38,6 +39,7 @@ import statistics
 from dataclasses import dataclass
 
 from accounting.gate.guard import CLOCK_TOLERANCE, NORMAL_AT_FULL_LOAD, OTHER_MEMORY_LIMIT_BYTES
+from accounting.telemetry.validity import BUSY, OTHER_PROCESSES_HOLD
 
 SETTING_REASONS = frozenset({"applications_clocks_setting"})
 """Throttle reasons that report a setting, compared exactly between runs rather than judged as a disturbance."""
@@ -58,6 +60,7 @@ class Stretch:
     reasons: tuple = ()
     other_memory_bytes: int | None = None
     busy: tuple = ()
+    """Words of an older window's ``busy`` tag about other processes on the device (its bytes were not kept)."""
 
 
 @dataclass(frozen=True)
@@ -102,24 +105,36 @@ def rounds_telemetry(extra_info: dict, rounds: int) -> RoundsTelemetry | None:
     """
     recorded = extra_info.get(ROUNDS_KEY)
     window = extra_info.get(WINDOW_KEY) if isinstance(extra_info.get(WINDOW_KEY), dict) else None
-    window_busy = tuple(tag.split(":", 1)[1].strip() for tag in (window or {}).get("tags") or ()
-                        if str(tag).startswith("busy:"))
+    window_memory, window_busy = _window_sharing(window)
     if isinstance(recorded, dict) and isinstance(recorded.get("clock_mhz"), list):
         stretches = []
         for index in range(len(recorded["clock_mhz"])):
             reasons = _entry(recorded.get("throttle_reasons"), index) or ()
-            busy = (_entry(recorded.get("busy_siblings"), index) or ()) or window_busy  # edges only: the window's
             memory = _number(_entry(recorded.get("other_process_memory_bytes"), index))
+            memory = window_memory if memory is None else memory  # read at the window's edges only
             stretches.append(Stretch(index + 1, index + 1, _number(recorded["clock_mhz"][index]),
                                      _number(_entry(recorded.get("power_w"), index)), tuple(reasons),
-                                     None if memory is None else int(memory), tuple(busy)))
+                                     None if memory is None else int(memory), window_busy))
         return RoundsTelemetry(len(stretches), tuple(stretches), True,
                                tuple((window or {}).get("throttle_reasons") or ()))
     if window is None:
         return None
     stretch = Stretch(1, rounds, _number(window.get("clock_mhz_mean")), _number(window.get("power_w_mean")),
-                      tuple(window.get("throttle_reasons") or ()), None, window_busy)
+                      tuple(window.get("throttle_reasons") or ()),
+                      None if window_memory is None else int(window_memory), window_busy)
     return RoundsTelemetry(rounds, (stretch,), False)
+
+
+def _window_sharing(window: dict | None) -> tuple:
+    """``(bytes other processes held on the device, their busy tag's words)`` of a telemetry window: its
+    ``other_process_memory_bytes`` where kept, else (an older window) the ``busy`` tag's words about other
+    processes. A busy sibling GPU, which older tags also named, shares nothing of this GPU and is left out."""
+    memory = _number((window or {}).get("other_process_memory_bytes"))
+    if memory is not None:
+        return memory, ()
+    words = [part.strip() for tag in (window or {}).get("tags") or () if str(tag).startswith(f"{BUSY}:")
+             for part in str(tag).split(":", 1)[1].split(";") if part.strip().startswith(OTHER_PROCESSES_HOLD)]
+    return None, tuple(words)
 
 
 def _spans(numbers) -> str:
@@ -184,7 +199,7 @@ def rounds_disturbances(telemetry: RoundsTelemetry | None, baselines=()) -> list
         memory = max((s.other_memory_bytes or 0) for s in shared)
         busy = sorted({name for s in shared for name in s.busy})
         what = [f"other processes held {memory / 2**30:.1f} GiB on the device"] if memory > OTHER_MEMORY_LIMIT_BYTES else []
-        what += [f"other GPUs busy ({', '.join(busy)})"] if busy else []
+        what += busy
         reasons.append(f"{_where(telemetry, shared)}: {'; '.join(what)}")
     known = [telemetry_ for telemetry_ in baselines if telemetry_ is not None]
     span = clock_range(known)

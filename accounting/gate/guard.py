@@ -7,13 +7,16 @@ memory, busy sibling GPUs), and keeps both in the saved run (``"accounting_gate"
 is *disturbed*, and its timings are not used, when
 
 - the device reported a throttle reason before or after it;
-- other GPUs were busy or other processes held more than :data:`OTHER_MEMORY_LIMIT_BYTES`
-  on the device (they share its power and memory bandwidth);
+- other processes held more than :data:`OTHER_MEMORY_LIMIT_BYTES` on the device (they share its
+  SMs, power and memory bandwidth). Other GPUs of the node decide nothing: a sibling shares neither
+  this GPU's power limit nor its memory, and on a node shared with other jobs one is always busy;
 - other processes used more than :func:`foreign_cpu_limit` CPUs on average during the run
   (5 % of the machine, at least a tenth of one CPU), or the hypervisor stole more than
   :data:`STEAL_LIMIT` of a CPU from it
   (:func:`foreign_cpu`: the machine's busy CPU time from ``/proc/stat`` less the gate's own,
-  measured around the run — exact, not a damped average);
+  measured around the run — exact, not a damped average). On a GPU the CPU only launches and waits:
+  there others disturb a run only when they left fewer than :data:`GPU_SPARE_CPUS` CPUs idle
+  (:func:`cpu_disturbances`), which a node's other jobs do not while it has cores to spare;
 - where that CPU time cannot be read (no ``/proc/stat``), the load average not explained
   by the gate's own earlier runs exceeded :data:`FOREIGN_LOAD_PER_CPU` per logical CPU,
   before or after;
@@ -29,9 +32,9 @@ A GPU's readings around the run are judged differently (:func:`is_gpu_reading`):
 few hundred MHz between jobs and rises to its working clock as soon as work starts, and at full
 load the power cap holds its clock (:data:`NORMAL_AT_FULL_LOAD`). So on a GPU the clock before
 and after decides nothing, nor does the power cap; the clocks, power and throttle reasons
-*during each benchmark's timed rounds* do (:mod:`accounting.gate.gpu_rounds`). Other processes,
-busy siblings and any other throttle reason before or after still disturb the run, and so do new ECC errors
-and Xid events during it (:mod:`accounting.gate.device_events`).
+*during each benchmark's timed rounds* do (:mod:`accounting.gate.gpu_rounds`). Other processes on the
+device, a machine whose CPUs others kept busy, and any other throttle reason before or after still disturb
+the run, and so do new ECC errors and Xid events during it (:mod:`accounting.gate.device_events`).
 
 A benchmark whose every current run was disturbed is *inconclusive*, with the reason named;
 a disturbed baseline run is passed over for an older quiet one. A reading the backend
@@ -52,6 +55,9 @@ runnable threads = CPU seconds / wall seconds) for the fallback.
 ['load average 2.4 on 2 CPUs before the run (2.4 not from the gate; limit 1)']
 >>> idle = dict(quiet, device="cuda:0", clock_source="NVML SM clock", clock_mhz_mean=345.0)
 >>> disturbances(idle, dict(idle, clock_mhz_mean=1980.0, throttle_reasons=["sw_power_cap"]))
+[]
+>>> node = dict(idle, logical_cpus=128, busy_siblings=["GPU 1: 100% utilised, 70.0 GiB used"])
+>>> disturbances(node, node, host_cpu={"busy_s": 90.0, "steal_s": 0.0, "own_s": 20.0, "wall_s": 10.0, "cpus": 128})
 []
 """
 
@@ -84,6 +90,9 @@ CLOCK_TOLERANCE = 0.05
 """Relative clock change during a run (or against the baseline runs' clock) that disturbs it."""
 OTHER_MEMORY_LIMIT_BYTES = 4 * 2**30
 """Memory other processes may hold on the GPU before the run counts as shared (as telemetry's busy siblings)."""
+GPU_SPARE_CPUS = 0.5
+"""Idle CPUs, averaged over a GPU run, below which other processes may have kept its launches and synchronizes
+waiting: a GPU benchmark needs about one CPU, so on a node whose cores others use only in part it is not slowed."""
 LOAD_PERIOD_S = 60.0
 """Time constant of the 1-minute load average."""
 NORMAL_AT_FULL_LOAD = POWER_CAP_REASONS
@@ -170,6 +179,45 @@ def foreign_cpu(host_cpu: dict | None) -> tuple[float, float] | None:
     return max(0.0, busy - own) / wall, max(0.0, steal) / wall
 
 
+def cpu_disturbances(host_cpu: dict | None, *, gpu: bool) -> list[str]:
+    """Why the machine's CPU time during a run (its ``host_cpu`` record) disturbs it (empty: it does not).
+
+    A CPU benchmark shares the cores: other processes above :func:`foreign_cpu_limit`, or time stolen above
+    :data:`STEAL_LIMIT`, disturb it. A GPU benchmark (``gpu``) only needs a CPU to launch and wait: others
+    disturb it when they (and the hypervisor) left fewer than :data:`GPU_SPARE_CPUS` CPUs idle beside its own use.
+
+    >>> record = {"busy_s": 22.0, "steal_s": 0.0, "own_s": 12.0, "wall_s": 10.0, "cpus": 2}
+    >>> cpu_disturbances(record, gpu=False)
+    ['other processes used 1 CPUs during the run (limit 0.1)']
+    >>> cpu_disturbances(record, gpu=True)
+    ['other processes used 1 CPUs and the run 1.2 during it: 0 of 2 CPUs idle (a GPU run needs 0.5)']
+    >>> cpu_disturbances(dict(record, cpus=64), gpu=True)
+    []
+    """
+    cpu_time = foreign_cpu(host_cpu)
+    if cpu_time is None:
+        return []
+    others, stolen = cpu_time
+    cpus = host_cpu.get("cpus")
+    if gpu:
+        count = cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus > 0 else 1
+        own = max(0.0, host_cpu["own_s"]) / host_cpu["wall_s"]
+        idle = max(0.0, count - own - others - stolen)
+        if others + stolen > FOREIGN_CPU_LIMIT and idle < GPU_SPARE_CPUS:
+            taken = f"other processes used {others:.2g} CPUs" + (
+                f", the hypervisor {stolen:.2g}," if stolen > STEAL_LIMIT else "")
+            return [f"{taken} and the run {own:.2g} during it: {idle:.2g} of {count} CPUs idle "
+                    f"(a GPU run needs {GPU_SPARE_CPUS:g})"]
+        return []
+    reasons = []
+    limit = foreign_cpu_limit(cpus)
+    if others > limit:
+        reasons.append(f"other processes used {others:.2g} CPUs during the run (limit {limit:.2g})")
+    if stolen > STEAL_LIMIT:
+        reasons.append(f"the hypervisor ran other guests for {stolen:.2g} CPUs of the run (limit {STEAL_LIMIT:g})")
+    return reasons
+
+
 def disturbances(before: dict | None, after: dict | None, *, own_before: float = 0.0,
                  own_after: float = 0.0, host_cpu: dict | None = None) -> list[str]:
     """Why a run between the ``before`` and ``after`` readings (``Summary.to_dict()``) cannot be trusted.
@@ -182,15 +230,9 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
     >>> disturbances(None, None, host_cpu={"busy_s": 30.0, "steal_s": 0.0, "own_s": 20.0, "wall_s": 10.0})
     ['other processes used 1 CPUs during the run (limit 0.1)']
     """
-    reasons = []
+    gpu = is_gpu_reading(before) or is_gpu_reading(after)
     cpu_time = foreign_cpu(host_cpu)
-    if cpu_time is not None:
-        others, stolen = cpu_time
-        limit = foreign_cpu_limit(host_cpu.get("cpus"))
-        if others > limit:
-            reasons.append(f"other processes used {others:.2g} CPUs during the run (limit {limit:.2g})")
-        if stolen > STEAL_LIMIT:
-            reasons.append(f"the hypervisor ran other guests for {stolen:.2g} CPUs of the run (limit {STEAL_LIMIT:g})")
+    reasons = cpu_disturbances(host_cpu, gpu=gpu) if cpu_time is not None else []
     for when, reading, own in (("before", before, own_before), ("after", after, own_after)):
         if not reading:
             continue
@@ -198,9 +240,6 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
                      if not (is_gpu_reading(reading) and name in NORMAL_AT_FULL_LOAD)]
         if throttled:
             reasons.append(f"throttled {when} the run ({', '.join(throttled)})")
-        siblings = reading.get("busy_siblings") or []
-        if siblings:
-            reasons.append(f"other GPUs busy {when} the run ({', '.join(siblings)})")
         memory = _number(reading, "other_process_memory_bytes")
         if memory is not None and memory > OTHER_MEMORY_LIMIT_BYTES:
             reasons.append(f"other processes held {memory / 2**30:.1f} GiB on the device {when} the run")
@@ -208,7 +247,10 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
         cpus = _number(reading, "logical_cpus") or 1
         if load is not None and cpu_time is None:  # the load rule is the fallback, before and after alike
             foreign = load - own
-            if foreign > FOREIGN_LOAD_PER_CPU * cpus:
+            if gpu and foreign > FOREIGN_CPU_LIMIT and cpus - load < GPU_SPARE_CPUS:
+                reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
+                               f"the gate): fewer than {GPU_SPARE_CPUS:g} CPUs idle for the GPU's launches")
+            elif not gpu and foreign > FOREIGN_LOAD_PER_CPU * cpus:
                 reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
                                f"the gate; limit {FOREIGN_LOAD_PER_CPU * cpus:g})")
     first, last = _reported_clock(before), _reported_clock(after)

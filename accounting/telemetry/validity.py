@@ -16,7 +16,8 @@ string ``"<name>: <detail>"``; the names:
 - ``boosting`` — a sustained candidate ran above ``BOOSTING_FACTOR`` × the clock the
   device settled at after its thermal soak.
 - ``busy`` — another process holds more than ``BUSY_OTHER_PROCESS_BYTES`` on the device,
-  or a sibling GPU is more than 10 % utilised or holds more than 4 GiB.
+  or a sibling GPU is more than 10 % utilised or holds more than 4 GiB (said for the record: the
+  regression gate does not count a sibling, which shares neither this GPU's power limit nor its memory).
 
 >>> validity_tags({"throttle_reasons": [], "power_w_median": 300.0, "power_limit_w": 700.0, "busy_siblings": []})
 ['power-suspect: 300 W < 0.9 × the enforced power limit, 700 W']
@@ -50,6 +51,9 @@ BOOSTING_FACTOR = 1.04
 """A sustained candidate's clock above this many times the saturated clock is ``boosting``."""
 BUSY_OTHER_PROCESS_BYTES = 2 * 2**30
 """Another process holding more than this on the device makes a figure ``busy``."""
+OTHER_PROCESSES_HOLD = "other processes hold"
+"""How a ``busy`` tag begins its detail (what :mod:`accounting.gate.gpu_rounds` finds in windows recorded before
+``window_extra_info`` kept ``other_process_memory_bytes``)."""
 
 
 def _get(summary, name):
@@ -116,7 +120,7 @@ def validity_tags(summary, *, power_limit_w: float | None = None, saturated_cloc
     siblings = list(_get(summary, "busy_siblings") or ())
     busy = []
     if others is not None and others > BUSY_OTHER_PROCESS_BYTES:
-        busy.append(f"other processes hold {readable_bytes(others)} on the device")
+        busy.append(f"{OTHER_PROCESSES_HOLD} {readable_bytes(others)} on the device")
     busy.extend(siblings)
     if busy:
         tags.append(f"{BUSY}: {'; '.join(busy)}")
@@ -157,5 +161,6 @@ def window_extra_info(summary, *, work_flops: int, power_limit_w: float | None =
         "energy_unavailable": None if energy else unavailable.get("energy_j", "no telemetry"),
         "power_w_median": window_power_w(summary),
         "power_limit_w": power_limit_w if power_limit_w is not None else _get(summary, "power_limit_w"),
+        "other_process_memory_bytes": _get(summary, "other_process_memory_bytes"),
         "tags": validity_tags(summary, power_limit_w=power_limit_w),
     }
