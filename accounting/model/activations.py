@@ -440,5 +440,5 @@ def update_bytes(config: TransformerConfig, state_bytes: int, optimizer: str) ->
 def largest_unit(config: TransformerConfig) -> int:
     """Parameters of the largest unit FSDP gathers when it wraps each block: a block, or the root
     (embeddings, final norm, an untied unembedding)."""
-    root = config.parameter_count - config.layers * config.layer_parameter_count
-    return max(config.layer_parameter_count, root)
+    root = config.parameter_count - config.blocks_parameter_count
+    return max(config.layer_parameter_count, config.dense_layer_parameter_count, root)

@@ -7,7 +7,13 @@ query heads, the unembedding tied to the token embedding. The other fields descr
 today's families: grouped-query attention (``kv_heads``), a head width that is not
 width / heads, three-matrix SwiGLU MLPs, RMSNorm, rotary positions (no position
 parameters), biases on Q, K and V only (Qwen2), and mixture-of-experts MLPs with top-k
-routing (Mixtral). :meth:`TransformerConfig.from_hf` reads a Hugging Face ``config.json``.
+routing (Mixtral). Newer families are the same blocks with a few described differences: where
+the norms sit (``norm_placement``: after the sublayer, OLMo 2; around it, Gemma), norms on the
+queries and keys (``qk_norm``: Qwen3, Gemma 3, OLMo 2), per-head attention sinks (gpt-oss),
+multi-head latent attention (``kv_lora_rank``…: DeepSeek), shared experts and dense first layers
+(DeepSeek), local attention layers (``sliding_window``: Gemma, gpt-oss) and soft-capped scores
+and logits (Gemma 2). :meth:`TransformerConfig.from_hf` reads a Hugging Face ``config.json``
+(the families it knows are described in :mod:`accounting.model.hf_config`).
 
 >>> from accounting import TransformerConfig
 >>> gpt2 = TransformerConfig(layers=12, width=768, heads=12, sequence_length=1024, vocabulary=50257)
@@ -23,11 +29,22 @@ routing (Mixtral). :meth:`TransformerConfig.from_hf` reads a Hugging Face ``conf
 from dataclasses import dataclass
 
 from accounting.model import hf_config
-from accounting._checks import check_choice, check_positive_size
+from accounting._checks import check_choice, check_positive_size, check_size
 from accounting.errors import AccountingError, AccountingTypeError
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+"""Where a block's norms sit: ``pre``, before attention and before the MLP (GPT-2, Llama); ``post``,
+after each, on the sublayer's output before the residual add (OLMo 2); ``sandwich``, before and after
+each, four a block (Gemma 2 and 3)."""
+QK_NORMS = ("none", "head", "projection")
+"""Norms on the queries and keys before the scores: ``head``, one RMSNorm of the head width shared by
+every head (Qwen3, Gemma 3: 2·d weights); ``projection``, one over the whole Q and one over the whole K
+projection (OLMo 2: H·d + K·d weights)."""
+ACTIVE_EMBEDDINGS = ("both", "unembedding")
+"""Which embedding matrices a published active-parameter count includes: ``both`` (Qwen's), or the
+unembedding only, the lookup being no multiply (DeepSeek's and OpenAI's)."""
 GELUS = ("fused", "unfused")
 """How a GELU MLP's activation is computed, which decides what it saves for backward (not what it counts):
 ``fused``, one op (``F.gelu``, exact or tanh; Hugging Face ``"gelu"``, ``"gelu_pytorch_tanh"``) saving its
@@ -68,6 +85,27 @@ class TransformerConfig:
       it runs shorter sequences. Only counted with ``learned_positions``.
     - ``gelu``: how a ``"gelu"`` MLP's activation is computed, ``"fused"`` or ``"unfused"``
       (:data:`GELUS`): it changes the activations saved for backward, never the counts.
+    - ``norm_placement`` (:data:`NORM_PLACEMENTS`): ``"pre"``, ``"post"`` (2 norms a block) or
+      ``"sandwich"`` (4).
+    - ``qk_norm`` (:data:`QK_NORMS`): ``"none"``, ``"head"`` (2·d weights) or ``"projection"`` (H·d + K·d).
+    - ``attention_sinks``: a learned logit per query head joins every softmax (gpt-oss: H weights a block).
+    - Multi-head latent attention (DeepSeek V2/V3), when ``kv_lora_rank`` is given: keys and values
+      come from a shared latent of ``kv_lora_rank`` (h → ``kv_lora_rank`` + ``rope_head_width``, a norm,
+      then ``kv_lora_rank`` → H·(d − ``rope_head_width`` + ``value_head_width``)); queries from h directly
+      (h → H·d) or, with ``q_lora_rank``, through a normed latent of that rank. ``head_width`` d is the
+      width scores are taken over (nope + rope: 192), ``value_head_width`` the values' (128).
+    - ``value_head_width``: features per head of the values and the attention output; ``None``
+      means ``head_width``.
+    - ``shared_experts``: with experts, an MLP of ``shared_experts`` · ``ffn_width`` that every token
+      goes through besides its routed experts (DeepSeek).
+    - ``dense_layers``: with experts, blocks whose MLP is one dense MLP of ``dense_ffn_width``
+      (``None``: ``ffn_width``) instead of experts (DeepSeek's first layers, Qwen3-MoE's ``mlp_only_layers``).
+    - ``sliding_window``, ``sliding_layers``: that many blocks attend only to the last ``sliding_window``
+      tokens (Gemma, gpt-oss, Mistral); the counts do not change, what a kernel keeps may.
+    - ``attention_softcap``, ``logit_softcap``: scores, and the final logits, pass through
+      c·tanh(x / c) (Gemma 2): elementwise work that saves tensors for backward.
+    - ``active_embeddings`` (:data:`ACTIVE_EMBEDDINGS`): the convention :attr:`active_parameter_count`
+      follows for the embeddings.
 
     Every ``None`` is replaced by its value when the config is made, so ``config.head_width``
     is always a number.
@@ -96,11 +134,27 @@ class TransformerConfig:
     experts_per_token: int = 1
     max_positions: int | None = None
     gelu: str = "fused"
+    norm_placement: str = "pre"
+    qk_norm: str = "none"
+    attention_sinks: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    rope_head_width: int | None = None
+    value_head_width: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    dense_ffn_width: int | None = None
+    sliding_window: int | None = None
+    sliding_layers: int = 0
+    attention_softcap: bool = False
+    logit_softcap: bool = False
+    active_embeddings: str = "both"
 
     def __post_init__(self):
         for name in ("layers", "width", "heads", "sequence_length", "vocabulary", "experts", "experts_per_token"):
             check_positive_size(getattr(self, name), name)
-        for name in ("tied_embeddings", "learned_positions", "bias"):
+        for name in ("tied_embeddings", "learned_positions", "bias", "attention_sinks", "attention_softcap",
+                     "logit_softcap"):
             if not isinstance(getattr(self, name), bool):
                 raise AccountingTypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
@@ -108,6 +162,15 @@ class TransformerConfig:
         check_choice(self.mlp, MLP_KINDS, "mlp")
         check_choice(self.norm, NORM_KINDS, "norm")
         check_choice(self.gelu, GELUS, "gelu")
+        check_choice(self.norm_placement, NORM_PLACEMENTS, "norm_placement")
+        check_choice(self.qk_norm, QK_NORMS, "qk_norm")
+        check_choice(self.active_embeddings, ACTIVE_EMBEDDINGS, "active_embeddings")
+        for name in ("shared_experts", "dense_layers", "sliding_layers"):
+            check_size(getattr(self, name), name)
+        for name in ("q_lora_rank", "kv_lora_rank", "rope_head_width", "value_head_width", "dense_ffn_width",
+                     "sliding_window"):
+            if getattr(self, name) is not None:
+                check_positive_size(getattr(self, name), name)
         defaults = {
             "ffn_width": 4 * self.width,
             "kv_heads": self.heads,
@@ -123,6 +186,11 @@ class TransformerConfig:
         for name, default in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
+        if self.value_head_width is None:
+            object.__setattr__(self, "value_head_width", self.head_width)
+        if self.dense_ffn_width is None:
+            object.__setattr__(self, "dense_ffn_width", self.ffn_width)
+        self._check_latent_attention()
         for name in ("ffn_width", "kv_heads", "head_width", "max_positions"):
             check_positive_size(getattr(self, name), name)
         if self.heads % self.kv_heads:
@@ -134,11 +202,65 @@ class TransformerConfig:
             raise AccountingError(
                 f"experts_per_token={self.experts_per_token} is more than experts={self.experts}"
             )
+        if self.experts == 1 and (self.shared_experts or self.dense_layers):
+            raise AccountingError(
+                f"shared_experts={self.shared_experts} and dense_layers={self.dense_layers} describe a mixture of"
+                " experts, but experts=1"
+            )
+        if self.dense_layers > self.layers or self.sliding_layers > self.layers:
+            raise AccountingError(
+                f"dense_layers={self.dense_layers} or sliding_layers={self.sliding_layers} is more than"
+                f" layers={self.layers}"
+            )
+        if (self.sliding_window is None) != (self.sliding_layers == 0):
+            raise AccountingError(
+                f"sliding_window={self.sliding_window} with sliding_layers={self.sliding_layers}: give both"
+                " (a window and the blocks that use it) or neither"
+            )
         if self.learned_positions and self.max_positions < self.sequence_length:
             raise AccountingError(
                 f"max_positions={self.max_positions} is less than sequence_length={self.sequence_length}:"
                 " the learned position table has no row for the later tokens"
             )
+
+    def _check_latent_attention(self) -> None:
+        latent = self.kv_lora_rank is not None
+        if not latent and (self.q_lora_rank is not None or self.rope_head_width is not None):
+            raise AccountingError(
+                f"q_lora_rank={self.q_lora_rank} and rope_head_width={self.rope_head_width} describe latent"
+                " attention, which needs kv_lora_rank"
+            )
+        if latent:
+            if self.rope_head_width is None:
+                raise AccountingError(
+                    f"latent attention (kv_lora_rank={self.kv_lora_rank}) needs rope_head_width, the rotated part"
+                    " of each head"
+                )
+            if self.rope_head_width >= self.head_width:
+                raise AccountingError(
+                    f"rope_head_width={self.rope_head_width} must be less than head_width={self.head_width}"
+                    " (the rest of each head's query and key is not rotated)"
+                )
+            if self.qkv_bias or self.kv_heads != self.heads:
+                raise AccountingError(
+                    f"latent attention with qkv_bias={self.qkv_bias} or kv_heads={self.kv_heads} ≠ heads cannot be"
+                    " described (DeepSeek's has neither)"
+                )
+
+    @property
+    def latent_attention(self) -> bool:
+        """Multi-head latent attention (DeepSeek): keys and values from a shared low-rank latent."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Norms of one block besides Q/K norms: 4 with ``norm_placement="sandwich"``, else 2."""
+        return 4 if self.norm_placement == "sandwich" else 2
+
+    @property
+    def sparse_layers(self) -> int:
+        """Blocks whose MLP is the experts (all of them without ``dense_layers``; 0 without experts)."""
+        return self.layers - self.dense_layers if self.experts > 1 else 0
 
     @classmethod
     def from_hf(cls, config, sequence_length: int | None = None) -> "TransformerConfig":
@@ -169,6 +291,27 @@ class TransformerConfig:
         return self.kv_heads * self.head_width
 
     @property
+    def value_width(self) -> int:
+        """H·d_v: width of the attention output before its projection (H·d unless ``value_head_width``)."""
+        return self.heads * self.value_head_width
+
+    def attention_projections(self) -> list[tuple[int, int]]:
+        """(inputs, outputs) of every matrix of one block's attention, in the order the block applies them.
+
+        >>> TransformerConfig(layers=1, width=8, heads=2, kv_heads=1, sequence_length=4, vocabulary=10,
+        ...     ).attention_projections()
+        [(8, 8), (8, 4), (8, 4), (8, 8)]
+        """
+        h, heads, d = self.width, self.heads, self.head_width
+        if not self.latent_attention:
+            return [(h, self.attention_width), (h, self.kv_width), (h, self.kv_width), (self.attention_width, h)]
+        query = [(h, heads * d)] if self.q_lora_rank is None else [(h, self.q_lora_rank), (self.q_lora_rank, heads * d)]
+        nope = d - self.rope_head_width
+        latent = [(h, self.kv_lora_rank + self.rope_head_width),
+                  (self.kv_lora_rank, heads * (nope + self.value_head_width))]
+        return query + latent + [(self.value_width, h)]
+
+    @property
     def mlp_matrices(self) -> int:
         """Weight matrices of one MLP, or of one expert: 2 (GELU) or 3 (SwiGLU)."""
         return _MLP_MATRICES[self.mlp]
@@ -182,60 +325,116 @@ class TransformerConfig:
 
     @property
     def attention_matmul_parameter_count(self) -> int:
-        """Q (h·H·d), K and V (h·K·d each) and output (H·d·h) weights of one layer."""
-        return 2 * self.width * self.attention_width + 2 * self.width * self.kv_width
+        """Q (h·H·d), K and V (h·K·d each) and output (H·d·h) weights of one layer (latent attention:
+        its :meth:`attention_projections`)."""
+        return sum(inputs * outputs for inputs, outputs in self.attention_projections())
 
     @property
     def attention_parameter_count(self) -> int:
-        """One layer's attention: its matrices, Q/K/V biases (``qkv_bias``), output bias (``bias``)."""
+        """One layer's attention: its matrices, Q/K/V biases (``qkv_bias``), output bias (``bias``),
+        Q/K norms (``qk_norm``), the latents' norms and the sinks."""
         qkv = self.attention_width + 2 * self.kv_width if self.qkv_bias else 0
         output = self.width if self.bias else 0
-        return self.attention_matmul_parameter_count + qkv + output
+        qk_norm = {"none": 0, "head": 2 * self.head_width,
+                   "projection": self.attention_width + self.kv_width}[self.qk_norm]
+        latent_norms = (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
+        sinks = self.heads if self.attention_sinks else 0
+        return self.attention_matmul_parameter_count + qkv + output + qk_norm + latent_norms + sinks
 
     @property
     def expert_matmul_parameter_count(self) -> int:
         """Weights of one MLP (one expert): 2hf (GELU) or 3hf (SwiGLU)."""
         return self.mlp_matrices * self.width * self.ffn_width
 
+    def _mlp_parameters(self, ffn_width: int) -> int:
+        """One MLP of hidden width ``ffn_width`` with its biases: ``ffn_width`` per h → f matrix, h for the down one."""
+        biases = (self.mlp_matrices - 1) * ffn_width + self.width if self.bias else 0
+        return self.mlp_matrices * self.width * ffn_width + biases
+
     @property
     def expert_parameter_count(self) -> int:
         """One MLP (one expert) with its biases: f per h → f matrix and h for the down matrix."""
-        biases = (self.mlp_matrices - 1) * self.ffn_width + self.width if self.bias else 0
-        return self.expert_matmul_parameter_count + biases
+        return self._mlp_parameters(self.ffn_width)
 
     @property
     def router_parameter_count(self) -> int:
-        """The router's h·E weights (no bias); 0 without experts."""
-        return self.width * self.experts if self.experts > 1 else 0
+        """The router's h·E weights, and E biases with ``bias`` (gpt-oss); 0 without experts."""
+        if self.experts == 1:
+            return 0
+        return (self.width + 1) * self.experts if self.bias else self.width * self.experts
+
+    @property
+    def shared_expert_parameter_count(self) -> int:
+        """The shared MLP of ``shared_experts`` · f every token goes through (0 without)."""
+        return self._mlp_parameters(self.shared_experts * self.ffn_width) if self.shared_experts else 0
 
     @property
     def mlp_parameter_count(self) -> int:
-        """One layer's MLP: every expert and the router."""
-        return self.experts * self.expert_parameter_count + self.router_parameter_count
+        """One layer's MLP: every expert, the shared experts and the router (without experts, the MLP)."""
+        return self.experts * self.expert_parameter_count + self.router_parameter_count \
+            + self.shared_expert_parameter_count
+
+    @property
+    def dense_mlp_parameter_count(self) -> int:
+        """The MLP of one of the ``dense_layers``: one MLP of ``dense_ffn_width``."""
+        return self._mlp_parameters(self.dense_ffn_width)
 
     @property
     def layer_parameter_count(self) -> int:
-        """One block: attention, MLP and its two norms."""
-        return self.attention_parameter_count + self.mlp_parameter_count + 2 * self.norm_parameter_count
+        """One block (with experts, one whose MLP is the experts): attention, MLP and its norms."""
+        return self.attention_parameter_count + self.mlp_parameter_count + self.norms_per_layer * self.norm_parameter_count
+
+    @property
+    def dense_layer_parameter_count(self) -> int:
+        """One of the ``dense_layers``: attention, a dense MLP and its norms."""
+        return self.layer_parameter_count - self.mlp_parameter_count + self.dense_mlp_parameter_count
+
+    @property
+    def blocks_parameter_count(self) -> int:
+        """Every block's parameters: the expert blocks and the ``dense_layers``."""
+        return (self.layers - self.dense_layers) * self.layer_parameter_count \
+            + self.dense_layers * self.dense_layer_parameter_count
+
+    @property
+    def _shared_matmul_parameter_count(self) -> int:
+        return self.mlp_matrices * self.width * self.shared_experts * self.ffn_width
+
+    @property
+    def _router_matmul_parameter_count(self) -> int:
+        return self.width * self.experts if self.experts > 1 else 0
 
     @property
     def layer_matmul_parameter_count(self) -> int:
-        """Weights of one block that multiply activations: attention, every expert's MLP, the router."""
+        """Weights of one block that multiply activations: attention, every expert's MLP, the shared
+        experts, the router."""
         return (
             self.attention_matmul_parameter_count
             + self.experts * self.expert_matmul_parameter_count
-            + self.router_parameter_count
+            + self._shared_matmul_parameter_count
+            + self._router_matmul_parameter_count
         )
 
     @property
     def layer_active_matmul_parameter_count(self) -> int:
-        """Weights of one block that one token multiplies: attention, ``experts_per_token`` experts
-        and the router (equal to :attr:`layer_matmul_parameter_count` without experts)."""
+        """Weights of one block that one token multiplies: attention, ``experts_per_token`` experts,
+        the shared experts and the router (equal to :attr:`layer_matmul_parameter_count` without experts)."""
         return (
             self.attention_matmul_parameter_count
             + self.experts_per_token * self.expert_matmul_parameter_count
-            + self.router_parameter_count
+            + self._shared_matmul_parameter_count
+            + self._router_matmul_parameter_count
         )
+
+    @property
+    def dense_layer_matmul_parameter_count(self) -> int:
+        """Weights of one of the ``dense_layers`` that multiply activations: attention and its MLP."""
+        return self.attention_matmul_parameter_count + self.mlp_matrices * self.width * self.dense_ffn_width
+
+    @property
+    def blocks_active_matmul_parameter_count(self) -> int:
+        """Weights of every block that one token multiplies."""
+        return (self.layers - self.dense_layers) * self.layer_active_matmul_parameter_count \
+            + self.dense_layers * self.dense_layer_matmul_parameter_count
 
     @property
     def embedding_parameter_count(self) -> int:
@@ -250,10 +449,25 @@ class TransformerConfig:
 
     @property
     def active_parameter_count(self) -> int:
-        """Parameters one token uses: every parameter but the ``experts - experts_per_token``
-        experts of each layer it is not routed to (equal to :attr:`parameter_count` without experts)."""
-        idle = self.layers * (self.experts - self.experts_per_token) * self.expert_parameter_count
-        return self.parameter_count - idle
+        """Parameters one token uses, by the family's convention (``active_embeddings``): every
+        parameter but the ``experts - experts_per_token`` experts of each expert block it is not routed
+        to, and with ``"unembedding"`` not the embedding lookup (a tied matrix is the unembedding, kept).
+        Equal to :attr:`parameter_count` without experts and with ``"both"``.
+
+        >>> moe = TransformerConfig(layers=2, width=8, heads=2, sequence_length=4, vocabulary=10, mlp="swiglu",
+        ...     bias=False, norm="rmsnorm", tied_embeddings=False, learned_positions=False, ffn_width=4,
+        ...     experts=4, experts_per_token=1)
+        >>> moe.parameter_count - moe.active_parameter_count  # 2 layers × 3 idle experts × 3·8·4
+        576
+        """
+        return self.active_parameters(self.active_embeddings)
+
+    def active_parameters(self, embeddings: str = "both") -> int:
+        """:attr:`active_parameter_count` under either convention of :data:`ACTIVE_EMBEDDINGS`."""
+        check_choice(embeddings, ACTIVE_EMBEDDINGS, "embeddings")
+        idle = self.sparse_layers * (self.experts - self.experts_per_token) * self.expert_parameter_count
+        lookup = self.embedding_parameter_count if embeddings == "unembedding" and not self.tied_embeddings else 0
+        return self.parameter_count - idle - lookup
 
     @property
     def parameter_count(self) -> int:
@@ -261,7 +475,7 @@ class TransformerConfig:
         unembedding = 0 if self.tied_embeddings else self.unembedding_parameter_count
         return (
             self.embedding_parameter_count
-            + self.layers * self.layer_parameter_count
+            + self.blocks_parameter_count
             + self.norm_parameter_count
             + unembedding
         )

@@ -112,7 +112,7 @@ class TransformerFlops:
         ``experts_per_token`` it is routed to — and the unembedding only if ``embeddings``."""
         config = self.config
         unembedding = config.unembedding_parameter_count if self.embeddings else 0
-        return config.layers * config.layer_active_matmul_parameter_count + unembedding
+        return config.blocks_active_matmul_parameter_count + unembedding
 
 
 def _matmul_with_gradients(a_shape, b_shape) -> tuple[int, int]:
@@ -127,16 +127,21 @@ def _matmul_with_gradients(a_shape, b_shape) -> tuple[int, int]:
     return forward, backward
 
 
-def _linears(config: TransformerConfig, tokens: int) -> list[tuple[int, int, int]]:
-    """(rows, inputs, outputs) of every linear layer of one block."""
-    h, f, e = config.width, config.ffn_width, config.experts
-    attention = [(tokens, h, config.attention_width), (tokens, h, config.kv_width), (tokens, h, config.kv_width),
-                 (tokens, config.attention_width, h)]
+def _mlp_linears(config: TransformerConfig, rows: int, ffn_width: int) -> list[tuple[int, int, int]]:
+    """(rows, inputs, outputs) of one MLP's matrices: h → f (one or two of them) and f → h."""
+    h = config.width
+    return [(rows, h, ffn_width)] * (config.mlp_matrices - 1) + [(rows, ffn_width, h)]
+
+
+def _linears(config: TransformerConfig, tokens: int, dense: bool = False) -> list[tuple[int, int, int]]:
+    """(rows, inputs, outputs) of every linear layer of one block (``dense``: one of ``dense_layers``)."""
+    attention = [(tokens, inputs, outputs) for inputs, outputs in config.attention_projections()]
+    if config.experts == 1 or dense:
+        return attention + _mlp_linears(config, tokens, config.dense_ffn_width)
     # Each token's rows go to experts_per_token experts: the experts see tokens · k rows in all.
-    routed = tokens * config.experts_per_token
-    mlp = [(routed, h, f)] * (config.mlp_matrices - 1) + [(routed, f, h)]
-    router = [(tokens, h, e)] if e > 1 else []
-    return attention + mlp + router
+    routed = _mlp_linears(config, tokens * config.experts_per_token, config.ffn_width)
+    shared = _mlp_linears(config, tokens, config.shared_experts * config.ffn_width) if config.shared_experts else []
+    return attention + routed + shared + [(tokens, config.width, config.experts)]
 
 
 def transformer_flops(
@@ -169,18 +174,20 @@ def transformer_flops(
     check_choice(causal, CAUSAL_CONVENTIONS, "causal")
     tokens = batch * config.sequence_length
     heads, d, t = config.heads, config.head_width, config.sequence_length
-    linears = _linears(config, tokens)
     vocabulary = [(tokens, config.width, config.vocabulary)] if embeddings else []
     scores = _matmul_with_gradients((batch, heads, t, d), (batch, heads, d, t))
-    mix = _matmul_with_gradients((batch, heads, t, t), (batch, heads, t, d))
+    mix = _matmul_with_gradients((batch, heads, t, t), (batch, heads, t, config.value_head_width))
     # Every attention count is a multiple of 4 (2 per multiply-add, and 2 for forward's or backward's pair).
     attention_forward, attention_backward = scores[0] + mix[0], scores[1] + mix[1]
     if causal == "half":
         attention_forward, attention_backward = attention_forward // 2, attention_backward // 2
-    layer_forward = sum(linear_flops(*shape) for shape in linears) + attention_forward
-    layer_backward = sum(linear_flops(*shape, "backward") for shape in linears) + attention_backward
-    forward = config.layers * layer_forward + sum(linear_flops(*shape) for shape in vocabulary)
-    backward = config.layers * layer_backward + sum(linear_flops(*shape, "backward") for shape in vocabulary)
+    forward = sum(linear_flops(*shape) for shape in vocabulary)
+    backward = sum(linear_flops(*shape, "backward") for shape in vocabulary)
+    dense_layers = config.dense_layers if config.experts > 1 else config.layers
+    for layers, dense in ((config.layers - dense_layers, False), (dense_layers, True)):
+        linears = _linears(config, tokens, dense)
+        forward += layers * (sum(linear_flops(*shape) for shape in linears) + attention_forward)
+        backward += layers * (sum(linear_flops(*shape, "backward") for shape in linears) + attention_backward)
     return TransformerFlops(config, batch, embeddings, forward, backward, causal)
 
 

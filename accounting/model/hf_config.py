@@ -13,6 +13,32 @@ gives) is read key by key. Five model types are known, each as ``transformers`` 
 - ``mixtral``: as ``mistral`` with ``num_local_experts`` SwiGLU experts per layer, a router,
   and ``num_experts_per_tok`` experts per token.
 
+The newer families are rows of one table (:data:`FAMILIES`), each saying what its blocks change
+from Llama's, read by the same formulas:
+
+- ``qwen3``: a head-width RMSNorm on Q and on K; ``qwen3_moe``: the same attention, experts of
+  ``moe_intermediate_size`` (``num_experts``), dense MLPs of ``intermediate_size`` in
+  ``mlp_only_layers`` and off ``decoder_sparse_step``, no shared expert;
+- ``gemma2``, ``gemma3_text``: four norms a block (before and after attention and MLP), a GeGLU MLP,
+  tied embeddings, local layers by ``layer_types`` (or ``sliding_window_pattern``); Gemma 2's
+  soft-capped scores and logits, Gemma 3's head-width Q/K norms;
+- ``deepseek_v2``, ``deepseek_v3``: multi-head latent attention (``q_lora_rank``, null: a plain Q
+  projection; ``kv_lora_rank``; ``qk_nope_head_dim`` + ``qk_rope_head_dim`` per head for scores,
+  ``v_head_dim`` for values), ``n_routed_experts`` of ``moe_intermediate_size`` with
+  ``n_shared_experts`` shared, the first ``first_k_dense_replace`` blocks dense. The
+  multi-token-prediction module (``num_nextn_predict_layers``) is not built by ``transformers``,
+  and not counted; the routers' correction biases are buffers;
+- ``gpt_oss``: biases on every projection, the experts and the router, a learned sink per head,
+  local layers by ``layer_types``;
+- ``phi3`` (Phi-3, Phi-4): fused QKV and gate-up matrices (the same counts), ``sliding_window``
+  on every block;
+- ``olmo2``: norms after attention and after the MLP, RMSNorms over the whole Q and K projections.
+
+A checkpoint's ``quantization_config`` of block-scaled ``fp8`` (DeepSeek-V3) or ``mxfp4``
+(gpt-oss) is the format the weights are stored in; a training plan counts them as the model
+``transformers`` builds unquantized, so it is harmless. An ``auto_map`` is harmless for the model
+types ``transformers`` builds itself without remote code (``phi3``, ``deepseek_v2``, ``deepseek_v3``).
+
 Every key must be known. A key is either *read* (it sets a field), *harmless* (it changes
 neither a parameter count nor a matmul FLOP: numerics such as ``rms_norm_eps`` and
 ``rope_theta``, dropout rates, token ids, generation settings, bookkeeping), or *harmless at
@@ -43,8 +69,9 @@ their own (8, 32, 8), so a file of theirs without it is an error.
 
 import json
 import os
+from dataclasses import dataclass, field, replace
 
-from accounting._checks import check_positive_size
+from accounting._checks import check_positive_size, check_size
 from accounting.errors import AccountingError, AccountingTypeError
 
 # Keys of any PretrainedConfig that change neither parameters nor matmul FLOPs of a causal LM:
@@ -86,7 +113,83 @@ _HARMLESS = {
     # The router's load-balancing loss and its jitter are elementwise work, not matmuls.
     "mixtral": _HARMLESS_ROTARY | {"router_aux_loss_coef", "output_router_logits", "router_jitter_noise"},
 }
-MODEL_TYPES = tuple(_HARMLESS)
+
+_ROTARY_READ = {
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings",
+}
+_LOCAL_LAYERS = {"sliding_window", "use_sliding_window", "max_window_layers", "layer_types"}
+_EXPERT_NUMERICS = {"norm_topk_prob", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise"}
+_DEEPSEEK_ROUTING = {"n_group", "topk_group", "routed_scaling_factor", "scoring_func", "topk_method",
+                     "aux_loss_alpha", "seq_aux", "ep_size", "rope_interleave", "qk_head_dim",
+                     "num_nextn_predict_layers"}
+_GEMMA_NUMERICS = {"query_pre_attn_scalar", "hidden_activation", "cache_implementation", "sliding_window_size",
+                   "use_bidirectional_attention", "rope_local_base_freq", "sliding_window_pattern",
+                   "_sliding_window_pattern", "attn_logit_softcapping", "final_logit_softcapping"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One ``model_type`` as ``transformers`` builds it: what differs from Llama's block, as data.
+
+    ``fields``: the ``TransformerConfig`` fields its blocks fix (norm placement, MLP kind, Q/K norms,
+    sinks, biases, the active-parameter convention); ``read``: keys read beyond the rotary families';
+    ``harmless``: keys that change no count (beyond every family's); ``at_default``: keys harmless
+    only at that value; ``kv_default``: transformers' class default of ``num_key_value_heads`` when
+    it is a number (a file without the key is then an error); ``tied``: its default of
+    ``tie_word_embeddings``; ``experts``: how its expert keys read (:func:`_expert_fields`);
+    ``local``: how its local-attention layers are given (:func:`_local_fields`).
+    """
+
+    fields: dict
+    read: frozenset = frozenset()
+    harmless: frozenset = frozenset()
+    at_default: dict = field(default_factory=dict)
+    kv_default: int | None = None
+    tied: bool = False
+    experts: str | None = None
+    local: str | None = None
+
+
+_RMS_SWIGLU = {"learned_positions": False, "mlp": "swiglu", "norm": "rmsnorm", "bias": False, "qkv_bias": False}
+FAMILIES = {
+    "qwen3": Family(_RMS_SWIGLU | {"qk_norm": "head"}, harmless=frozenset(_LOCAL_LAYERS),
+                    at_default={"attention_bias": False}, kv_default=32, local="qwen3"),
+    "qwen3_moe": Family(_RMS_SWIGLU | {"qk_norm": "head"},
+                        read=frozenset({"num_experts", "num_local_experts", "num_experts_per_tok",
+                                        "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers"}),
+                        harmless=frozenset(_LOCAL_LAYERS | _EXPERT_NUMERICS),
+                        at_default={"attention_bias": False}, kv_default=4, experts="qwen3_moe", local="all"),
+    "gemma2": Family(_RMS_SWIGLU | {"norm_placement": "sandwich"}, harmless=frozenset(_LOCAL_LAYERS | _GEMMA_NUMERICS),
+                     at_default={"attention_bias": False}, kv_default=4, tied=True, local="gemma2"),
+    "gemma3_text": Family(_RMS_SWIGLU | {"norm_placement": "sandwich", "qk_norm": "head"},
+                          harmless=frozenset(_LOCAL_LAYERS | _GEMMA_NUMERICS), at_default={"attention_bias": False},
+                          kv_default=4, tied=True, local="gemma3"),
+    "deepseek_v2": Family(_RMS_SWIGLU | {"active_embeddings": "unembedding"},
+                          read=frozenset({"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                          "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                                          "moe_intermediate_size", "first_k_dense_replace"}),
+                          harmless=frozenset(_EXPERT_NUMERICS | _DEEPSEEK_ROUTING),
+                          at_default={"attention_bias": False, "mlp_bias": False, "moe_layer_freq": 1},
+                          experts="deepseek"),
+    "gpt_oss": Family(_RMS_SWIGLU | {"bias": True, "qkv_bias": True, "attention_sinks": True,
+                                     "active_embeddings": "unembedding"},
+                      read=frozenset({"num_local_experts", "num_experts_per_tok"}),
+                      harmless=frozenset(_LOCAL_LAYERS | _EXPERT_NUMERICS | {
+                          "swiglu_limit", "swiglu_alpha", "initial_context_length", "experts_per_token"}),
+                      at_default={"attention_bias": True}, kv_default=8, experts="gpt_oss", local="layer_types"),
+    "phi3": Family(_RMS_SWIGLU, harmless=frozenset({"embd_pdrop", "resid_pdrop", "original_max_position_embeddings",
+                                                   "sliding_window"}),
+                   at_default={"attention_bias": False}, local="all"),
+    "olmo2": Family(_RMS_SWIGLU | {"norm_placement": "post", "qk_norm": "projection"},
+                    at_default={"attention_bias": False}),
+}
+FAMILIES["deepseek_v3"] = replace(FAMILIES["deepseek_v2"], kv_default=128)
+MODEL_TYPES = tuple(_HARMLESS) + tuple(FAMILIES)
+# Model types transformers builds itself: their published files' auto_map (remote code) is not what runs.
+_NATIVE_DESPITE_AUTO_MAP = frozenset({"phi3", "deepseek_v2", "deepseek_v3"})
+# Checkpoint formats of block-scaled weights a training plan counts unquantized (see the module docstring).
+_STORAGE_QUANTIZATIONS = frozenset({"fp8", "mxfp4"})
 
 _GPT2_READ = {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size", "n_inner", "tie_word_embeddings",
               "activation_function"}
@@ -95,10 +198,6 @@ _GPT2_READ = {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size", "n_inn
 # source: transformers 5.24, activations.py (GELUActivation, PytorchGELUTanh: F.gelu; NewGELUActivation,
 # FastGELUActivation: the formula) and models/gpt2/configuration_gpt2.py
 _GELU_OF_ACTIVATION = {"gelu": "fused", "gelu_pytorch_tanh": "fused", "gelu_new": "unfused", "gelu_fast": "unfused"}
-_ROTARY_READ = {
-    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings",
-}
 _READ = {
     "gpt2": _GPT2_READ,
     "llama": _ROTARY_READ | {"attention_bias", "mlp_bias"},
@@ -134,6 +233,31 @@ def read_config_json(source) -> dict:
     return loaded
 
 
+def _known(model_type: str, key: str, value) -> bool:
+    """Whether ``key`` is read or harmless for ``model_type`` (an error if only at another value)."""
+    family = FAMILIES.get(model_type)
+    if family is None:
+        return key in _READ[model_type] or key in _HARMLESS[model_type]
+    if key == "auto_map" and model_type in _NATIVE_DESPITE_AUTO_MAP:
+        return True
+    if key == "quantization_config":
+        method = value.get("quant_method") if isinstance(value, dict) else None
+        if method not in _STORAGE_QUANTIZATIONS:
+            raise AccountingError(
+                f"config.json quantization_config has quant_method {method!r}: only the block-scaled storage"
+                f" formats {sorted(_STORAGE_QUANTIZATIONS)} are counted as the unquantized model"
+            )
+        return True
+    if key in family.at_default:
+        if value != family.at_default[key]:
+            raise AccountingError(
+                f"config.json key {key!r} is {value!r}: {model_type} is only described with"
+                f" {family.at_default[key]!r} (other values add or remove weights the formulas do not place)"
+            )
+        return True
+    return key in _ROTARY_READ or key in family.read or key in family.harmless or key in _HARMLESS_ROTARY
+
+
 def _check_known_keys(config: dict, model_type: str) -> None:
     for key, value in config.items():
         if key in _HARMLESS_AT_DEFAULT:
@@ -142,7 +266,7 @@ def _check_known_keys(config: dict, model_type: str) -> None:
                     f"config.json key {key!r} is {value!r}: only {_HARMLESS_AT_DEFAULT[key]!r} can be counted"
                     " (other values add or remove weights)"
                 )
-        elif key not in _READ[model_type] and key not in _HARMLESS[model_type] and key not in _HARMLESS_ANYWHERE:
+        elif not _known(model_type, key, value) and key not in _HARMLESS_ANYWHERE:
             raise AccountingError(
                 f"config.json key {key!r} is not known for model_type {model_type!r}: it may change the parameter"
                 " or FLOP count, which would then be wrong"
@@ -189,10 +313,11 @@ def _gelu(activation) -> str:
 
 
 def _rotary_fields(config: dict, model_type: str) -> dict:
-    if "num_key_value_heads" not in config and model_type in _FIXED_KV_HEADS_DEFAULT:
+    kv_default = FAMILIES[model_type].kv_default if model_type in FAMILIES else _FIXED_KV_HEADS_DEFAULT.get(model_type)
+    if "num_key_value_heads" not in config and kv_default is not None:
         raise AccountingError(
             f"config.json has no 'num_key_value_heads': sizes are not guessed ({model_type}'s default in"
-            f" transformers is {_FIXED_KV_HEADS_DEFAULT[model_type]} key/value heads, not num_attention_heads)"
+            f" transformers is {kv_default} key/value heads, not num_attention_heads)"
         )
     fields = {
         "layers": _size(config, "num_hidden_layers"),
@@ -225,6 +350,107 @@ def _rotary_fields(config: dict, model_type: str) -> dict:
     return fields
 
 
+def _family_fields(config: dict, model_type: str) -> dict:
+    """The fields of one of :data:`FAMILIES`: the rotary sizes, the family's own fields, its experts
+    and its local layers."""
+    family = FAMILIES[model_type]
+    fields = _rotary_fields(config, model_type) | family.fields
+    if family.experts == "deepseek":
+        fields |= _latent_attention_fields(config)  # its head_dim is the rotary width, read there
+    if family.experts is not None:
+        fields |= _expert_fields(config, family.experts, fields["layers"])
+    return fields | _local_fields(config, family.local, fields["layers"])
+
+
+def _latent_attention_fields(config: dict) -> dict:
+    nope, rope = _size(config, "qk_nope_head_dim"), _size(config, "qk_rope_head_dim")
+    return {
+        "q_lora_rank": _size(config, "q_lora_rank", required=False),
+        "kv_lora_rank": _size(config, "kv_lora_rank"),
+        "head_width": nope + rope,
+        "rope_head_width": rope,
+        "value_head_width": _size(config, "v_head_dim"),
+    }
+
+
+def _layer_list(config: dict, key: str, layers: int) -> list:
+    value = config.get(key)
+    if not isinstance(value, list) or any(isinstance(item, bool) or not isinstance(item, int) for item in value):
+        raise AccountingTypeError(f"config.json key {key!r} must be a list of layer indices, got {value!r}")
+    outside = [item for item in value if not 0 <= item < layers]
+    if outside:
+        raise AccountingError(f"config.json key {key!r} names layers {outside} outside 0..{layers - 1}")
+    return value
+
+
+def _expert_fields(config: dict, layout: str, layers: int) -> dict:
+    """Experts, experts per token, their width, shared experts and dense blocks, by the family's keys."""
+    if layout == "deepseek":
+        first_dense = config.get("first_k_dense_replace", 0)
+        dense = min(layers, 0 if first_dense is None else _size_or_zero(first_dense, "first_k_dense_replace"))
+        return {
+            "experts": _size(config, "n_routed_experts"),
+            "experts_per_token": _size(config, "num_experts_per_tok"),
+            "shared_experts": _size_or_zero(config.get("n_shared_experts", 0) or 0, "n_shared_experts"),
+            "dense_ffn_width": _size(config, "intermediate_size"),
+            "ffn_width": _size(config, "moe_intermediate_size"),
+            "dense_layers": dense,
+        }
+    if layout == "qwen3_moe":
+        experts_key = "num_experts" if "num_experts" in config else "num_local_experts"
+        step = _size(config, "decoder_sparse_step", required=False) or 1
+        dense_only = set(_layer_list(config, "mlp_only_layers", layers)) if "mlp_only_layers" in config else set()
+        sparse = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
+        return {
+            "experts": _size(config, experts_key),
+            "experts_per_token": _size(config, "num_experts_per_tok"),
+            "dense_ffn_width": _size(config, "intermediate_size"),
+            "ffn_width": _size(config, "moe_intermediate_size"),
+            "dense_layers": layers - len(sparse),
+        }
+    return {  # gpt_oss: experts of intermediate_size, every block
+        "experts": _size(config, "num_local_experts"),
+        "experts_per_token": _size(config, "num_experts_per_tok"),
+    }
+
+
+def _size_or_zero(value, key: str) -> int:
+    return check_size(value, key)
+
+
+_SLIDING = "sliding_attention"
+
+
+def _local_fields(config: dict, local: str | None, layers: int) -> dict:
+    """``sliding_window`` and ``sliding_layers`` as the family's config class places its local layers:
+    by ``layer_types`` where given, else by the family's rule (Gemma 2 every other block, Gemma 3 all but
+    every ``sliding_window_pattern``-th, Qwen3 from ``max_window_layers`` on with ``use_sliding_window``,
+    Phi-3 and Qwen3-MoE every block)."""
+    window = _size(config, "sliding_window", required=False)
+    if local is None or window is None:
+        return {}
+    if local == "qwen3" and not _flag(config, "use_sliding_window", False):
+        return {}
+    if local == "all" and not _flag(config, "use_sliding_window", True):
+        return {}
+    types = config.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers:
+            raise AccountingError(f"config.json key 'layer_types' must list {layers} layer types, got {types!r}")
+        sliding = sum(kind == _SLIDING for kind in types)
+    elif local == "gemma2":
+        sliding = sum(1 for i in range(layers) if (i + 1) % 2)
+    elif local == "gemma3":
+        pattern = config.get("sliding_window_pattern", config.get("_sliding_window_pattern", 6))
+        pattern = check_positive_size(pattern, "sliding_window_pattern")
+        sliding = sum(1 for i in range(layers) if (i + 1) % pattern)
+    elif local == "qwen3":
+        sliding = max(0, layers - (_size(config, "max_window_layers", required=False) or 0))
+    else:
+        sliding = layers
+    return {"sliding_window": window, "sliding_layers": sliding} if sliding else {}
+
+
 def config_fields(source, sequence_length: int | None = None) -> dict:
     """Keyword arguments of ``TransformerConfig`` for a ``config.json`` (a dict or a path).
 
@@ -233,12 +459,17 @@ def config_fields(source, sequence_length: int | None = None) -> dict:
     """
     config = read_config_json(source)
     model_type = config.get("model_type")
-    if not isinstance(model_type, str) or model_type not in _READ:
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         known = ", ".join(repr(name) for name in MODEL_TYPES)
         raise AccountingError(f"model_type {model_type!r} is not one from_hf reads ({known})")
     _check_known_keys(config, model_type)
-    fields = _gpt2_fields(config) if model_type == "gpt2" else _rotary_fields(config, model_type)
-    fields["tied_embeddings"] = _flag(config, "tie_word_embeddings", _TIED_BY_DEFAULT[model_type])
+    if model_type in FAMILIES:
+        fields = _family_fields(config, model_type)
+        tied = FAMILIES[model_type].tied
+    else:
+        fields = _gpt2_fields(config) if model_type == "gpt2" else _rotary_fields(config, model_type)
+        tied = _TIED_BY_DEFAULT[model_type]
+    fields["tied_embeddings"] = _flag(config, "tie_word_embeddings", tied)
     if sequence_length is not None:
         fields["sequence_length"] = sequence_length
     return fields

@@ -42,6 +42,30 @@ from accounting import TransformerConfig
 transformers = pytest.importorskip("transformers")
 
 FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "mixtral")
+NEWER_FAMILIES = ("qwen3", "qwen3_moe", "gemma2", "gemma3_text", "deepseek_v2", "deepseek_v3", "gpt_oss", "phi3",
+                  "olmo2")
+"""The families described as data in ``accounting.model.hf_config.FAMILIES``, built small by :func:`hf_config`
+with what makes each one itself switched on: local layers of a window shorter than the sequence, soft caps,
+latent attention, shared experts and a dense first block."""
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+WINDOW = 16  # the local layers' window in the small models: half of SMALL's positions
+# The small models' own settings, beyond hf_config's sizes (latent attention: 4 heads of 12 + 4 for scores, 16 values).
+_NEWER = {
+    "qwen3": {},
+    "qwen3_moe": {"moe_intermediate_size": 32, "decoder_sparse_step": 2, "mlp_only_layers": []},
+    "gemma2": {"sliding_window": WINDOW, "query_pre_attn_scalar": 16, "attn_logit_softcapping": 50.0,
+               "final_logit_softcapping": 30.0},
+    "gemma3_text": {"sliding_window": WINDOW, "query_pre_attn_scalar": 16, "sliding_window_pattern": 2},
+    "deepseek_v2": {"q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 12, "qk_rope_head_dim": 4,
+                    "v_head_dim": 16, "n_shared_experts": 1, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+                    "n_group": 1, "topk_group": 1},
+    "deepseek_v3": {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 12, "qk_rope_head_dim": 4,
+                    "v_head_dim": 16, "n_shared_experts": 1, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+                    "n_group": 2, "topk_group": 1},
+    "gpt_oss": {"sliding_window": WINDOW, "layer_types": None},
+    "phi3": {"sliding_window": WINDOW},
+    "olmo2": {},
+}
 
 # Small sizes every family accepts: 4 query heads in 2 key/value groups, head width 16, two layers.
 SMALL = dict(layers=2, width=64, heads=4, kv_heads=2, ffn_width=96, vocabulary=128, positions=32)
@@ -82,8 +106,8 @@ def hf_config(
             n_layer=layers, n_embd=width, n_head=heads, n_inner=ffn_width, n_positions=positions,
             resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, **common,
         )
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if family not in FAMILIES + NEWER_FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES + NEWER_FAMILIES}, got {family!r}")
     rotary = dict(
         num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads, num_key_value_heads=kv_heads,
         intermediate_size=ffn_width, max_position_embeddings=positions, attention_dropout=dropout, **common,
@@ -94,12 +118,30 @@ def hf_config(
         rotary |= {"attention_bias": bias, "mlp_bias": bias}
     if family == "mixtral":
         rotary |= {"num_local_experts": experts, "num_experts_per_tok": experts_per_token}
+    if family in NEWER_FAMILIES:
+        return _newer_config(family, rotary, experts, experts_per_token, layers)
     return transformers.AutoConfig.for_model(family, **rotary)
+
+
+def _newer_config(family: str, rotary: dict, experts: int, experts_per_token: int, layers: int):
+    settings = rotary | _NEWER[family]
+    if family.startswith("deepseek"):
+        settings |= {"n_routed_experts": experts, "num_experts_per_tok": experts_per_token,
+                     "num_key_value_heads": settings["num_attention_heads"]}
+        settings.pop("head_dim", None)
+    elif family in MOE_FAMILIES:
+        settings |= {"num_local_experts": experts, "num_experts_per_tok": experts_per_token}
+    if family == "gpt_oss":
+        settings["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        settings["intermediate_size"] = 32  # the experts' width
+    if family == "phi3":
+        settings["pad_token_id"] = None
+    return transformers.AutoConfig.for_model(family, **settings)
 
 
 def _model(config: transformers.PretrainedConfig, device) -> torch.nn.Module:
     implementations = {"attn_implementation": "eager"}
-    if config.model_type == "mixtral":
+    if config.model_type in MOE_FAMILIES:
         # transformers 5 picks grouped_mm where it can; eager loops over the experts a token was routed to.
         implementations["experts_implementation"] = "eager"
     with torch.device(device):

@@ -1,0 +1,124 @@
+"""The families described as data (Qwen3, Qwen3-MoE, Gemma 2/3, DeepSeek V2/V3, gpt-oss, Phi-3, OLMo 2)
+against the models ``transformers`` builds from their configs.
+
+The truth: ``sum(p.numel())`` of the model (small on the CPU, published sizes on the meta device),
+``FlopCounterMode`` around one training step of the small model, and the active-parameter counts
+the models' publishers state on their cards.
+"""
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from torch.utils.flop_counter import FlopCounterMode
+
+from accounting import AccountingError, TransformerConfig
+from accounting.model.flops import transformer_flops
+from tests.support.hf_models import (
+    MOE_FAMILIES, NEWER_FAMILIES, WINDOW, build_hf_model, hf_config, model_from_config_json, random_token_ids,
+    training_step,
+)
+from tests.support.published_configs import PUBLISHED
+
+
+def numel(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("family", NEWER_FAMILIES)
+def test_the_small_models_count_and_step_flops_are_the_models(family):
+    model, config = build_hf_model(family)
+    assert config.parameter_count == numel(model)
+    counter = FlopCounterMode(display=False)
+    training_step(model, random_token_ids(config, batch_size=2), counter)
+    assert counter.get_total_flops() == transformer_flops(config, batch_size=2).training
+
+
+@pytest.mark.parametrize("family", NEWER_FAMILIES)
+def test_a_block_counts_as_the_models_block(family):
+    """Per block, not only in total: a dense first block and an expert block each equal the real ones."""
+    model, config = build_hf_model(family)
+    blocks = [numel(layer) for layer in model.model.layers]
+    dense = config.dense_layers if config.experts > 1 else config.layers
+    expected = [config.dense_layer_parameter_count] * dense + [config.layer_parameter_count] * (config.layers - dense)
+    assert sorted(blocks) == sorted(expected)
+
+
+@pytest.mark.parametrize("family", ("gemma2", "gemma3_text", "gpt_oss", "phi3"))
+def test_the_local_layers_are_those_transformers_makes(family):
+    saved = hf_config(family)
+    config = TransformerConfig.from_hf(saved.to_dict())
+    sliding = sum(kind == "sliding_attention" for kind in saved.layer_types) if family != "phi3" else saved.num_hidden_layers
+    assert (config.sliding_window, config.sliding_layers) == (WINDOW, sliding)
+
+
+@pytest.mark.parametrize("name, pattern", [("gemma-2-9b", None), ("gemma-3-1b", 6)])
+def test_a_published_gemma_without_layer_types_places_its_local_layers_as_transformers_does(name, pattern):
+    config_json = PUBLISHED[name][0]
+    assert "layer_types" not in config_json
+    built = transformers.AutoConfig.for_model(config_json["model_type"], **{
+        key: value for key, value in config_json.items() if key != "model_type"})
+    config = TransformerConfig.from_hf(config_json)
+    assert config.sliding_layers == sum(kind == "sliding_attention" for kind in built.layer_types)
+
+
+NEW_PUBLISHED = [name for name, (config_json, _) in PUBLISHED.items()
+                 if config_json["model_type"] in NEWER_FAMILIES]
+
+
+@pytest.mark.parametrize("name", NEW_PUBLISHED)
+def test_a_published_config_reads_as_its_file_says(name):
+    """Every key of the file as the Hub serves it (auto_map, quantization_config included) is read or harmless."""
+    config_json, published = PUBLISHED[name]
+    config = TransformerConfig.from_hf(config_json)
+    assert config.parameter_count == (published or numel(model_from_config_json(config_json)))
+
+
+@pytest.mark.parametrize("name, active", [
+    ("qwen3-30b-a3b", 3_353_032_704),  # Qwen's card: 3.3B activated, both embeddings counted
+    ("gpt-oss-20b", 3_608_307_264),  # OpenAI's card: 3.6B active, the unembedding counted, the embedding not
+    ("gpt-oss-120b", 5_132_849_472),  # 5.1B
+])
+def test_active_parameters_follow_the_publishers_convention(name, active):
+    assert TransformerConfig.from_hf(PUBLISHED[name][0]).active_parameter_count == active
+
+
+@pytest.mark.parametrize("family", [family for family in MOE_FAMILIES if family != "mixtral"])
+def test_active_parameters_are_the_model_less_its_idle_experts(family):
+    """Counted on the real model: every parameter, less the experts one token does not use in each
+    expert block, less the embedding lookup where the family's convention leaves it out."""
+    model, config = build_hf_model(family)
+    experts = [layer.mlp.experts for layer in model.model.layers if hasattr(layer.mlp, "experts")]
+    idle = sum(numel(module) * (config.experts - config.experts_per_token) // config.experts for module in experts)
+    lookup = numel(model.model.embed_tokens) if config.active_embeddings == "unembedding" else 0
+    assert config.active_parameter_count == numel(model) - idle - lookup
+    assert config.active_parameters("both") == numel(model) - idle
+
+
+@pytest.mark.parametrize("family", [family for family in NEWER_FAMILIES if family != "deepseek_v2"])
+def test_every_key_of_the_default_config_is_read_and_the_count_is_the_models(family):
+    """The class defaults at full size (DeepSeek-V2's leaves num_experts_per_tok null: an error, below)."""
+    config_json = transformers.AutoConfig.for_model(family).to_dict()
+    assert TransformerConfig.from_hf(config_json).parameter_count == numel(model_from_config_json(config_json))
+
+
+@pytest.mark.parametrize("family, change, message", [
+    ("qwen3", {"attention_bias": True}, "'attention_bias' is True"),
+    ("gpt_oss", {"attention_bias": False}, "'attention_bias' is False"),
+    ("qwen3", {"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quant_method 'gptq'"),
+    ("olmo2", {"auto_map": {"AutoModelForCausalLM": "custom.Model"}}, "'auto_map' is not known"),
+    ("deepseek_v2", {"num_experts_per_tok": None}, "no 'num_experts_per_tok'"),
+    ("deepseek_v3", {"moe_layer_freq": 2}, "'moe_layer_freq' is 2"),
+    ("qwen3_moe", {"mlp_only_layers": [5]}, "layers [5] outside 0..1"),
+    ("gemma2", {"layer_types": ["full_attention"]}, "must list 2 layer types"),
+])
+def test_what_the_formulas_cannot_place_is_an_error_naming_it(family, change, message):
+    with pytest.raises(AccountingError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        TransformerConfig.from_hf(hf_config(family).to_dict() | change)
+
+
+def test_qwen3_moe_dense_blocks_follow_mlp_only_layers_and_the_sparse_step():
+    config_json = hf_config("qwen3_moe", layers=4).to_dict() | {"decoder_sparse_step": 1, "mlp_only_layers": [0, 2]}
+    model = model_from_config_json(config_json, device="cpu")
+    config = TransformerConfig.from_hf(config_json)
+    assert (config.dense_layers, config.parameter_count) == (2, numel(model))
