@@ -168,12 +168,15 @@ PUBLISHED = {
         },
         999_885_952,
     ),
-    # source: https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (auto_map dropped: transformers
-    # builds deepseek_v3 itself). count: the main model as transformers builds it (routers' e_score_correction_bias
+    # source: https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (its auto_map names remote code
+    # that transformers does not run: it builds deepseek_v3 itself). count: the main model as transformers builds it (routers' e_score_correction_bias
     # buffers not counted; the Hub's 685B adds the 14B multi-token-prediction module and the FP8 scales).
     "deepseek-v3": (
         {
             "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                         "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                         "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
             "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
             "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
             "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
@@ -192,11 +195,14 @@ PUBLISHED = {
         },
         671_026_404_352,
     ),
-    # source: https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (auto_map dropped);
+    # source: https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json;
     # count: the Hub's safetensors total.
     "deepseek-v2-lite": (
         {
             "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV2Config",
+                         "AutoModel": "modeling_deepseek.DeepseekV2Model",
+                         "AutoModelForCausalLM": "modeling_deepseek.DeepseekV2ForCausalLM"},
             "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
             "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
             "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
@@ -257,11 +263,14 @@ PUBLISHED = {
         },
         116_829_156_672,
     ),
-    # source: https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json (auto_map dropped:
-    # transformers builds phi3 itself); count: the Hub's safetensors total.
+    # source: https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json (transformers
+    # builds phi3 itself, whatever its auto_map names); count: the Hub's safetensors total.
     "phi-3-mini": (
         {
-            "architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "_name_or_path": "Phi-3-mini-4k-instruct", "architectures": ["Phi3ForCausalLM"],
+            "attention_bias": False, "attention_dropout": 0.0,
+            "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                         "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
             "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
             "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
             "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
