@@ -1,0 +1,91 @@
+"""The simulated H200 (:mod:`tests.support.simulated_gpu`): first that it reproduces the recorded H200 facts it was
+calibrated on, then the package's own measuring code run against it.
+
+Truths: ``tests/data/hosts/nvidia-h200/`` — the four 2-s back-to-back windows of the report's sustained shape
+(``sdpa-kernels-and-sustained-window.json``: 684.1–689.1 TFLOP/s, median clock 1455–1500 MHz, 685–691 W, software
+power cap, limit 700 W), the ``time_fn`` sweep row of the same shape (``report-bf16-budget60.json``: 792.6 TFLOP/s,
+1890 MHz), and mamf-finder's fp8 MSMF (``mamf-fp8.txt``: 1244.5 TFLOP/s at 1325 MHz).
+"""
+
+import pytest
+
+from accounting.hardware.devices import DeviceInfo
+from accounting.report.measure import MatmulTimer
+from tests.support import h200_report_replay as recorded
+from tests.support.simulated_gpu import SimulatedH200
+
+SHAPE = (4608, 6208, 5632)
+"""The report's sustained shape on the recorded H200 (the 2-s windows ran it)."""
+FLOPS = 2 * SHAPE[0] * SHAPE[1] * SHAPE[2]
+H200 = DeviceInfo("cuda", "NVIDIA H200", 0, 150_109_880_320, compute_capability=(9, 0), multiprocessors=132)
+
+
+def recorded_windows():
+    return recorded.sustained_windows()["sustained_windows"]
+
+
+def sweep_row():
+    """The budget-60 report's time_fn sweep row of the sustained shape."""
+    rows = recorded.load("report-bf16-budget60.json")["dtypes"]["bfloat16"]["measurements"]
+    return next(row for row in rows if (row["m"], row["k"], row["n"]) == SHAPE)
+
+
+def within(value, low, high, rel):
+    return low * (1 - rel) <= value <= high * (1 + rel)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    return SimulatedH200().install(monkeypatch)
+
+
+def back_to_back(gpu, calls, flops=FLOPS, dtype="bfloat16"):
+    """``calls`` products queued between one pair of events, sampled: ``(TFLOP/s, telemetry)`` (no package code)."""
+    with gpu.sampler("cuda:0") as sampler:
+        gpu.synchronize()
+        start, end = gpu.event(), gpu.event()
+        start.record()
+        for _ in range(calls):
+            gpu.product(flops, dtype)
+        end.record()
+        end.synchronize()
+    return flops * calls / (start.elapsed_time(end) / 1e3) / 1e12, sampler.summary.to_dict()
+
+
+# ---- calibration: the recorded facts, reproduced ------------------------------------------------------------------
+
+
+def test_back_to_back_windows_read_as_the_recorded_2_s_windows(gpu):
+    windows = recorded_windows()
+    back_to_back(gpu, windows[0]["calls"])  # window 0 settled the clock; 1-3 ran settled
+    for window in windows[1:]:
+        tflops, telemetry = back_to_back(gpu, window["calls"])
+        assert within(tflops, 684.1, 689.1, 0.02)
+        assert telemetry["clock_mhz_median"] == pytest.approx(1455, rel=0.03)
+        assert within(telemetry["energy_j"] / telemetry["duration_s"], 685, 691, 0.03)
+        assert within(telemetry["power_w_median"], 685, 691, 0.03)
+        assert telemetry["throttle_reasons"] == ["sw_power_cap"]
+        assert telemetry["power_limit_w"] == recorded.sustained_windows()["power_limit_w"]
+        assert telemetry["duration_s"] == pytest.approx(window["seconds"], rel=0.03)
+
+
+def test_time_fn_timing_reads_as_the_recorded_sweep_row(gpu):
+    """The sweep's own timing (``time_fn``: a spin and a synchronize around each call) of the same shape: the limiter
+    averages, so the clock stays near 1890 MHz and the figure near 792.6 TFLOP/s."""
+    row = sweep_row()
+    measurement = MatmulTimer(H200, target_s=0.2, case_factory=gpu.case_factory, telemetry="cuda:0")("bfloat16", *SHAPE)
+    assert measurement.repeats == row["repeats"]
+    assert FLOPS / measurement.seconds / 1e12 == pytest.approx(row["tflops"], rel=0.03)
+    assert measurement.telemetry["clock_mhz_median"] == pytest.approx(row["clock_mhz"], rel=0.03)
+    # The recorded row read 645 W (median of its instant readings); the simulation holds the window's average at the
+    # 700 W limit: its instant power is a 5 ms mean, not what Hopper's instant field reports (not modelled).
+    assert measurement.telemetry["power_w_median"] <= 1.1 * row["power_w"]
+
+
+def test_fp8_back_to_back_reads_as_mamf_finders_msmf(gpu):
+    """fp8's rate at its capped clock is predicted, not calibrated: mamf-fp8.txt's MSMF, 1244.5 TFLOP/s at 1325 MHz."""
+    flops = 2 * 8448 * 8192 * 16384
+    back_to_back(gpu, 500, flops, "float8_e4m3fn")
+    tflops, telemetry = back_to_back(gpu, 1000, flops, "float8_e4m3fn")
+    assert tflops == pytest.approx(1244.5, rel=0.03)
+    assert telemetry["clock_mhz_median"] == pytest.approx(1325, rel=0.03)
