@@ -58,10 +58,11 @@ def _norm(config: TransformerConfig) -> nn.Module:
 class Block(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then x + MLP(norm(x))."""
 
-    def __init__(self, config: TransformerConfig, attention: str = "sdpa"):
+    def __init__(self, config: TransformerConfig, attention: str = "sdpa", enable_gqa: bool | None = None):
         super().__init__()
         h, f, a, kv = config.width, config.ffn_width, config.attention_width, config.kv_width
         self.heads, self.kv_heads, self.attention_kind = config.heads, config.kv_heads, attention
+        self.enable_gqa = enable_gqa
         self.llama = config.norm == "rmsnorm"
         self.swiglu = config.mlp == "swiglu"
         self.attention_norm = _norm(config)
@@ -99,7 +100,8 @@ class Block(nn.Module):
         q, k, v = self._heads(x)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-        mixed = attend(q, k, v, attention=self.attention_kind, future=self.future, fp32_softmax=self.llama)
+        mixed = attend(q, k, v, attention=self.attention_kind, future=self.future, fp32_softmax=self.llama,
+                       enable_gqa=self.enable_gqa)
         return self.projection(rearrange(mixed, "b h t d -> b t (h d)"))
 
     def mlp(self, x: Float[torch.Tensor, "batch seq width"]) -> Float[torch.Tensor, "batch seq width"]:
@@ -133,12 +135,15 @@ def _check_buildable(config: TransformerConfig) -> None:
 class GPT(nn.Module):
     """The whole model: tokens (batch, seq) → logits (batch, seq, vocabulary)."""
 
-    def __init__(self, config: TransformerConfig, *, recompute: bool = False, attention: str = "sdpa"):
+    def __init__(self, config: TransformerConfig, *, recompute: bool = False, attention: str = "sdpa",
+                 enable_gqa: bool | None = None):
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         if not isinstance(recompute, bool):
             raise AccountingTypeError(f"recompute must be True or False, got {recompute!r}")
+        if enable_gqa is not None and not isinstance(enable_gqa, bool):
+            raise AccountingTypeError(f"enable_gqa must be True, False or None, got {enable_gqa!r}")
         self.attention = check_attention(attention)
         _check_buildable(config)
         self.config = config
@@ -148,7 +153,7 @@ class GPT(nn.Module):
         self.position_embedding = (
             nn.Parameter(torch.randn(config.max_positions, config.width) * 0.02) if config.learned_positions else None
         )
-        self.blocks = nn.ModuleList(Block(config, attention) for _ in range(config.layers))
+        self.blocks = nn.ModuleList(Block(config, attention, enable_gqa) for _ in range(config.layers))
         self.final_norm = _norm(config)
         self.unembedding = nn.Linear(config.width, config.vocabulary, bias=False)
         if config.tied_embeddings:

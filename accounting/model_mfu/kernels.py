@@ -16,9 +16,15 @@ memory formulas' ``attention="sdpa"`` on a device).
 ('flash (CPU)', 'sdpa-flash')
 >>> attention_kernel(FlopCount(10, {"aten.mm": 6, "aten.bmm": 4}), "sdpa")
 'math'
+
+Where a step is not counted (or a torch's counter cannot count its attention), :func:`kernel_that_ran` reads the
+same name off the operators torch dispatched while the step ran.
 """
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from accounting._checks import check_choice
+from accounting.flop_count import operator_name
 from accounting.model import attention_kernels
 from accounting.model.config import TransformerConfig
 
@@ -35,10 +41,40 @@ none ran ``math`` (``scaled_dot_product_attention``'s fallback: matmuls and a so
 
 def attention_kernel(count, attention: str) -> str:
     """The kernel a counted step's attention ran: a fused kernel's name, ``"math"`` or ``"eager"``."""
+    return _kernel_of({operator for operator, flops in count.by_operator.items() if flops}, attention)
+
+
+def _kernel_of(operators, attention: str) -> str:
     for operator, name in FUSED_KERNELS.items():
-        if count.by_operator.get(operator):
+        if operator in operators:
             return name
     return "math" if attention == "sdpa" else "eager"
+
+
+class _Operators(TorchDispatchMode):
+    """Records the name of every aten operator dispatched inside it (after autograd: the kernels that run)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(operator_name(func))
+        return func(*args, **(kwargs or {}))
+
+
+def kernel_that_ran(run, attention: str = "sdpa") -> str:
+    """Call ``run()`` once and name the kernel its attention ran, as :func:`attention_kernel` names it from a count,
+    from the operators torch dispatched (no FLOP formulas: any step of any model, on any torch).
+
+    >>> import torch
+    >>> q = torch.ones(1, 2, 4, 8)
+    >>> kernel_that_ran(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
+    'flash (CPU)'
+    """
+    with _Operators() as operators:
+        run()
+    return _kernel_of(operators.seen, attention)
 
 
 FORMULA_ATTENTIONS = {"flash (CPU)": "sdpa-flash", "flash": "sdpa-flash", "memory-efficient": "sdpa-efficient",

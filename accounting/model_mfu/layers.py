@@ -68,7 +68,8 @@ def _counter_counts_grouped_attention() -> bool:
 SDPA_TAKES_GQA = TorchVersion(torch.__version__) >= "2.5" and _counter_counts_grouped_attention()
 """Grouped-query attention goes to ``scaled_dot_product_attention(enable_gqa=True)`` where the call exists (torch
 2.5) and ``FlopCounterMode`` can count it; elsewhere key/value heads are repeated first, as Hugging Face does on
-older torch (same FLOPs, a copy of K and V per layer)."""
+older torch (same FLOPs, a copy of K and V per layer). The default of :func:`attend`; a step that is not counted
+(the acceptance run's anchor beside Hugging Face's) passes ``enable_gqa`` wherever SDPA takes it."""
 
 
 class RMSNorm(nn.Module):
@@ -112,14 +113,15 @@ def apply_rotary(x: Float[torch.Tensor, "batch heads seq d"], cos, sin) -> Float
 
 def attend(q: Float[torch.Tensor, "batch heads seq d"], k: Float[torch.Tensor, "batch kv_heads seq d"],
            v: Float[torch.Tensor, "batch kv_heads seq d"], *, attention: str, future=None, fp32_softmax=False,
-           ) -> Float[torch.Tensor, "batch heads seq d"]:
+           enable_gqa: bool | None = None) -> Float[torch.Tensor, "batch heads seq d"]:
     """Causal attention of every query head over its key/value head (heads / kv_heads queries share one).
 
     ``future``: the (s × s) bool mask of later positions (eager only); ``fp32_softmax``: eager's softmax in
-    fp32, cast back (Llama's), else in the scores' dtype (GPT-2's).
+    fp32, cast back (Llama's), else in the scores' dtype (GPT-2's); ``enable_gqa``: SDPA takes grouped heads as
+    they are (``True``) or repeated first (``False``); ``None``: :data:`SDPA_TAKES_GQA`.
     """
     group = q.shape[1] // k.shape[1]
-    if attention == "sdpa" and group > 1 and SDPA_TAKES_GQA:
+    if attention == "sdpa" and group > 1 and (SDPA_TAKES_GQA if enable_gqa is None else enable_gqa):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     if group > 1:  # key/value heads repeated to every query head
         k, v = (repeat(t, "b k t d -> b (k g) t d", g=group) for t in (k, v))

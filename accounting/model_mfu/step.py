@@ -189,8 +189,11 @@ def size_that_fits(size: ModelSize, precisions, device, free_bytes: int | None =
 
 
 def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu", recompute: bool = False,
-                        seed: int = 0, attention: str = "sdpa") -> TrainingStep:
+                        seed: int = 0, attention: str = "sdpa", enable_gqa: bool | None = None) -> TrainingStep:
     """The model, AdamW and one batch of random tokens for ``size``, on ``device``, under ``precision``.
+
+    ``enable_gqa``: how SDPA gets grouped key/value heads (:func:`accounting.model_mfu.layers.attend`; default:
+    as they are where ``FlopCounterMode`` can count that, else repeated).
 
     Refused before anything is allocated when the predicted peak does not fit (:func:`check_fits`).
     """
@@ -205,7 +208,7 @@ def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     with torch.device(device):  # initialised where it runs: a 1B model's CPU initialisation takes seconds
-        model = GPT(size.config, recompute=recompute, attention=attention)
+        model = GPT(size.config, recompute=recompute, attention=attention, enable_gqa=enable_gqa)
     if policy != "fp32":
         model = model.to(torch.bfloat16)
     master = None
