@@ -15,9 +15,16 @@ from accounting.acceptance import plan as plan_module
 from accounting.acceptance.plan import (
     BUDGETS_S,
     COLLECT_BUDGET_S,
+    GATE_BENCHMARK_COUNT,
+    GATE_BENCHMARKS,
     GATE_RUNS,
+    NEEDS,
+    NEW_MODEL_BENCHMARKS,
     PROBE_BUDGET_S,
+    RECORDED_BENCHMARKS,
+    RECORDED_RUN,
     TOTAL_BUDGET_S,
+    WARM_UP_PER_BENCHMARK_S,
     Machine,
     Paths,
     build_steps,
@@ -25,9 +32,11 @@ from accounting.acceptance.plan import (
     gpu_skip_reason,
     gpu_test_files,
     model_size_that_fits,
+    planned_model,
     plugin_arguments,
     saved_runs,
 )
+from accounting.bench.round_telemetry import WARM_MAX_S
 from accounting.model.attention_kernels import AttentionDevice
 from accounting.bench.matrix import load_benchmarks
 from accounting.model_mfu.sizes import MODEL_SIZES
@@ -40,9 +49,11 @@ H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "total_bytes": 85 * 10**9, 
 
 
 def _machine(**changes):
+    """A GPU machine as the probe records it: the model size planned for its free memory, as the probe plans it."""
     values = {"gpu": True, "devices": (H100,), "nccl": True, "plugin_registered": False}
     values.update(changes)
-    return Machine(**values)
+    machine = Machine(**values)
+    return machine if "model" in changes else dataclasses.replace(machine, model=planned_model(machine))
 
 
 def _steps(machine, tmp_path, **kwargs):
@@ -52,6 +63,46 @@ def _steps(machine, tmp_path, **kwargs):
 
 def test_the_budgets_add_up_to_under_eight_minutes():
     assert sum(BUDGETS_S.values()) + PROBE_BUDGET_S <= TOTAL_BUDGET_S < 480
+
+
+RECORDED = ROOT / RECORDED_RUN
+
+
+def _gpu_benchmark_names() -> set[str]:
+    """The benchmarks `pytest -m gpu` runs now, named as pytest-benchmark names them (benchmarks.json's CUDA matrix)."""
+    config = load_benchmarks()
+    matmuls = config.device("cuda")
+    names = {f"test_gpu_matmul[{dtype}-{'x'.join(map(str, shape))}-cuda:0]"
+             for dtype in matmuls.dtypes for shape in matmuls.shapes}
+    model = config.model("cuda")
+    for size in dict.fromkeys((model.quick_size, model.size)):
+        precisions = model.precisions_of(size)
+        names |= {f"test_gpu_training_step[{size}-{precision}]" for precision in precisions}
+        names.add(f"test_gpu_training_step[{size}-{precisions[0]}-recompute]")
+    return names
+
+
+def test_each_budget_covers_its_need_recomputed_from_the_recorded_h200_run():
+    """Each step's need: its seconds in the recorded run (summary.json) plus the work added since; a budget below
+    its margin x need fails. The added benchmarks are counted from the recorded pytest-gpu.json and benchmarks.json."""
+    summary = json.loads((RECORDED / "summary.json").read_text())
+    recorded = {step["name"]: step["seconds"] for step in summary["steps"] if step["status"] != "skipped"}
+    benchmarks = {b["name"] for b in json.loads((RECORDED / "pytest-gpu.json").read_text())["benchmarks"]}
+    now = _gpu_benchmark_names()
+    assert len(benchmarks) == RECORDED_BENCHMARKS and benchmarks <= now
+    added = now - benchmarks
+    assert len(added) == NEW_MODEL_BENCHMARKS and all(name.startswith("test_gpu_training_step[") for name in added)
+    assert WARM_UP_PER_BENCHMARK_S == WARM_MAX_S  # the warm-up's own cap
+    gate = [name for name in now if any(part.strip() in name for part in GATE_BENCHMARKS.split(" or "))]
+    assert len(gate) == GATE_BENCHMARK_COUNT
+    budgets = {"probe": PROBE_BUDGET_S, **BUDGETS_S}
+    assert set(NEEDS) == set(budgets)
+    for name, need in NEEDS.items():
+        # the derivation starts from what was recorded (to the tenth of a second it quotes)
+        assert need.recorded_s == (None if name not in recorded else pytest.approx(recorded[name], abs=0.05)), name
+        seconds = recorded.get(name, 0.0) + sum(extra for extra, _why in need.added)
+        assert budgets[name] >= need.margin * seconds, (name, budgets[name], need.margin * seconds)
+        assert need.margin >= 1.2
 
 
 def test_every_step_has_its_budget_and_none_is_skipped_on_a_healthy_gpu_machine(tmp_path):

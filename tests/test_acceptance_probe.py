@@ -32,3 +32,16 @@ def test_missing_keeps_the_order_it_was_asked_in():
 def test_a_probe_record_with_fields_the_plan_does_not_use_still_reads():
     machine = Machine.from_probe({**probe(), "something_new": 1})
     assert isinstance(machine.devices, tuple)
+
+
+def test_the_probe_plans_the_model_size_for_the_gpu_it_found_and_says_why_it_did_not_without_one():
+    from accounting.acceptance.plan import model_size_that_fits
+    from accounting.acceptance.probe import plan_model
+
+    h200 = {"index": 0, "name": "NVIDIA H200", "total_bytes": 150 * 10**9, "free_bytes": 149 * 10**9,
+            "compute_capability": "9.0", "multiprocessors": 132}
+    found = {"gpu": True, "devices": [h200], "import_errors": []}
+    size, why = model_size_that_fits(Machine.from_probe(found))
+    assert plan_model(found) == {"name": size.name, "batch": size.batch_size, "why": why}
+    assert plan_model({"gpu": False, "devices": []})["why"] == "not planned: no GPU"
+    assert probe()["model"]["name"] is None or torch.cuda.is_available()

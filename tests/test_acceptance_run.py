@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from accounting.acceptance import cli
 from accounting.acceptance.outputs import ARCHIVE, MAX_FILES, check_outdir, over_limit, pack
@@ -30,7 +31,8 @@ GPU_PROBE = {"gpu": True, "no_gpu_reason": None, "nccl": True, "torch": "2.13.0+
              "devices": [{"index": 0, "name": "NVIDIA H200", "total_bytes": 150 * 10**9, "free_bytes": 149 * 10**9,
                           "compute_capability": "9.0", "multiprocessors": 132}],
              "missing_optional": ["ruptures", "beartype"], "missing_needed": [], "import_errors": [],
-             "plugin_registered": False, "python_version": "3.12.3"}
+             "plugin_registered": False, "python_version": "3.12.3",
+             "model": {"name": "tinyllama-1.1b", "batch": 4, "why": "tinyllama-1.1b at batch 4: fits 138.77 GiB free"}}
 
 
 class FakeSteps:
@@ -91,6 +93,28 @@ def test_each_step_is_handed_what_is_left_of_the_run_s_budget(tmp_path):
     assert [left for _name, left, *_ in steps.calls] == lefts
 
 
+def _a_gpu_this_process_must_not_start(monkeypatch):
+    """torch says a GPU is here, as on a lent machine; whatever would initialise CUDA in this process fails the test."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the acceptance run's own process initialised CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", refuse)
+    monkeypatch.setattr(torch.cuda, "init", refuse)
+
+
+def test_the_run_s_own_process_never_initialises_cuda(tmp_path, monkeypatch):
+    """A CUDA context in the run's process (about 0.5 GB) would be another process on the GPU for every step: the
+    plan, the model size included, is read from the probe's record, and nothing else asks the GPU."""
+    _a_gpu_this_process_must_not_start(monkeypatch)
+    record, steps, _out = _run(tmp_path)
+    assert not torch.cuda.is_initialized()
+    model = {step["name"]: step for step in record["steps"]}["model-mfu"]
+    assert model["status"] == PASSED and "--model tinyllama-1.1b --batch 4" in model["what"]
+    assert [name for name, *_ in steps.calls] == ["probe", "pytest-collect", *BUDGETS_S]
+
+
 def test_a_failed_step_does_not_stop_the_run_and_fails_its_exit_status(tmp_path):
     record, steps, _out = _run(tmp_path, statuses={"report-quick": FAILED})
     assert len(steps.calls) == len(BUDGETS_S) + 2
@@ -121,7 +145,7 @@ def test_without_a_gpu_every_gpu_step_is_skipped_and_the_run_passes_as_no_gpu(tm
     record, steps, out = _run(tmp_path, probe=probe)
     assert record["result"] == "no GPU" and cli.exit_status(record["result"]) == 0
     assert cli.verify_no_gpu_run(record, [p.name for p in out.iterdir()]) == []
-    assert "| clock-check | skipped | 0.0 | 25 |" in (out / "summary.md").read_text()
+    assert f"| clock-check | skipped | 0.0 | {BUDGETS_S['clock-check']:g} |" in (out / "summary.md").read_text()
 
 
 def test_a_probe_that_finds_the_package_broken_fails_and_skips_the_rest(tmp_path):

@@ -28,11 +28,13 @@ from accounting.acceptance.figures import (
     clock_figures,
     cuda_model_floor,
     fleet_headline,
+    gpu_check_figures,
     model_figures,
     pytest_figures,
     pytest_headline,
     report_figures,
     report_headline,
+    sweep_row_figures,
 )
 from accounting.acceptance.model_anchor import anchor_figures, anchor_headline
 from accounting.acceptance.outputs import ARCHIVE, LOGS_DIR, MAX_FILES, SUMMARY_JSON, SUMMARY_MD, check_outdir, over_limit, pack
@@ -90,7 +92,8 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
             return "", []
         headline = "; ".join(f"{c['dtype']}: time_matmul/events {c['package_over_events']:.3f}, host/events "
                              f"{c['host_over_events']:.3f}" for c in document.get("checks", []))
-        return headline, clock_figures(document, device_name, step=name)
+        return headline, clock_figures(document, device_name, step=name) + gpu_check_figures(document, device_name,
+                                                                                              step=name)
     if name in ("report", "report-quick", "fault-injection", "model-mfu"):
         path = {"report": out / REPORT_JSON, "report-quick": logs / "report-quick.json",
                 "fault-injection": logs / "fault.json", "model-mfu": logs / "model.json"}[name]
@@ -101,7 +104,8 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
             return report_headline(document), model_figures(document, step=name)
         if name == "fault-injection":
             return report_headline(document), []
-        return report_headline(document), report_figures(document, device_name, step=name)
+        rows = sweep_row_figures(document, step=name) if name == "report" else []
+        return report_headline(document), report_figures(document, device_name, step=name) + rows
     if name == "pytest-gpu":
         document = _read_json(out / PYTEST_JSON)
         log = logs / "pytest-gpu.log"

@@ -9,6 +9,7 @@ check's) and the device's name: no file is read here, so every rule is tested on
 """
 
 import re
+import statistics
 from dataclasses import dataclass
 
 from accounting.acceptance.expected import (
@@ -24,6 +25,7 @@ from accounting.acceptance.expected import (
     expected_ratio,
     judge,
 )
+from accounting.acceptance.gpu_checks import POWER_CAP
 from accounting.bench.matrix import load_benchmarks
 from accounting.errors import AccountingError
 
@@ -198,3 +200,99 @@ def pytest_headline(log_text: str) -> str:
         if counts and " in " in line:
             return ", ".join(f"{number} {word}" for number, word in counts)
     return ""
+
+
+# ---- the GPU checks: what only a real GPU answers -------------------------------------------------------------
+
+_TIMED_AS = {"time_fn": "time_fn, call by call", "back_to_back": "the package's back-to-back window",
+             "one_event_pair": "one event pair, back to back"}
+
+
+def _clock_note(entry: dict) -> str:
+    """``clock min/median/max 1410/1455/1500 MHz, 690 W`` from a window's telemetry (what of it there is)."""
+    clocks = [entry.get(name) for name in ("clock_mhz_min", "clock_mhz_median", "clock_mhz_max")]
+    parts = []
+    if any(value is not None for value in clocks):
+        parts.append("clock min/median/max " + "/".join("?" if v is None else f"{v:.0f}" for v in clocks) + " MHz")
+    if entry.get("power_w_median") is not None:
+        parts.append(f"{entry['power_w_median']:.0f} W")
+    if entry.get("throttle_reasons"):
+        parts.append(", ".join(entry["throttle_reasons"]))
+    return "; ".join(parts)
+
+
+def _median_entry(windows: list[dict]) -> dict:
+    """Each telemetry field's median over a way's windows (the turns)."""
+    merged = {}
+    for name in ("clock_mhz_min", "clock_mhz_median", "clock_mhz_max", "power_w_median"):
+        values = [w[name] for w in windows if w.get(name) is not None]
+        if values:
+            merged[name] = statistics.median(values)
+    merged["throttle_reasons"] = sorted({r for w in windows for r in w.get("throttle_reasons") or []})
+    return merged
+
+
+def gpu_check_figures(document: dict, device_name: str | None, *, step: str) -> list[Figure]:
+    """The clock check's GPU checks (:mod:`accounting.acceptance.gpu_checks`): the sustained shape's TFLOP/s after a
+    soak timed each way, with the clock's min/median/max (back to back: against mamf-finder's MSMF where measured),
+    the ratios to the one-event-pair loop, and the hot rounds' share with the power-cap reason during a round and
+    after its synchronize. A check not made is a figure without a value, its reason in the note."""
+    checks = document.get("gpu_checks") or {}
+    figures = []
+    sustained = checks.get("sustained_windows")
+    if sustained is not None:
+        label = f"{sustained.get('dtype', 'bfloat16')} {_shape(sustained.get('shape'))} after a soak"
+        if "median_tflops" not in sustained:
+            figures.append(Figure(step, f"{label}: sustained windows", None, "TFLOP/s",
+                                  note=f"not measured: {sustained.get('error') or sustained.get('skipped')}"))
+        else:
+            for how, tflops in sustained["median_tflops"].items():
+                windows = [w for w in sustained.get("windows", []) if w.get("how") == how]
+                expected = None if how == "time_fn" else expected_headline(device_name, "bfloat16", "sustained")
+                figures.append(Figure(step, f"{label}, {_TIMED_AS.get(how, how)}", tflops, "TFLOP/s", expected,
+                                      _clock_note(_median_entry(windows))))
+            figures.append(Figure(step, f"{label}: time_fn / one event pair", sustained["time_fn_over_one_event_pair"],
+                                  "×", note="above 1: the spin and synchronize between calls let the clock stay high",
+                                  digits=3))
+            if sustained.get("back_to_back_over_one_event_pair") is not None:
+                figures.append(Figure(step, f"{label}: the package's back to back / one event pair",
+                                      sustained["back_to_back_over_one_event_pair"], "×",
+                                      expected_ratio(AGREEMENT, "the same work back to back, timed two ways"), digits=3))
+    rounds = checks.get("hot_rounds")
+    if rounds is not None:
+        label = f"{rounds.get('dtype', 'bfloat16')} {_shape(rounds.get('shape'))} hot rounds"
+        if "after_sync" not in rounds:
+            figures.append(Figure(step, f"{label}: power-cap share", None, "",
+                                  note=f"not measured: {rounds.get('error') or rounds.get('skipped')}"))
+        else:
+            for side, words in (("during", "while the round runs"), ("after_sync", "after its synchronize")):
+                entry = rounds[side]
+                figures.append(Figure(step, f"{label}: share read with {POWER_CAP} {words}",
+                                      entry.get("power_cap_share"), "", note=f"{rounds['rounds']} rounds; "
+                                      + _clock_note({k: v for k, v in entry.items() if k != "per_round"}), digits=3))
+    return figures
+
+
+SWEEP_ROWS_SHOWN = 3
+"""Of each dtype's sweep, the fastest rows shown with their clock: where the physical check matters."""
+
+
+def sweep_row_figures(document: dict, *, step: str, rows: int = SWEEP_ROWS_SHOWN) -> list[Figure]:
+    """The fastest sweep rows of each dtype of a report, each figure beside its window's clock min/median/max
+    (``clock_mhz_min``, ``clock_mhz_median``, ``clock_mhz_max`` of the row; a row with one clock says so)."""
+    figures = []
+    for dtype, entry in (document.get("dtypes") or {}).items():
+        measured = sorted((row for row in entry.get("measurements") or [] if row.get("tflops") is not None),
+                          key=lambda row: row["tflops"], reverse=True)
+        for row in measured[:rows]:
+            if any(row.get(name) is not None for name in ("clock_mhz_min", "clock_mhz_median", "clock_mhz_max")):
+                note = _clock_note(row)
+            elif row.get("clock_mhz") is not None:
+                note = f"clock {row['clock_mhz']:.0f} MHz (the row gives one clock, no min/median/max)"
+            else:
+                note = "no clock read"
+            if row.get("tags"):
+                note += "; " + "; ".join(str(tag) for tag in row["tags"])
+            figures.append(Figure(step, f"{dtype} sweep row {_shape((row.get('m'), row.get('k'), row.get('n')))}",
+                                  row["tflops"], "TFLOP/s", note=note))
+    return figures

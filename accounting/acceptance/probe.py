@@ -4,9 +4,11 @@ It prints one JSON object: the interpreter, torch and its CUDA/ROCm build, every
 memory total and free, compute capability), whether NCCL is there, which packages the steps need
 or may use are missing, whether every module of the package imports, and whether the pytest
 plugin is registered (an installed package) or must be named with ``-p`` (a checkout on
-``PYTHONPATH``). The acceptance run reads it to decide which steps run and why the others are
-skipped. It runs apart so that a GPU driver that hangs or crashes fails the probe, not the run, and
-so that the run's own process never holds a CUDA context while the steps measure.
+``PYTHONPATH``), and the model size the model steps run (``model``: the largest that fits the first GPU's
+free memory, planned here because that asks torch's SDPA dispatcher on the GPU). The acceptance run reads
+it to decide which steps run and why the others are skipped. It runs apart so that a GPU driver that
+hangs or crashes fails the probe, not the run, and so that the run's own process never holds a CUDA
+context (about 0.5 GB, seen by every later step as another process on its GPU).
 
 :data:`OPTIONAL` names what is left out without a package, as the summary says it.
 
@@ -25,11 +27,9 @@ from pathlib import Path
 
 import torch
 
+from accounting.acceptance.plan import PLUGIN_MODULE, Machine, planned_model
 from accounting.bench.skips import gpu_skip_reason
 from accounting.hardware.devices import cuda_available
-
-PLUGIN_MODULE = "accounting.bench.plugin"
-"""The pytest plugin, named with ``-p`` when no installed distribution registers it (entry point ``pytest11``)."""
 
 PACKAGE = Path(__file__).resolve().parents[1]
 """The package's folder, whose every module the probe imports."""
@@ -92,10 +92,22 @@ def nccl_available() -> bool:
     return bool(distributed.is_available() and distributed.is_nccl_available())
 
 
+def plan_model(found: dict) -> dict:
+    """The model size and batch the model steps run on this machine (:func:`accounting.acceptance.plan.planned_model`),
+    or why none: planned in this process, which already holds the GPU, so that the run's own never does."""
+    if found.get("import_errors") or not found.get("gpu"):
+        return {"name": None, "batch": None, "why": "not planned: " + ("the package does not import"
+                                                                      if found.get("import_errors") else "no GPU")}
+    try:
+        return planned_model(Machine.from_probe(found))
+    except Exception as error:  # noqa: BLE001 - a planning failure is reported, the probe's other findings kept
+        return {"name": None, "batch": None, "why": f"planning failed: {type(error).__name__}: {error}"}
+
+
 def probe() -> dict:
     """What is here (see the module's description)."""
     gpu = cuda_available()
-    return {
+    found = {
         "python": sys.executable,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
@@ -111,6 +123,8 @@ def probe() -> dict:
         "import_errors": import_errors(),
         "plugin_registered": plugin_registered(),
     }
+    found["model"] = plan_model(found)
+    return found
 
 
 def main(argv=None) -> int:
