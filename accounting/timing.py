@@ -13,6 +13,9 @@ Recipe (as ``torch.utils.benchmark`` and ``triton.testing.do_bench`` do it):
 4. Repeat at least ``repeats`` times and for at least ``min_time_s``; report the
    median and the interquartile range (robust to the stragglers a shared machine makes).
 
+What a device *sustains* is another measurement: :func:`time_back_to_back` runs the calls back to back between
+one pair of events (no spin, no host synchronize between them) and divides their work by the window's time.
+
 >>> import torch
 >>> timing = time_matmul(torch.ones(64, 64), torch.ones(64, 64), repeats=5, min_time_s=0)
 >>> len(timing.samples) >= 5, timing.flops, timing.median > 0
@@ -213,6 +216,91 @@ def time_fn(
         samples.append(seconds)
         total += seconds
     return Timing.from_samples(samples, flops=flops, device=device, flop_count=count)
+
+
+BACK_TO_BACK_CHUNK_S = 0.02
+"""A back-to-back window marks an event after each chunk of calls; chunks double until one lasts this long."""
+
+
+@dataclass(frozen=True)
+class BackToBack:
+    """Calls run back to back between one pair of events: ``calls`` of them in ``seconds`` (the time between the
+    window's first and last event, idle gaps included), and ``chunks``, ``(calls, seconds)`` of each stretch between
+    two of its events. ``flops`` is one call's work.
+
+    >>> window = BackToBack(calls=4, seconds=2.0, chunks=((1, 0.5), (3, 1.5)), flops=10**12)
+    >>> window.flop_per_s / 1e12, window.per_call_s
+    (2.0, (0.5, 0.5))
+    """
+
+    calls: int
+    seconds: float
+    chunks: tuple[tuple[int, float], ...]
+    flops: int | None = None
+
+    @property
+    def flop_per_s(self) -> float:
+        """The window's work over its time."""
+        if self.flops is None:
+            raise AccountingError("this window has no flops; pass flops= to time_back_to_back")
+        return self.flops * self.calls / self.seconds
+
+    @property
+    def per_call_s(self) -> tuple[float, ...]:
+        """Seconds per call of each chunk (a chunk's time over its calls)."""
+        return tuple(seconds / calls for calls, seconds in self.chunks if calls)
+
+
+def time_back_to_back(fn: Callable[[], object], *, seconds: float, device="cpu", max_calls: int = MAX_REPEATS,
+                      flops: int | None = None, clock=None, chunk_s: float = BACK_TO_BACK_CHUNK_S) -> BackToBack:
+    """Run ``fn()`` back to back for ``seconds`` of the device's own time (at most ``max_calls`` calls): what a
+    device sustains, where :func:`time_fn` times each call alone.
+
+    One event before the first call and one after each chunk of calls; no spin, no flush, and the host never lets
+    the device run dry: before queuing a chunk it waits only for the end of the chunk before the last one, so the
+    device always has a chunk queued. The window's time is the time between its first and last event (the idle
+    gaps, if any, counted: on a GPU, its wall time); the last chunk is sized, from the calls timed so far, to end
+    the window within about a call of ``seconds``.
+    A power limiter averages over tens of milliseconds: :func:`time_fn`'s spin and host synchronize between calls
+    (a quarter to nearly half of each repetition for a product of 0.2-0.5 ms) let the clock stay high.
+
+    >>> window = time_back_to_back(lambda: sum(range(1000)), seconds=0.01)
+    >>> window.calls == sum(calls for calls, _ in window.chunks) and window.seconds >= 0.01
+    True
+    """
+    if not callable(fn):
+        raise AccountingTypeError(f"fn must be callable, got {fn!r}")
+    seconds = check_non_negative(seconds, "seconds")
+    max_calls = check_positive_size(max_calls, "max_calls")
+    chunk_s = check_positive(chunk_s, "chunk_s")
+    device = as_device(device)
+    if clock is None:
+        clock = clock_for(device)
+    elif device.type not in TIMED_KINDS:
+        timed_device(device)
+    clock.synchronize()
+    start = clock.mark()
+    marks, counts = [start], [0]
+    calls, size = 0, 1
+    while calls < max_calls and size > 0:
+        for _ in range(min(size, max_calls - calls)):
+            fn()
+            calls += 1
+        marks.append(clock.mark())
+        counts.append(calls)
+        if len(marks) < 3:
+            continue  # the first chunk is still running: queue the next one behind it
+        # Wait for the chunk before the last: the last is still queued, so the device is never idle.
+        done = clock.elapsed(start, marks[-2])
+        last_s = clock.elapsed(marks[-3], marks[-2])
+        per_call = last_s / (counts[-2] - counts[-3])
+        if last_s < chunk_s:
+            size *= 2
+        # The next chunk takes what is left once the queued one has run: the window ends within a call of `seconds`.
+        left = seconds - done - per_call * (counts[-1] - counts[-2])
+        size = min(size, math.ceil(left / per_call)) if per_call > 0 and left > 0 else 0
+    chunks = tuple((counts[i + 1] - counts[i], clock.elapsed(marks[i], marks[i + 1])) for i in range(len(marks) - 1))
+    return BackToBack(calls=calls, seconds=clock.elapsed(start, marks[-1]), chunks=chunks, flops=flops)
 
 
 def _repeat_rule(count, cap, min_time_s, names: tuple[str, str]) -> tuple[int, int, float]:

@@ -22,7 +22,7 @@ from accounting.report.results import BandwidthMeasurement, dtype_section
 from accounting.report.sweep import MatmulMeasurement
 from accounting.telemetry.sampler import snapshot
 from accounting.telemetry.validity import window_extra_info
-from accounting.timing import Timing
+from accounting.timing import BackToBack, Timing
 from tests.support.fake_nvml import SW_POWER_CAP, FakeGpu, FakeNvml
 from tests.support.simulated_telemetry import SimulatedSampler
 
@@ -250,8 +250,15 @@ def fake_timing(monkeypatch):
         simulated.advance(sum(samples))
         return Timing.from_samples(samples, flops=flops)
 
+    def fake_back_to_back(fn, *, seconds, device, max_calls, flops):
+        per_call = flops / (1e11 * (1 + math.log2(flops) / 100))
+        count = min(max_calls, max(1, math.ceil(seconds / per_call)))
+        simulated.advance(count * per_call)
+        return BackToBack(calls=count, seconds=count * per_call, chunks=((count, count * per_call),), flops=flops)
+
     monkeypatch.setattr(measuring, "matmul_case", lambda dtype, m, k, n, device: Case(m, k, n))
     monkeypatch.setattr(measuring, "time_fn", fake_time_fn)
+    monkeypatch.setattr(measuring, "time_back_to_back", fake_back_to_back)
     monkeypatch.setattr(run.measuring, "measure_bandwidth", lambda info: BandwidthMeasurement(2**29, 0.01, 0.0, 10))
     monkeypatch.setattr(measuring.MatmulTimer, "sleep", lambda self, seconds: simulated.advance(seconds))
     monkeypatch.setattr(measuring, "Sampler", lambda device, measure_clock: SimulatedSampler(device, simulated))

@@ -10,6 +10,8 @@ power cap, limit 700 W), the ``time_fn`` sweep row of the same shape (``report-b
 import pytest
 
 from accounting.hardware.devices import DeviceInfo
+from accounting.report import headlines as phase
+from accounting.report.headlines import Candidate, measure_headlines, sustained
 from accounting.report.measure import MatmulTimer
 from tests.support import h200_report_replay as recorded
 from tests.support.simulated_gpu import SimulatedH200
@@ -89,3 +91,37 @@ def test_fp8_back_to_back_reads_as_mamf_finders_msmf(gpu):
     tflops, telemetry = back_to_back(gpu, 1000, flops, "float8_e4m3fn")
     assert tflops == pytest.approx(1244.5, rel=0.03)
     assert telemetry["clock_mhz_median"] == pytest.approx(1325, rel=0.03)
+
+
+# ---- the package's measuring code on it ---------------------------------------------------------------------------
+
+
+def test_the_sustained_figure_is_the_back_to_back_figure_at_the_capped_clock(gpu):
+    """Timed call by call (a spin and a synchronize around each), the window read ≈ 790 TFLOP/s near 1890 MHz: the
+    burst again. Back to back it reads what the recorded 2-s windows read."""
+    timer = MatmulTimer(H200, target_s=0.2, case_factory=gpu.case_factory, telemetry="cuda:0")
+    candidate = Candidate(SHAPE, FLOPS, sweep_row()["seconds"])
+    product_j, product_flops = gpu.product_energy_j, gpu.product_flops
+    headline, windows = sustained(timer, "bfloat16", [candidate], deadline=timer.clock() + 8.0,
+                                  physical=recorded.physical())
+    assert headline.published, headline.reason
+    assert within(headline.tflops, 684.1, 689.1, 0.02)
+    assert headline.clock_mhz == pytest.approx(1455, rel=0.03)
+    assert headline.seconds >= phase.SUSTAINED_TARGET_S
+    assert headline.saturation.startswith("power")
+    # J/TFLOP is the products' energy over their work: nothing else ran in the window to count
+    truth = (gpu.product_energy_j - product_j) / (gpu.product_flops - product_flops) * 1e12
+    assert headline.j_per_tflop == pytest.approx(truth, rel=0.02)
+
+
+def test_the_headline_phase_ends_within_its_wall_budget(gpu):
+    timer = MatmulTimer(H200, target_s=0.2, case_factory=gpu.case_factory, telemetry="cuda:0")
+    row = sweep_row()
+    candidates = {"bfloat16": [Candidate(SHAPE, FLOPS, row["seconds"]),
+                               Candidate((4608, 6144, 5632), 2 * 4608 * 6144 * 5632, 0.0003995)],
+                  "float32": [Candidate((8192, 8192, 8192), 2 * 8192**3, 2 * 8192**3 / 54.0e12)],
+                  "float8_e4m3fn": [Candidate((8448, 8192, 16384), 2 * 8448 * 8192 * 16384, 0.0016)]}
+    budget = 12.0
+    started = gpu.now()
+    measure_headlines(timer, candidates, budget_s=budget, physical=recorded.physical())
+    assert gpu.now() - started <= budget

@@ -11,9 +11,11 @@ power limit and settles lower once hot and power-saturated. So, after the sweep:
 - **sustained** — after a thermal soak (:mod:`accounting.report.thermal_soak`: a large matmul
   for at most ``SOAK_MAX_S``, ended early once the clock is flat),
   the top ``TOP_CANDIDATES`` sweep shapes are timed ``CANDIDATE_REPEATS`` times each and
-  the fastest runs back to back, a ``LEAD_IN_S`` lead-in and then a window of at least one
-  second (two where the budget allows), telemetry sampled throughout; the figure is the window's work over its time, at the
-  median clock and power of its readings, published only with evidence of saturation
+  the fastest runs back to back (:func:`accounting.timing.time_back_to_back`: calls queued between one pair of
+  events, no spin or synchronize between them), a ``LEAD_IN_S`` lead-in and then a window of at least one
+  second (two where the budget allows), telemetry sampled throughout; the figure is the window's work over its time
+  (first event to last), at the median clock of its readings and the energy counter's average power, published only
+  with evidence of saturation
   (:mod:`accounting.report.saturation`), else withheld with the reason and the budget that
   would reach it.
 
@@ -41,6 +43,7 @@ from accounting.report.saturation import (
     saturation_evidence,
     saturation_tags,
     soak_may_help,
+    window_average_power_w,
     withheld_because,
 )
 from accounting.report.thermal_soak import SOAK_CHUNK_S, SOAK_MAX_S, SOAK_SHARE, Soak, soak
@@ -84,8 +87,10 @@ def spread(samples) -> float:
     return (max(samples) - min(samples)) / statistics.median(samples)
 
 
-def reproduce_command(dtype: str, shape, device: str, repeats: int) -> str:
-    """A shell command that times ``shape`` the way the headline did (the package's own matmul case and timer).
+def reproduce_command(dtype: str, shape, device: str, repeats: int, *, seconds: float | None = None) -> str:
+    """A shell command that times ``shape`` the way the headline did (the package's own matmul case and timer):
+    ``repeats`` calls each timed alone (:func:`accounting.timing.time_fn`, a burst), or with ``seconds`` calls back to
+    back for that long (:func:`accounting.timing.time_back_to_back`, a sustained window).
 
     ``dtype`` may be a headline key naming an fp8 accumulation (:mod:`accounting.report.accumulation`).
 
@@ -93,12 +98,18 @@ def reproduce_command(dtype: str, shape, device: str, repeats: int) -> str:
     'python -c "from accounting.timing import matmul_case, time_fn; c = matmul_case(\\'float32\\', 1024, 512, 256, ...'
     >>> "fp8_fast_accum=False" in reproduce_command(default_key("float8_e4m3fn"), (64, 64, 64), "cuda:0", 9)
     True
+    >>> "time_back_to_back(c.fn, seconds=2.07," in reproduce_command("bfloat16", (64, 64, 64), "cuda:0", 4400, seconds=2.07)
+    True
     """
     m, k, n = shape
     name, accumulation = split_key(dtype)
     options = "".join(f", {key}={value!r}" for key, value in case_options(accumulation).items())
-    return (f"python -c \"from accounting.timing import matmul_case, time_fn; "
-            f"c = matmul_case('{name}', {m}, {k}, {n}, '{device}'{options}); "
+    case = f"c = matmul_case('{name}', {m}, {k}, {n}, '{device}'{options}); "
+    if seconds is not None:
+        return (f"python -c \"from accounting.timing import matmul_case, time_back_to_back; {case}"
+                f"w = time_back_to_back(c.fn, seconds={seconds:.3g}, device='{device}', max_calls={repeats}, "
+                f"flops=c.flops); print(w.flop_per_s / 1e12, 'TFLOP/s')\"")
+    return (f"python -c \"from accounting.timing import matmul_case, time_fn; {case}"
             f"t = time_fn(c.fn, device='{device}', repeats={repeats}, min_time_s=0); "
             f"print(c.flops / t.median / 1e12, 'TFLOP/s')\"")
 
@@ -162,7 +173,7 @@ def _energy(window: Window, flops: int):
     if joules is None:
         why = (window.telemetry or {}).get("unavailable", {}).get("energy_j", "no telemetry")
         return None, None, None, why
-    work_tflop = flops * len(window.samples) / TERA
+    work_tflop = flops * window.call_count / TERA
     return joules, window.telemetry.get("energy_source"), joules / work_tflop, None
 
 
@@ -242,20 +253,22 @@ def sustained(device: HeadlineDevice, dtype: str, candidates: list[Candidate], *
 
 def _sustained_headline(dtype, window: Window, candidate: Candidate, device_name, physical) -> Headline:
     joules, source, per_tflop, why = _energy(window, candidate.flops)
-    seconds = sum(window.samples)
-    rate = candidate.flops * len(window.samples) / seconds if seconds > 0 else None
+    seconds = window.window_s
+    calls = window.call_count
+    rate = candidate.flops * calls / seconds if seconds > 0 else None
     name = split_key(dtype)[0]
     reason = withheld_because(window.telemetry, seconds=seconds, flops_per_s=rate, dtype=name, physical=physical)
     steadiness = window_spread(window.samples)
     return Headline(
         name, "sustained", reason is None, flops_per_s=rate,
-        shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples), seconds=seconds,
-        clock_mhz=summary_clock_mhz(window.telemetry), power_w=window_power_w(window.telemetry),
+        shape=candidate.shape, flops=candidate.flops, repeats=calls, seconds=seconds,
+        clock_mhz=summary_clock_mhz(window.telemetry), power_w=window_average_power_w(window.telemetry),
         power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"),
         saturation=saturation_evidence(window.telemetry), energy_j=joules, energy_source=source,
         j_per_tflop=per_tflop, energy_unavailable=why, telemetry=window.telemetry, spreads=(steadiness,),
         reason=None if reason is None else f"withheld: {reason}",
-        command=reproduce_command(dtype, candidate.shape, device_name, len(window.samples)),
+        command=reproduce_command(dtype, candidate.shape, device_name, calls,
+                                  seconds=seconds if window.seconds is not None else None),
     )
 
 

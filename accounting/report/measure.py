@@ -28,7 +28,7 @@ from accounting.report.results import BandwidthMeasurement
 from accounting.report.sweep import SIZE_MULTIPLE, MatmulMeasurement
 from accounting.report.waves import CPU_TILE, GPU_TILE, WaveGrid
 from accounting.telemetry.sampler import Sampler
-from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_fn
+from accounting.timing import MEMORY_FRACTION, matmul_bytes, matmul_case, should_flush_l2, time_back_to_back, time_fn
 
 MIN_REPEATS = 3
 """Timed calls per shape at least (a median of fewer says little)."""
@@ -139,7 +139,8 @@ class MatmulTimer:
 
     def repeat(self, dtype, shape, repeats: int, *, seconds: float | None = None) -> Window:
         """Time ``repeats`` single calls of ``shape`` (after one untimed call) inside one telemetry window; with
-        ``seconds``, calls until that much time of them has passed (at most ``repeats``).
+        ``seconds``, run the calls back to back (:func:`accounting.timing.time_back_to_back`: no spin, no flush,
+        no host synchronize between them) until that much of the device's time has passed (at most ``repeats``).
 
         ``dtype`` may be a headline key naming an fp8 accumulation
         (:func:`accounting.report.accumulation.default_key`): the product then runs with it, and its first
@@ -157,9 +158,16 @@ class MatmulTimer:
             self.checks[dtype] = self.checker(name, case)  # the variant the sweep did not check
         sampler_context = self._sampler(measure_clock=True)
         with sampler_context as sampler:
-            timing = time_fn(case.fn, device=device, warmup=0, repeats=repeats if seconds is None else 1,
-                             min_time_s=seconds or 0, max_repeats=repeats, flops=case.flops,
-                             flush_cache=should_flush_l2(device, *case.operands))
+            if seconds is not None:
+                window = time_back_to_back(case.fn, seconds=seconds, device=device, max_calls=repeats,
+                                           flops=case.flops)
+            else:
+                timing = time_fn(case.fn, device=device, warmup=0, repeats=repeats, min_time_s=0,
+                                 max_repeats=repeats, flops=case.flops,
+                                 flush_cache=should_flush_l2(device, *case.operands))
+        if seconds is not None:
+            return Window(samples=window.per_call_s, telemetry=self._readings(sampler), calls=window.calls,
+                          seconds=window.seconds)
         return Window(samples=timing.samples, telemetry=self._readings(sampler))
 
     def clock(self) -> float:

@@ -6,8 +6,9 @@ A sustained figure says what a hot device does under steady load, so its window 
   an energy counter updates every 20–100 ms; 9 single products of 1–2 ms each measure the burst again);
 - on a GPU, telemetry sampled throughout it, at least ``MIN_READINGS`` readings (its clock and power
   are the readings' medians: an edge reading taken at the end of a soak cannot stand for them);
-- evidence of saturation: the median power at least ``SATURATION_POWER_FRACTION`` × the power limit
-  the device enforces, or a power-cap or thermal throttle reason during the window;
+- evidence of saturation: the average power (the energy counter's, else the readings' median) at least
+  ``SATURATION_POWER_FRACTION`` × the power limit the device enforces, or a power-cap or thermal throttle
+  reason during the window;
 - a settled clock: the medians of its first and second half of readings within
   ``CLOCK_SETTLED_FRACTION`` of each other;
 - the figure within what the SMs can do at that clock
@@ -53,6 +54,22 @@ def is_gpu_window(telemetry) -> bool:
     return telemetry.get("backend") in GPU_BACKENDS or telemetry.get("power_limit_w") is not None
 
 
+def window_average_power_w(telemetry) -> float | None:
+    """The window's average power: its energy counter's joules over its seconds where it has an energy counter (what a
+    power limiter acts on: no instant reading, high or low, moves it), else the median of its readings.
+
+    >>> window_average_power_w({"energy_j": 1380.0, "energy_source": "counter", "duration_s": 2.0, "power_w_median": 650.0})
+    690.0
+    >>> window_average_power_w({"energy_j": 1300.0, "energy_source": "power×time", "duration_s": 2.0, "power_w_median": 650.0})
+    650.0
+    """
+    telemetry = telemetry or {}
+    joules, seconds = telemetry.get("energy_j"), telemetry.get("duration_s")
+    if telemetry.get("energy_source") == "counter" and joules is not None and seconds:
+        return joules / seconds
+    return window_power_w(telemetry)
+
+
 def saturation_evidence(telemetry) -> str | None:
     """What shows the window was power- or thermally saturated (``None``: nothing does).
 
@@ -62,7 +79,7 @@ def saturation_evidence(telemetry) -> str | None:
     'throttle reason sw_power_cap'
     """
     telemetry = telemetry or {}
-    power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
+    power, limit = window_average_power_w(telemetry), telemetry.get("power_limit_w")
     if power is not None and limit and power >= SATURATION_POWER_FRACTION * limit:
         return f"power {power:.0f} W ≥ {SATURATION_POWER_FRACTION} × the enforced limit {limit:.0f} W"
     reasons = saturating_reasons(telemetry)
@@ -145,7 +162,7 @@ def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = N
     if impossible:
         reasons.append(impossible)
     if not_saturated(telemetry):
-        power, limit = window_power_w(telemetry), telemetry.get("power_limit_w")
+        power, limit = window_average_power_w(telemetry), telemetry.get("power_limit_w")
         drew = "power unknown" if power is None else f"{power:.0f} W"
         against = "" if not limit else f" < {SATURATION_POWER_FRACTION} × the enforced limit {limit:.0f} W"
         reasons.append(f"not power-saturated: {drew}{against} and no power-cap or thermal throttle reason")
