@@ -15,6 +15,8 @@
   read inside the model's forward, and messages that name the offending value.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hypothesis import assume, example, given, settings
@@ -522,6 +524,19 @@ def test_a_step_is_checked_against_the_device_it_is_on():
     with pytest.raises(AccountingError) as caught:
         check_step_device(step, "cpu:1")
     assert str(caught.value) == "the model's parameters are on cpu but device='cpu:1' was given"
+
+
+def test_cuda_without_an_index_is_the_device_the_step_is_on():
+    """A step on cuda:1 measured with device="cuda" is timed and measured on cuda:1 (whatever the current device),
+    and a batch left on another CUDA device is named."""
+    on = lambda index: torch.device("cuda", index)  # noqa: E731
+    step = SimpleNamespace(device=on(1), tokens=SimpleNamespace(device=on(1)))
+    assert check_step_device(step, "cuda") == on(1)
+    assert check_step_device(step, "cuda:1") == on(1)
+    split = SimpleNamespace(device=on(1), tokens=SimpleNamespace(device=on(0)))
+    with pytest.raises(AccountingError) as caught:
+        check_step_device(split, "cuda")
+    assert str(caught.value) == "the tokens are on cuda:0 but device='cuda' was given"
 
 
 def test_a_batch_moved_off_the_models_device_is_named():

@@ -222,12 +222,17 @@ def build_training_step(size: ModelSize, *, precision: str = "fp32", device="cpu
 
 
 def check_step_device(step: TrainingStep, device) -> torch.device:
-    """``device`` as a torch device, if the step's model and batch are on it; else an error naming both."""
-    device = as_device(device)
+    """``device`` as a torch device, if the step's model and batch are on it; else an error naming both.
+
+    ``"cuda"`` without an index stands for the CUDA device the model is on (returned with its index), not the
+    current one: the timing's events, the peak memory and the attention kernel are read on that device.
+    """
+    given = as_device(device)
+    device = step.device if given.type == "cuda" and given.index is None and step.device.type == "cuda" else given
     for what, actual in (("model's parameters", step.device), ("tokens", step.tokens.device)):
         # A CPU tensor's device has no index: "cpu:0" names the same device as "cpu".
         if actual.type != device.type or (device.index is not None and (actual.index or 0) != device.index):
-            raise AccountingError(f"the {what} are on {actual} but device={str(device)!r} was given")
+            raise AccountingError(f"the {what} are on {actual} but device={str(given)!r} was given")
     return device
 
 
