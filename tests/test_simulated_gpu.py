@@ -14,7 +14,7 @@ from accounting.report import headlines as phase
 from accounting.report.headlines import Candidate, measure_headlines, sustained
 from accounting.report.measure import MatmulTimer
 from tests.support import h200_report_replay as recorded
-from tests.support.simulated_gpu import SimulatedH200
+from tests.support.simulated_gpu import SimulatedGpuSampler, SimulatedH200
 
 SHAPE = (4608, 6208, 5632)
 """The report's sustained shape on the recorded H200 (the 2-s windows ran it)."""
@@ -125,3 +125,24 @@ def test_the_headline_phase_ends_within_its_wall_budget(gpu):
     started = gpu.now()
     measure_headlines(timer, candidates, budget_s=budget, physical=recorded.physical())
     assert gpu.now() - started <= budget
+
+
+def test_the_sweeps_window_opens_after_the_operands_exist_and_the_untimed_calls_ran(gpu, monkeypatch):
+    """No reading of the window is from before the shape's work: the untimed first call (and its warm-ups) have
+    run when the window opens."""
+    opened = []
+
+    class Opening(SimulatedGpuSampler):
+        def __enter__(self):
+            opened.append(gpu.products)
+            return super().__enter__()
+
+    from accounting.report import measure
+    monkeypatch.setattr(measure, "Sampler", lambda device, **kwargs: Opening(gpu, device))
+    timer = MatmulTimer(H200, target_s=0.2, case_factory=gpu.case_factory, telemetry="cuda:0")
+    before = gpu.products
+    measurement = timer("bfloat16", *SHAPE)
+    (products_at_open,) = opened
+    untimed = products_at_open - before
+    assert untimed >= 1
+    assert gpu.products - before == untimed + measurement.repeats  # every timed call ran inside the window

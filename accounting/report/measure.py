@@ -198,8 +198,11 @@ class MatmulTimer:
     def __call__(self, dtype, m, k, n):
         sampler = None
         try:
+            case = self._prepare(dtype, m, k, n)
+            # The window opens once the operands exist and the untimed calls have run: no reading in it is from
+            # before this shape's work (the previous shape's clock, or the idle device while operands were made).
             with self._sampler(measure_clock=False) as sampler:
-                timing, case = self._time(dtype, m, k, n)
+                timing = self._time(case)
             check = None if self.checker is None else self.checker(dtype, case, timed=True)  # outside the timed window
         except RuntimeError as error:  # torch.cuda.OutOfMemoryError is one
             if not _out_of_memory(error):
@@ -213,21 +216,27 @@ class MatmulTimer:
         return MatmulMeasurement(dtype, m, k, n, timing.flops, timing.median, timing.iqr, len(timing.samples),
                                  telemetry=self._readings(sampler), check=check)
 
-    def _time(self, dtype, m, k, n):
-        """``(timing, case)``: the shape's timed calls, and the case they timed (for the check)."""
+    def _prepare(self, dtype, m, k, n):
+        """The shape's case, after its untimed first call (which says how long a call takes) and its warm-up calls."""
         device = self.info.device
         case = (self.case_factory or matmul_case)(dtype, m, k, n, device)
         synchronize(device)
         before = time.perf_counter()
         case.fn()
         synchronize(device)
-        first_call = time.perf_counter() - before
-        timing = time_fn(
-            case.fn, device=device, warmup=self._warmup(first_call), repeats=MIN_REPEATS, min_time_s=self.target_s,
+        for _ in range(self._warmup(time.perf_counter() - before)):
+            case.fn()
+        synchronize(device)
+        return case
+
+    def _time(self, case):
+        """The shape's timed calls (warm already: :meth:`_prepare`)."""
+        device = self.info.device
+        return time_fn(
+            case.fn, device=device, warmup=0, repeats=MIN_REPEATS, min_time_s=self.target_s,
             max_repeats=MAX_REPEATS, flops=case.flops,
             flush_cache=should_flush_l2(device, *case.operands),
         )
-        return timing, case
 
 
 def least_bandwidth_bytes(info: DeviceInfo) -> int:
