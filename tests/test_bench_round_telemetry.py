@@ -5,6 +5,7 @@ The truths: the order of events a pytest-benchmark ``pedantic`` makes (setup, th
 and the fake backend's clock, which rises from idle as calls are made and is throttled in one round.
 """
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -73,19 +74,51 @@ def test_warm_up_reaches_the_working_clock_before_the_first_timed_round(monkeypa
     assert backend.closed
 
 
-def test_each_timed_round_is_read_after_it_ends_and_warm_up_rounds_are_not(monkeypatch):
-    log = []
-    warm_calls = 4  # 945, 1545, 1980, 1980, 1980 MHz: settled at the fifth call, so calls 1-5 warm up
-    extra = _run(monkeypatch, RisingGpu(log, hot_calls={5 + 1 + 3}), log)  # + 1 pedantic warm-up, 3rd timed round
-    record = extra["telemetry_rounds"]
-    assert extra["warmup"]["calls"] == warm_calls + 1
-    assert record["clock_mhz"] == [1980.0, 1980.0, 1410.0, 1980.0]
-    assert record["throttle_reasons"] == [[], [], ["hw_slowdown"], []]
-    stops = [index for index, event in enumerate(log) if event == "timed stop"]
-    warm_up, timed = stops[0], stops[1:]  # pedantic's own warm-up round, then the 4 timed ones
-    assert log[warm_up + 1] != "read"
-    assert all(log[index + 1] == "read" for index in timed)  # read right after each timed round, never inside it
-    assert all(log[index - 2:index + 1] == ["timed start", "fn", "timed stop"] for index in stops)  # nothing else
+HOT_CALL = 3 + 1 + 3
+"""The third timed round's call: after the warm-up's 3 (three idle readings alike settle it) and pedantic's 1."""
+
+
+class CappedWhileBusyGpu:
+    """A device held at its power cap (sw_power_cap, 1455 MHz) while a call runs, idle (gpu_idle, 345 MHz) once it
+    has synchronized: what a reading after the round's sync sees is the idle edge, not the round. The third timed
+    call also runs into a thermal slowdown."""
+
+    def __init__(self):
+        self.busy, self.calls, self.closed = False, 0, False
+
+    def call(self, seconds):
+        self.calls += 1
+        self.busy = True
+        time.sleep(seconds)
+        self.busy = False  # the call's synchronize returned
+
+    def read(self, *, edge):
+        if not self.busy:
+            return Reading(time.perf_counter(), clock_mhz=345.0, power_w=90.0)
+        hot = ("hw_thermal_slowdown",) if self.calls == HOT_CALL else ()
+        return Reading(time.perf_counter(), clock_mhz=1455.0, power_w=700.0, throttle_reasons=("sw_power_cap", *hot))
+
+    def close(self):
+        self.closed = True
+
+
+def test_each_timed_round_is_read_while_it_runs_not_at_its_idle_edge(monkeypatch):
+    """Rounds of 100 ms, read every 20 ms: each has readings of its own, all under the power cap, and the hot round
+    alone says so; a reading after each round (its teardown) would have seen 345 MHz and no reason at all."""
+    gpu = CappedWhileBusyGpu()
+    monkeypatch.setattr(fixture, "open_round_backend", lambda device: gpu)
+    monkeypatch.setattr(fixture, "synchronize", lambda device: None)
+    monkeypatch.setattr(fixture, "peak_memory", lambda target, setup, device: {})
+    monkeypatch.setattr("accounting.bench.round_telemetry.SETTLE_SPACING_S", 0.0)
+    runner = FlopsBenchmark(Pedantic([]), SimpleNamespace(getoption=lambda name, default=None: None))
+    runner._infos["cpu"] = DeviceInfo("cpu", "fake", None, 2**30, cores=1, clock_ghz=1.0)
+    runner(lambda: gpu.call(0.1), flops=10**9, dtype="float32", device="cpu", rounds=4, warmup_rounds=1)
+    record = runner.benchmark.extra_info["telemetry_rounds"]
+    assert runner.benchmark.extra_info["warmup"]["calls"] == 3, "HOT_CALL assumes it"
+    assert record["clock_mhz"] == [1455.0] * 4 and record["power_w"] == [700.0] * 4
+    assert record["throttle_reasons"] == [["sw_power_cap"]] * 2 + [["sw_power_cap", "hw_thermal_slowdown"],
+                                                                   ["sw_power_cap"]]
+    assert all(count >= 1 for count in record["samples"]) and record["read"].startswith("during the rounds")
 
 
 def test_on_the_cpu_nothing_is_warmed_or_read(monkeypatch):

@@ -24,23 +24,35 @@ from accounting.gate.stats import Decision
 from accounting.gate.storage import parse_run
 from accounting.telemetry.gpu_nvml import NvmlBackend
 from accounting.telemetry.readings import Reading
-from tests.support.fake_nvml import HW_SLOWDOWN, SW_POWER_CAP, FakeGpu, FakeNvml, FakeTime
+from tests.support.fake_nvml import GPU_IDLE, HW_SLOWDOWN, SW_POWER_CAP, FakeGpu, FakeNvml, FakeTime
 from tests.support.gate_runs import MATMUL, document
 
 
 def _record_rounds(clocks, masks, warmup_rounds=2):
-    """Run a RoundReadings over a real NVML backend on a fake GPU whose clock and mask change each round."""
+    """Run a RoundReadings over a real NVML backend on a fake GPU whose clock and mask change each round: read
+    during each round (the thread's reading, here taken by hand), idle at each round's end."""
     nvml = FakeNvml([FakeGpu()])
-    backend = NvmlBackend(nvml, 0, now=FakeTime())
-    recorder = RoundReadings(backend, warmup_rounds=warmup_rounds, rounds=len(clocks))
+    clock = FakeTime()
+    backend = NvmlBackend(nvml, 0, now=clock)
+    recorder = RoundReadings(backend, warmup_rounds=warmup_rounds, rounds=len(clocks), thread=False, now=clock)
     gpu = nvml.gpus[0]
-    for _ in range(warmup_rounds):
-        gpu.clock_mhz, gpu.throttle_mask = 345.0, HW_SLOWDOWN  # the warm-up's readings must not be kept
-        recorder.teardown()
-    for clock, mask in zip(clocks, masks):
-        gpu.clock_mhz, gpu.throttle_mask = clock, mask
+
+    def round_ends():
+        clock.t += 0.001
+        gpu.clock_mhz, gpu.throttle_mask = 345.0, GPU_IDLE  # synchronized: idle until the next round
         recorder.teardown()  # pedantic's teardown: right after the round
-    recorder.teardown()  # a call beyond the timed rounds (pytest-benchmark's profiling) is not read either
+
+    for _ in range(warmup_rounds):
+        clock.t += 0.03
+        gpu.clock_mhz, gpu.throttle_mask = 1200.0, HW_SLOWDOWN  # the warm-up's readings must not be kept
+        recorder.sample()
+        round_ends()
+    for round_clock, mask in zip(clocks, masks):
+        clock.t += 0.03
+        gpu.clock_mhz, gpu.throttle_mask = round_clock, mask
+        recorder.sample()  # during the round
+        round_ends()
+    recorder.teardown()  # a call beyond the timed rounds (pytest-benchmark's profiling) is not counted either
     return recorder.record()
 
 
@@ -83,8 +95,12 @@ def test_a_backend_that_fails_stops_the_record_and_says_after_which_round():
                 raise RuntimeError("GPU is lost")
             return Reading(0.0, clock_mhz=1980.0)
 
-    recorder = RoundReadings(Failing(), warmup_rounds=0, rounds=5)
+    clock = FakeTime()
+    recorder = RoundReadings(Failing(), warmup_rounds=0, rounds=5, thread=False, now=clock)
     for _ in range(5):
+        clock.t += 0.03
+        recorder.sample()
+        clock.t += 0.001
         recorder.teardown()
     record = recorder.record()
     assert record["clock_mhz"] == [1980.0, 1980.0]
@@ -167,8 +183,8 @@ def test_a_per_round_record_still_hears_the_windows_neighbours_and_throttling_be
               "tags": ["throttled: hw_slowdown", "busy: GPU 1: 50% utilised, 30.0 GiB used"]}
     telemetry = rounds_telemetry({"telemetry_rounds": record, "telemetry": window}, 4)
     reasons = rounds_disturbances(telemetry)
-    assert reasons == ["throttled (hw_slowdown) during the rounds' telemetry window, between the readings after "
-                       "each round"], "a busy sibling GPU shares nothing of this one"
+    assert reasons == ["throttled (hw_slowdown) during the rounds' telemetry window, between the rounds' own "
+                       "readings"], "a busy sibling GPU shares nothing of this one"
     shared = dict(window, tags=["busy: other processes hold 6.00 GiB on the device; GPU 1: 50% utilised"])
     assert rounds_disturbances(rounds_telemetry({"telemetry_rounds": record, "telemetry": shared}, 4))[1] == (
         "rounds 1-4 of 4: other processes hold 6.00 GiB on the device"), "an older window: its tag's words"

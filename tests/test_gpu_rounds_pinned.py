@@ -108,17 +108,22 @@ def test_another_process_over_the_memory_limit_or_a_busy_sibling_disturbs_and_th
     assert rounds_disturbances(over) == ["rounds 2-3 of 3: other processes held 5.0 GiB on the device"]
 
 
-def test_busy_siblings_are_read_per_round_or_from_the_window_and_named():
-    """A round with no busy sibling of its own takes the window's (the window also saw between the readings)."""
+def test_busy_siblings_decide_nothing_and_an_older_windows_words_about_other_processes_do():
+    """A sibling GPU shares neither this GPU's power limit nor its memory: per round or in the window's busy tag it
+    is not a disturbance. A window saved before it kept other processes' bytes says them only in its tag's words."""
     info = {**per_round([1980, 1980, 1980], busy_siblings=[[], ["gpu3"], []],
                         other_process_memory_bytes=[0, 5 * GIB, 0]), **window(tags=["busy: gpu7", "throttled: x"])}
     found = rounds_telemetry(info, 3)
-    assert [s.busy for s in found.stretches] == [("gpu7",), ("gpu3",), ("gpu7",)]
-    assert rounds_disturbances(found) == ["rounds 1-3 of 3: other processes held 5.0 GiB on the device; "
-                                          "other GPUs busy (gpu3, gpu7)"]
-    busy_only = rounds_telemetry(window(tags=["busy: gpu5"]), 4)
-    assert busy_only.stretches[0].busy == ("gpu5",)
-    assert rounds_disturbances(busy_only) == ["rounds 1-4 of 4 (one telemetry window): other GPUs busy (gpu5)"]
+    assert [s.busy for s in found.stretches] == [(), (), ()]
+    assert rounds_disturbances(found) == ["round 2 of 3: other processes held 5.0 GiB on the device"]
+    assert rounds_disturbances(rounds_telemetry(window(tags=["busy: gpu5"]), 4)) == []
+    older = rounds_telemetry(window(tags=["busy: other processes hold 6.00 GiB on the device; gpu5"]), 4)
+    assert older.stretches[0].busy == ("other processes hold 6.00 GiB on the device",)
+    assert rounds_disturbances(older) == [
+        "rounds 1-4 of 4 (one telemetry window): other processes hold 6.00 GiB on the device"]
+    kept = {"telemetry": dict(window(tags=["busy: gpu5"])["telemetry"], other_process_memory_bytes=5 * GIB)}
+    assert rounds_disturbances(rounds_telemetry(kept, 4)) == [
+        "rounds 1-4 of 4 (one telemetry window): other processes held 5.0 GiB on the device"]
 
 
 def baselines(*clocks, capped=False):

@@ -9,12 +9,16 @@ once work starts; at full load the power cap then moves the clock with the power
   clock has settled — :data:`SETTLE_READINGS` readings, at least :data:`SETTLE_SPACING_S` apart,
   within :data:`SETTLE_TOLERANCE` of one another — or :data:`WARM_MAX_S` has passed, and says how
   long that took (``extra_info["warmup"]``);
-- :class:`RoundReadings` reads the device right after each timed round (pytest-benchmark's
-  ``teardown``, outside the timed call; the round has just synchronized), so the saved run keeps
-  each round's clock, power, temperature and throttle reasons beside its time
-  (``extra_info["telemetry_rounds"]``, lists in round order). The regression gate judges a
-  disturbance and tells a slower clock from a slower product from them
-  (:mod:`accounting.gate.gpu_rounds`).
+- :class:`RoundReadings` reads the device *during* the timed rounds, from a thread every
+  :data:`ROUND_INTERVAL_S`, and pytest-benchmark's ``teardown`` after each round marks where it ended
+  (nothing is read there: the round has just synchronized, the device is at its idle edge, its power a
+  reading of the gap and its ``sw_power_cap`` perhaps already cleared). Each round keeps the readings
+  taken between the previous round's end and its own (its untimed setup, an L2 flush, is GPU work too);
+  a round shorter than the interval has none of its own and takes the reading nearest in time within the
+  timed rounds (``samples`` says which: 0). The saved run keeps each round's clock, power, temperature and
+  throttle reasons beside its time (``extra_info["telemetry_rounds"]``, lists in round order, ``read``
+  saying how they were taken). The regression gate judges a disturbance and tells a slower clock from a
+  slower product from them (:mod:`accounting.gate.gpu_rounds`).
 
 A reading the backend cannot give is ``None``; a backend that fails stops the recording (the
 timing goes on) and the record says so.
@@ -28,12 +32,14 @@ timing goes on) and the record says so.
 """
 
 import math
+import statistics
+import threading
 import time
 
 import torch
 
 from accounting.telemetry.gpu import open_gpu_backend
-from accounting.telemetry.readings import NoBackend
+from accounting.telemetry.readings import GPU_INTERVAL_S, NoBackend
 
 SETTLE_READINGS = 3
 """Consecutive clock readings within :data:`SETTLE_TOLERANCE` of one another that make a settled clock."""
@@ -45,7 +51,17 @@ WARM_MAX_S = 2.0
 """The warm-up gives up after this long (an unsteady clock is then recorded as not settled, and the gate sees the
 rounds' own clocks)."""
 ROUND_FIELDS = ("clock_mhz", "power_w", "temperature_c", "throttle_reasons")
-"""What is kept of each round's reading (``extra_info["telemetry_rounds"]``)."""
+"""What is kept of each round's readings (``extra_info["telemetry_rounds"]``): the median clock and power, the
+highest temperature, every throttle reason seen."""
+ROUND_INTERVAL_S = GPU_INTERVAL_S
+"""Seconds between the thread's readings during the rounds (the telemetry window's rate: NVML's power updates
+every 20-100 ms)."""
+ROUNDS_SILENT_S = 60.0
+"""The reading thread stops itself when no round has ended for this long (pytest-benchmark stopped calling
+``teardown``: the rounds failed)."""
+READ_DURING = (f"during the rounds, every {ROUND_INTERVAL_S * 1e3:.0f} ms by a thread; a round without a reading of "
+               "its own (samples 0) has the one nearest in time")
+"""``telemetry_rounds["read"]``: how the readings were taken (runs saved before read them after each round)."""
 
 
 def warm_to_working_clock(call, read, *, now=time.perf_counter, max_s: float = WARM_MAX_S) -> dict:
@@ -81,55 +97,125 @@ def warm_to_working_clock(call, read, *, now=time.perf_counter, max_s: float = W
             "settled": settled}
 
 
-def _plain(value):
-    """A reading's field as JSON keeps it (the throttle reasons' tuple as a list)."""
-    return list(value) if isinstance(value, tuple) else value
-
-
 class RoundReadings:
-    """Reads ``backend`` after each timed round: pass :meth:`teardown` as pytest-benchmark ``pedantic``'s teardown.
+    """Reads ``backend`` during the timed rounds; pass :meth:`teardown` as pytest-benchmark ``pedantic``'s teardown.
 
-    ``warmup_rounds``: the calls ``pedantic`` makes before the timed ones (their teardowns are not recorded);
-    ``rounds``: the timed rounds (teardowns beyond them, as pytest-benchmark's profiling calls, are not either).
+    ``warmup_rounds``: the calls ``pedantic`` makes before the timed ones (the first timed round begins when the
+    last of them ends); ``rounds``: the timed rounds (teardowns beyond them, as pytest-benchmark's profiling
+    calls, are not counted). ``thread=False`` starts no thread: whoever drives the device calls :meth:`sample`
+    (a test, a simulated GPU in its own time). ``now``: the clock readings and round ends are placed on.
 
     >>> from accounting.telemetry.readings import Reading
     >>> class Backend:
     ...     clock = iter([1980.0, 1410.0, 1440.0])
     ...     def read(self, *, edge):
     ...         return Reading(0.0, clock_mhz=next(self.clock), throttle_reasons=("sw_power_cap",))
-    >>> recorder = RoundReadings(Backend(), warmup_rounds=1, rounds=2)   # the warm-up call is not read
-    >>> for _ in range(3):
-    ...     recorder.teardown()
-    >>> recorder.record()["clock_mhz"], recorder.record()["throttle_reasons"]
-    ([1980.0, 1410.0], [['sw_power_cap'], ['sw_power_cap']])
+    >>> times = iter(range(100))
+    >>> recorder = RoundReadings(Backend(), warmup_rounds=1, rounds=2, thread=False, now=lambda: next(times))
+    >>> recorder.teardown()                      # the warm-up call ends: the first timed round begins
+    >>> recorder.sample(); recorder.sample(); recorder.teardown()   # two readings during round 1
+    >>> recorder.sample(); recorder.teardown()   # one during round 2
+    >>> record = recorder.record()
+    >>> record["clock_mhz"], record["throttle_reasons"], record["samples"]
+    ([1695.0, 1440.0], [['sw_power_cap'], ['sw_power_cap']], [2, 1])
     """
 
-    def __init__(self, backend, *, warmup_rounds: int, rounds: int):
+    def __init__(self, backend, *, warmup_rounds: int, rounds: int, interval_s: float = ROUND_INTERVAL_S,
+                 now=time.perf_counter, thread: bool = True):
         self.backend = backend
         self.warmup_rounds = warmup_rounds
         self.rounds = rounds
+        self.interval_s = interval_s
+        self._now = now
         self._calls = 0
-        self._readings = []
+        self._begun = now()
+        self._ends = []
+        self._samples = []
         self._error = None
+        self._error_at = None
+        self._stop = threading.Event()
+        self._thread = None
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="round-telemetry", daemon=True)
+            self._thread.start()
 
-    def teardown(self, *args, **kwargs) -> None:  # noqa: ARG002 - pedantic passes the target's arguments
-        """Read the device after a round (a warm-up call's teardown is only counted)."""
-        self._calls += 1
-        timed = self._calls - self.warmup_rounds
-        if timed < 1 or timed > self.rounds or self._error is not None:
+    def sample(self) -> None:
+        """Read the device now (the thread's reading; without a thread, the caller's)."""
+        if self._error is not None:
             return
         try:
-            self._readings.append(self.backend.read(edge=False))
+            reading = self.backend.read(edge=False)
         except Exception as error:  # noqa: BLE001 - a failing backend ends the recording, never the timing
-            self._error = f"round readings stopped after round {timed - 1}: {type(error).__name__}: {error}"
+            self._error, self._error_at = f"{type(error).__name__}: {error}", self._now()
+            return
+        self._samples.append((self._now(), reading))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            last = self._ends[-1] if self._ends else self._begun
+            if self._error is not None or self._now() - last > ROUNDS_SILENT_S:
+                return
+            self.sample()
+
+    def teardown(self, *args, **kwargs) -> None:  # noqa: ARG002 - pedantic passes the target's arguments
+        """Mark the end of a round (nothing is read here: see the module docstring)."""
+        self._calls += 1
+        timed = self._calls - self.warmup_rounds
+        if timed < 1:
+            self._begun = self._now()  # a warm-up call ended: the timed rounds begin after it
+        elif timed <= self.rounds:
+            self._ends.append(self._now())
+            if timed == self.rounds:
+                self.close()
+
+    def close(self) -> None:
+        """Stop the thread (the rounds are over); the readings taken stay."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _nearest(self, at: float, first: float, last: float):
+        """The reading taken during the timed rounds (``first``..``last``) nearest in time to ``at``."""
+        during = [(abs(when - at), reading) for when, reading in self._samples if first < when <= last]
+        return min(during, key=lambda pair: pair[0])[1] if during else None
 
     def record(self) -> dict:
         """The rounds' readings as ``extra_info["telemetry_rounds"]``: a list per field, one entry per round read."""
-        record = {field: [_plain(getattr(reading, field)) for reading in self._readings] for field in ROUND_FIELDS}
-        record["read"] = "after each round"
+        self.close()
+        ends = self._ends
+        if self._error_at is not None:
+            ends = [end for end in ends if end < self._error_at]
+        record = {field: [] for field in (*ROUND_FIELDS, "samples")}
+        start = self._begun
+        for end in ends:
+            own = [reading for when, reading in self._samples if start < when <= end]
+            readings = own or [reading for reading in [self._nearest((start + end) / 2, self._begun, ends[-1])]
+                               if reading is not None]
+            for field, value in _round_values(readings).items():
+                record[field].append(value)
+            record["samples"].append(len(own))
+            start = end
+        record["read"] = READ_DURING
         if self._error is not None:
-            record["error"] = self._error
+            record["error"] = f"round readings stopped after round {len(ends)}: {self._error}"
         return record
+
+
+def _median(values):
+    values = [value for value in values if value is not None]
+    return statistics.median(values) if values else None
+
+
+def _round_values(readings) -> dict:
+    """One round's :data:`ROUND_FIELDS` from its readings (each ``None``, reasons empty, where it has none)."""
+    reasons = []
+    for reading in readings:
+        reasons.extend(name for name in reading.throttle_reasons if name not in reasons)
+    temperatures = [reading.temperature_c for reading in readings if reading.temperature_c is not None]
+    return {"clock_mhz": _median(reading.clock_mhz for reading in readings),
+            "power_w": _median(reading.power_w for reading in readings),
+            "temperature_c": max(temperatures) if temperatures else None,
+            "throttle_reasons": reasons}
 
 
 def open_round_backend(device):

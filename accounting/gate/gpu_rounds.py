@@ -38,6 +38,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from accounting.bench.round_telemetry import READ_DURING
 from accounting.gate.guard import CLOCK_TOLERANCE, NORMAL_AT_FULL_LOAD, OTHER_MEMORY_LIMIT_BYTES
 from accounting.telemetry.validity import BUSY, OTHER_PROCESSES_HOLD
 
@@ -72,6 +73,8 @@ class RoundsTelemetry:
     per_round: bool
     window_reasons: tuple = ()
     """Throttle reasons the telemetry window over all rounds saw (it samples between the per-round readings too)."""
+    read_during: bool = False
+    """Whether the per-round readings were taken during the rounds (runs saved before read after each round)."""
 
     @property
     def clocks(self) -> list[float]:
@@ -116,7 +119,7 @@ def rounds_telemetry(extra_info: dict, rounds: int) -> RoundsTelemetry | None:
                                      _number(_entry(recorded.get("power_w"), index)), tuple(reasons),
                                      None if memory is None else int(memory), window_busy))
         return RoundsTelemetry(len(stretches), tuple(stretches), True,
-                               tuple((window or {}).get("throttle_reasons") or ()))
+                               tuple((window or {}).get("throttle_reasons") or ()), recorded.get("read") == READ_DURING)
     if window is None:
         return None
     stretch = Stretch(1, rounds, _number(window.get("clock_mhz_mean")), _number(window.get("power_w_mean")),
@@ -191,8 +194,8 @@ def rounds_disturbances(telemetry: RoundsTelemetry | None, baselines=()) -> list
     between = [name for name in telemetry.window_reasons if name not in NORMAL_AT_FULL_LOAD | SETTING_REASONS
                and not any(name in stretch.reasons for stretch in telemetry.stretches)]
     if between:
-        reasons.append(f"throttled ({', '.join(between)}) during the rounds' telemetry window, between the readings "
-                       "after each round")
+        readings = "the rounds' own readings" if telemetry.read_during else "the readings after each round"
+        reasons.append(f"throttled ({', '.join(between)}) during the rounds' telemetry window, between {readings}")
     shared = [s for s in telemetry.stretches
               if s.busy or (s.other_memory_bytes is not None and s.other_memory_bytes > OTHER_MEMORY_LIMIT_BYTES)]
     if shared:
