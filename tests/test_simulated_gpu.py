@@ -7,6 +7,8 @@ power cap, limit 700 W), the ``time_fn`` sweep row of the same shape (``report-b
 1890 MHz), and mamf-finder's fp8 MSMF (``mamf-fp8.txt``: 1244.5 TFLOP/s at 1325 MHz).
 """
 
+import statistics
+
 import pytest
 
 from accounting.hardware.devices import DeviceInfo
@@ -125,6 +127,23 @@ def test_the_headline_phase_ends_within_its_wall_budget(gpu):
     started = gpu.now()
     measure_headlines(timer, candidates, budget_s=budget, physical=recorded.physical())
     assert gpu.now() - started <= budget
+
+
+def test_the_soak_heats_with_the_dtype_that_draws_the_most_power_and_shows_each_windows_early_and_late_clock(gpu):
+    timer = MatmulTimer(H200, target_s=0.2, case_factory=gpu.case_factory, telemetry="cuda:0")
+    candidates = {"float32": [Candidate((8192, 8192, 8192), 2 * 8192**3, 2 * 8192**3 / 54.0e12)],
+                  "bfloat16": [Candidate(SHAPE, FLOPS, sweep_row()["seconds"])]}
+    found = measure_headlines(timer, candidates, budget_s=10.0, physical=recorded.physical())
+    soaked = found["soak"]
+    assert soaked.dtype == "bfloat16"
+    # bf16 back to back is held at its capped clock (the recorded 1455 MHz), not float32's boost
+    assert soaked.saturated_clock_mhz == pytest.approx(1455, rel=0.03)
+    shown = soaked.to_dict()["early_late_mhz"]
+    assert len(shown) == len(soaked.windows) >= 2
+    for (early, late), window in zip(shown, soaked.windows):
+        assert (early, late) == (window.telemetry["clock_mhz_early"], window.telemetry["clock_mhz_late"])
+    # the late halves read the capped clock bf16 settles at back to back
+    assert statistics.median([late for _early, late in shown]) == pytest.approx(1455, rel=0.03)
 
 
 def test_the_sweeps_window_opens_after_the_operands_exist_and_the_untimed_calls_ran(gpu, monkeypatch):

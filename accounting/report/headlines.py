@@ -8,8 +8,8 @@ power limit and settles lower once hot and power-saturated. So, after the sweep:
   its window is at least ``BURST_CLOCK_FRACTION`` × the run's highest clock and the figure
   passes the physical check (:mod:`accounting.hardware.flops_per_clock`). Every repetition
   of the sustained phase is a burst candidate too, so burst ≥ sustained.
-- **sustained** — after a thermal soak (:mod:`accounting.report.thermal_soak`: a large matmul
-  for at most ``SOAK_MAX_S``, ended early once the clock is flat),
+- **sustained** — after a thermal soak (:mod:`accounting.report.thermal_soak`: a large matmul of the dtype that
+  draws the most power for at most ``SOAK_MAX_S``, ended early once the clock is flat),
   the top ``TOP_CANDIDATES`` sweep shapes are timed ``CANDIDATE_REPEATS`` times each and
   the fastest runs back to back (:func:`accounting.timing.time_back_to_back`: calls queued between one pair of
   events, no spin or synchronize between them), a ``LEAD_IN_S`` lead-in and then a window of at least one
@@ -46,7 +46,7 @@ from accounting.report.saturation import (
     window_average_power_w,
     withheld_because,
 )
-from accounting.report.thermal_soak import SOAK_CHUNK_S, SOAK_MAX_S, SOAK_SHARE, Soak, soak
+from accounting.report.thermal_soak import SOAK_CHUNK_S, SOAK_MAX_S, SOAK_SHARE, Soak, soak, soak_dtype
 from accounting.telemetry.validity import POWER_SUSPECT, summary_clock_mhz, tag_names, validity_tags, window_power_w
 
 BURST_CLOCK_FRACTION = 0.97
@@ -335,9 +335,10 @@ def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candida
         candidates[dtype][0] = replace(best, seconds=min(best.seconds, statistics.median(window.samples)))
     soaked = Soak()
     if dtypes:
-        # The soak runs the first dtype's largest measured shape that fits a soak window, in what the
-        # sustained phase (ranking and a SUSTAINED_MIN_S window per dtype) leaves of the budget.
-        first = candidates[dtypes[0]]
+        # The soak runs the most power-hungry dtype's largest measured shape that fits a soak window, in what
+        # the sustained phase (ranking and a SUSTAINED_MIN_S window per dtype) leaves of the budget.
+        heating = soak_dtype(dtypes)
+        first = candidates[heating]
         fitting = [candidate for candidate in first if candidate.seconds <= SOAK_CHUNK_S] or first[-1:]
         large = max(fitting, key=lambda candidate: candidate.flops)
         needed = sum(4 * overhead + CANDIDATE_REPEATS * TOP_CANDIDATES * min(c.seconds for c in candidates[d])
@@ -345,9 +346,9 @@ def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candida
         left = budget_s - (device.clock() - started) - needed
         soak_s = min(SOAK_MAX_S, SOAK_SHARE * budget_s, left)
         if soak_s >= large.seconds + overhead:
-            soaked = soak(device, dtypes[0], large, max_s=soak_s)
+            soaked = soak(device, heating, large, max_s=soak_s)
         else:
-            soaked = Soak(dtype=dtypes[0], shape=large.shape, ended="skipped: the budget left no time")
+            soaked = Soak(dtype=heating, shape=large.shape, ended="skipped: the budget left no time")
     results = {}
     sustained_windows = {}
     for position, dtype in enumerate(dtypes):
@@ -371,10 +372,19 @@ def measure_headlines(device: HeadlineDevice, candidates: dict[str, list[Candida
         headlines[dtype] = {
             "burst": replace(_burst_headline(dtype, pool, run_max_clock, device_name, physical),
                              accumulation=accumulation),
-            "sustained": replace(_tagged(steady, soaked.saturated_clock_mhz), accumulation=accumulation),
+            "sustained": replace(_tagged(steady, _saturated_clock(soaked, dtype)), accumulation=accumulation),
         }
     return {"headlines": headlines, "soak": soaked, "run_max_clock_mhz": run_max_clock, "run_max_power_w": run_max_power,
             "power_limit_w": min(limits) if limits else None}
+
+
+def _saturated_clock(soaked: Soak, dtype: str):
+    """The soak's settled clock where ``dtype`` is what it soaked with (``None`` otherwise): each dtype saturates
+    its power at a clock of its own (the recorded H200: bf16 at 1455 MHz, fp8 at 1325), so another dtype's settled
+    clock says nothing about whether this one was still boosting."""
+    if soaked.dtype is None or split_key(soaked.dtype)[0] != split_key(dtype)[0]:
+        return None
+    return soaked.saturated_clock_mhz
 
 
 def _highest(telemetry, name):
