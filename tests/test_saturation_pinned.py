@@ -27,6 +27,7 @@ from accounting.report.saturation import (
     saturation_evidence,
     saturation_tags,
     soak_may_help,
+    window_average_power_w,
     withheld_because,
 )
 
@@ -110,6 +111,23 @@ def test_without_a_limit_or_a_power_reading_only_a_reason_can_show_saturation():
     unlimited = {**window, "power_w_median": 300.0, "power_limit_w": None}
     assert withheld_because(unlimited, seconds=2.0) == (
         "not power-saturated: 300 W and no power-cap or thermal throttle reason")
+
+
+def test_the_energy_counters_average_decides_saturation_over_the_readings_median():
+    """A recorded window's energy counter says 690 W on average over its 2.06 s: saturated, though its readings'
+    median is an idle edge's 300 W; a counter's 500 W over a median of 691 W (instant overshoots) is not. Without
+    a counter, or over no seconds, the median stands."""
+    window = {**WINDOWS[0], "throttle_reasons": [], "duration_s": 2.06}
+    counted = {**window, "power_w_median": 300.0, "energy_j": 690.0 * 2.06, "energy_source": "counter"}
+    assert window_average_power_w(counted) == pytest.approx(690.0)
+    assert saturation_evidence(counted) == f"power 690 W ≥ {SATURATION_POWER_FRACTION} × the enforced limit 700 W"
+    overshoot = {**counted, "power_w_median": 691.0, "energy_j": 500.0 * 2.06}
+    assert saturation_evidence(overshoot) is None
+    assert withheld_because(overshoot, seconds=2.06).startswith("not power-saturated: 500 W < ")
+    assert window_average_power_w({**overshoot, "energy_source": "power×time"}) == 691.0
+    assert window_average_power_w({**overshoot, "duration_s": 0.0}) == 691.0
+    assert window_average_power_w({**overshoot, "energy_j": None}) == 691.0
+    assert window_average_power_w(None) is None
 
 
 def test_a_clock_with_one_half_unknown_is_not_called_unsettled():
