@@ -179,6 +179,18 @@ def test_a_burst_below_097_of_the_highest_clock_is_withheld_and_boosting_is_tagg
     assert [tag for tag in headline.tags if tag.startswith("boosting")] == ["boosting: 1980 MHz > 1.04 × the saturated 1800 MHz"]
 
 
+def test_a_burst_found_in_a_back_to_back_window_carries_that_windows_calls_and_time():
+    """A back-to-back window's samples are per-call times of its stretches between events, not its calls: a burst
+    picked from one says how many calls ran and for how long, from the window itself."""
+    shape = Candidate((1024, 1024, 1024), 2 * 1024**3, 1e-3)
+    telemetry = {"clock_mhz_max": 1980.0, "throttle_reasons": []}
+    alone = Window((1.2e-3,) * 5, telemetry)
+    back_to_back = Window((1.0e-3, 1.1e-3, 1.05e-3), telemetry, calls=1900, seconds=2.0)
+    burst = phase._burst_headline("bf16", [(alone, shape), (back_to_back, shape)], 1980.0, "cuda:0")
+    assert burst.flops_per_s == pytest.approx(shape.flops / 1.0e-3)
+    assert (burst.repeats, burst.seconds) == (1900, 2.0)
+
+
 def test_a_verdict_from_a_tagged_number_names_the_tag():
     throttled = {"throttle_reasons": ["hw_slowdown"], "clock_mhz_mean": 900.0}
     done = MatmulMeasurement("bfloat16", 1024, 1024, 1024, 2 * 1024**3, 1e-3, 0.0, 5, telemetry=throttled)

@@ -423,8 +423,8 @@ def _burst_headline(dtype, pool, run_max_clock, device_name, physical=None) -> H
     clock = _window_clock_max(window.telemetry)
     # A burst is by definition not power-saturated (an idle device, a few products): power-suspect says nothing.
     tags = tuple(tag for tag in validity_tags(window.telemetry) if tag_names([tag]) != [POWER_SUSPECT])
-    common = dict(flops_per_s=rate, shape=candidate.shape, flops=candidate.flops, repeats=len(window.samples),
-                  seconds=sum(window.samples), clock_mhz=clock, power_w=window_power_w(window.telemetry),
+    common = dict(flops_per_s=rate, shape=candidate.shape, flops=candidate.flops, repeats=window.call_count,
+                  seconds=window.window_s, clock_mhz=clock, power_w=window_power_w(window.telemetry),
                   power_limit_w=_telemetry_value(window.telemetry, "power_limit_w"), tags=tags,
                   telemetry=window.telemetry,
                   command=reproduce_command(dtype, candidate.shape, device_name, BURST_REPEATS))
