@@ -2,8 +2,11 @@
 
 pytest-benchmark's ``machine_info`` gains an ``"accounting"`` entry: the accelerator, its
 compute capability, SMs, memory, driver, CUDA/ROCm and torch versions, TF32 flags, the
-CPU model and its estimated peak (fields that change from run to run left out).
-``--benchmark-compare`` against a baseline from other hardware stops with an error.
+CPU model and its estimated peak (fields that change from run to run left out), and on a GPU how its
+benchmarks are timed (``gpu_timing``: :data:`accounting.bench.round_telemetry.TIMING_METHOD`).
+``--benchmark-compare`` against a baseline from other hardware, or GPU baselines timed another way (saved
+before the warm-up to the working clock and the readings during the rounds: they have no ``gpu_timing``),
+stops with an error; the regression gate passes such runs over, naming the field.
 
 >>> machine_mismatch({"accelerator": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"},
 ...                  {"accelerator": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"})
@@ -14,6 +17,7 @@ import pytest
 import torch
 
 from accounting._units import TERA
+from accounting.bench.round_telemetry import TIMING_METHOD
 from accounting.errors import AccountingError
 from accounting.hardware.cpu_clock import MEASURED_CLOCK_SOURCES
 from accounting.hardware.cpu_peak import cpu_peak_flops
@@ -21,7 +25,10 @@ from accounting.hardware.devices import cuda_available, detect_device
 from accounting.hardware.precision import tf32_flags
 
 MACHINE_INFO_KEY = "accounting"
-IDENTITY_FIELDS_GPU = ("accelerator", "compute_capability", "sm_count", "gpu_memory_bytes")
+IDENTITY_FIELDS_GPU = ("accelerator", "compute_capability", "sm_count", "gpu_memory_bytes", "gpu_timing")
+"""``gpu_timing``: the GPU benchmarks' timing method (:data:`~accounting.bench.round_telemetry.TIMING_METHOD`) belongs
+to the identity of their work: a baseline timed another way is not compared."""
+TIMING_FIELDS = ("gpu_timing",)
 IDENTITY_FIELDS_CPU = ("cpu_model", "cpu_cores", "cpu_threads")
 """``cpu_threads``: torch's intra-op threads (``OMP_NUM_THREADS``); a matmul on 1 thread and on 2 are
 different measurements of the same CPU, never compared."""
@@ -69,6 +76,7 @@ def accounting_machine_info(device=None) -> dict:
             "gpu_arch": gpu.arch,
             "driver": gpu.driver,
             "runtime": gpu.runtime,
+            "gpu_timing": TIMING_METHOD,
         })
     return info
 
@@ -150,6 +158,12 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
         )
     differing = machine_mismatch(current, saved, baseline_kinds(compared_benchmark))
     gpu = current.get("accelerator") is not None and not set(differing) <= set(IDENTITY_FIELDS_CPU)
+    if differing and set(differing) <= set(TIMING_FIELDS):
+        raise pytest.UsageError(
+            f"--benchmark-compare: the baseline's GPU benchmarks were timed another way (gpu_timing: "
+            f"{saved.get('gpu_timing')!r} -> {current.get('gpu_timing')!r}); the warm-up before the rounds and how "
+            "they are read change the clock they run at, so their times are not comparable. Save a new baseline "
+            "on this machine (--benchmark-autosave) instead.")
     if differing:
         details = ", ".join(f"{field}: {saved.get(field)!r} -> {current.get(field)!r}" for field in differing)
         raise pytest.UsageError(

@@ -59,6 +59,11 @@ every 20-100 ms)."""
 ROUNDS_SILENT_S = 60.0
 """The reading thread stops itself when no round has ended for this long (pytest-benchmark stopped calling
 ``teardown``: the rounds failed)."""
+TIMING_METHOD = "warmed to the working clock; rounds read during them"
+"""How a GPU benchmark's rounds are timed (the warm-up before them, how they are read), kept in the machine
+identity (:mod:`accounting.bench.identity`, ``gpu_timing``): each changes the gaps and the clock the rounds run
+at, so runs timed another way (the H200's saved gate baselines: no warm-up, no per-round readings) are not
+compared with these. Change it whenever either changes."""
 READ_DURING = (f"during the rounds, every {ROUND_INTERVAL_S * 1e3:.0f} ms by a thread; a round without a reading of "
                "its own (samples 0) has the one nearest in time")
 """``telemetry_rounds["read"]``: how the readings were taken (runs saved before read them after each round)."""
