@@ -201,6 +201,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", help="the module to mutate, relative to the repository root")
     parser.add_argument("tests", nargs="+", help="test files to run against each mutant")
+    parser.add_argument("--new-tests", nargs="+", default=[], metavar="TEST",
+                        help="test files under study: run on each mutant the existing tests let survive, so one pass "
+                             "gives the kill rate before them and after")
     parser.add_argument("--count", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--all", action="store_true", help="every mutant, not a sample")
@@ -225,36 +228,46 @@ def main(argv=None) -> int:
     os.environ.pop("CI", None)
     with tempfile.TemporaryDirectory(prefix="mutation-sample-") as scratch:
         workdir = Path(scratch)
-        _copy_repository(workdir, options.head, options.tests)
+        _copy_repository(workdir, options.head, [*options.tests, *options.new_tests])
         os.chdir(workdir)
         sys.path.insert(0, str(workdir))
         import torch  # noqa: F401  (imported once, before the forks: each child starts warm)
 
         target = workdir / options.module
-        arguments = [*options.tests, *([] if options.no_doctests else [options.module]),
-                     "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        flags = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        arguments = [*options.tests, *([] if options.no_doctests else [options.module]), *flags]
+        new_arguments = [*options.new_tests, *flags] if options.new_tests else None
         started = time.monotonic()
-        clean = _run(arguments, timeout=600)
+        clean = [_run(arguments, timeout=600), "survived" if new_arguments is None else _run(new_arguments, 600)]
         took = time.monotonic() - started
-        if clean != "survived":
+        if clean != ["survived", "survived"]:
             print(f"the tests fail on the unmutated module ({clean}): nothing to measure", flush=True)
             return 2
         print(f"clean run: {took:.1f} s", flush=True)
-        outcomes = {"killed": 0, "survived": 0, "timeout": 0}
-        survivors = []
+        outcomes = {"killed": 0, "killed by new": 0, "survived": 0, "timeout": 0}
+        survivors, caught = [], []
         try:
             for number, mutant in enumerate(chosen, 1):
                 target.write_bytes(mutant.apply(original))
                 outcome = _run(arguments, timeout=max(30.0, 5 * took))
+                if outcome == "survived" and new_arguments is not None:
+                    outcome = {"survived": "survived"}.get(_run(new_arguments, max(30.0, 5 * took)), "killed by new")
+                    if outcome == "killed by new":
+                        caught.append(mutant)
                 outcomes[outcome] += 1
                 if outcome == "survived":
                     survivors.append(mutant)
-                print(f"[{number}/{len(chosen)}] {outcome:8} {mutant.describe()}", flush=True)
+                print(f"[{number}/{len(chosen)}] {outcome:13} {mutant.describe()}", flush=True)
         finally:
             target.write_bytes(original)
-    killed = outcomes["killed"] + outcomes["timeout"]
-    print(f"{options.module}: killed {killed} of {len(chosen)} ({killed / len(chosen):.0%}); "
+    before = outcomes["killed"] + outcomes["timeout"]
+    print(f"{options.module}: the tests killed {before} of {len(chosen)} ({before / len(chosen):.0%}); "
           f"{outcomes['timeout']} by timeout", flush=True)
+    if new_arguments is not None:
+        after = before + outcomes["killed by new"]
+        print(f"{options.module}: with the new tests {after} of {len(chosen)} ({after / len(chosen):.0%})", flush=True)
+        for mutant in caught:
+            print("  killed by new:", mutant.describe())
     for mutant in survivors:
         print("  survived:", mutant.describe())
     return 0
