@@ -169,6 +169,18 @@ def test_a_binding_that_gives_only_a_bool_still_says_throttled():
     assert reading.throttle_reasons == ("throttled_reason_unknown",)
 
 
+def test_a_bool_beside_the_violation_status_adds_no_unknown_reason_to_a_capped_mi300x():
+    """The violation status names the limit (here the power cap); the bool only repeats that some limit holds, and
+    as an unknown reason it would make every capped run disturbed."""
+    smi = FakeAmdSmi()
+    smi.gpus[0].violations["active_ppt_pwr"] = True
+    smi.gpus[0].indep_throttle_status = True
+    reading = AmdSmiBackend(smi, 0, now=FakeTime()).read(edge=False)
+    assert reading.throttle_reasons == ("ppt_power",)
+    idle = {"device": "cuda:0", "clock_source": AmdSmiBackend.clock_source, "throttle_reasons": []}
+    assert disturbances(idle, dict(idle, throttle_reasons=list(reading.throttle_reasons))) == []
+
+
 def test_a_device_with_neither_source_gives_the_reasons_once_not_a_crash():
     smi = FakeAmdSmi(unsupported=("amdsmi_get_violation_status", "amdsmi_get_gpu_metrics_info"))
     clock = FakeTime()

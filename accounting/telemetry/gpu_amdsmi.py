@@ -232,7 +232,10 @@ class AmdSmiBackend:
             answered = True
             names += decoded
         metrics = self._throttle_source("amdsmi_get_gpu_metrics_info")
-        decoded = decode_indep_throttle_status(metrics.get("indep_throttle_status")) if isinstance(metrics, dict) else None
+        status = metrics.get("indep_throttle_status") if isinstance(metrics, dict) else None
+        decoded = decode_indep_throttle_status(status) if isinstance(metrics, dict) else None
+        if answered and isinstance(status, bool):
+            decoded = None  # a binding's bool says only "some limit": the violation status above said which
         if decoded is not None:
             answered = True
             names += [name for name in decoded if name not in names]
