@@ -16,6 +16,9 @@ from accounting.hardware.flops_per_clock import (
     PHYSICAL_MARGIN,
     dense_flops_per_s,
     flops_per_clock_per_sm,
+    highest_clock_mhz,
+    nvidia_capability,
+    other_vendor_note,
     physical_check,
     physical_check_note,
     physical_check_record,
@@ -157,3 +160,35 @@ def test_a_record_that_was_made_carries_the_ceiling_at_the_clock_and_the_verdict
     failed = physical_check_record(H200, "bfloat16", 793.1e12, 1350.0)
     assert failed["ok"] is False and failed["reason"].startswith(f"{IMPOSSIBLE}: 793.1 TFLOP/s > 132 SMs")
     assert math.isclose(failed["ceiling_flops_per_s"], 132 * 4096 * 1350e6, rel_tol=1e-12)
+
+
+MI250X = DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 2**36, compute_capability=(9, 0), multiprocessors=110,
+                    arch="gfx90a:sramecc+:xnack-", runtime="ROCm 6.3")
+
+
+def test_an_amd_gpu_reporting_hoppers_capability_is_not_read_by_nvidias_table():
+    """torch on ROCm fills gfx90a's compute capability as (9, 0): Hopper's rates would give an MI250X's figures a
+    ceiling that is not its own. It is not checked, and the record says why."""
+    record = physical_check_record(MI250X, "bfloat16", 190e12, 1700.0)
+    assert verdict(record) == {"ok": None, "reason": other_vendor_note(MI250X), "ceiling_flops_per_s": None}
+    assert other_vendor_note(MI250X) == ("physical check not made: no FLOP/clock table for AMD GPUs (gfx90a; its "
+                                         "compute capability 9.0 is not NVIDIA's)")
+    assert nvidia_capability(MI250X) is None
+    no_arch = DeviceInfo("cuda", "AMD Instinct MI300X", 0, 2**37, multiprocessors=304, runtime="ROCm 6.3")
+    assert nvidia_capability(no_arch) is None
+    assert other_vendor_note(no_arch) == "physical check not made: no FLOP/clock table for AMD GPUs (ROCm 6.3)"
+    cuda = DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), multiprocessors=132,
+                      runtime="CUDA 12.4")
+    assert nvidia_capability(cuda) == (9, 0) and other_vendor_note(cuda) is None
+    cpu = DeviceInfo("cpu", "a CPU", None, 2**30, runtime="ROCm 6.3")
+    assert nvidia_capability(cpu) is None and other_vendor_note(cpu) is None
+
+
+def test_the_clock_a_window_is_judged_at_is_its_highest_reading():
+    class Summary:
+        clock_mhz_max = 1980.0
+
+    assert highest_clock_mhz({"clock_mhz_median": 1400.0, "clock_mhz_max": 1900.0}) == 1900.0
+    assert highest_clock_mhz(Summary()) == 1980.0
+    assert highest_clock_mhz({"clock_mhz_median": 1400.0}) is None
+    assert highest_clock_mhz(object()) is None and highest_clock_mhz(None) is None
