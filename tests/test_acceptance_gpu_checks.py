@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from accounting.acceptance.expected import AGREEMENT, expected_headline
-from accounting.acceptance.figures import gpu_check_figures, sweep_row_figures
+from accounting.acceptance.figures import anchor_step_figures, gpu_check_figures, sweep_row_figures
 from accounting.acceptance.gpu_checks import HOT_ROUNDS, POWER_CAP, hot_rounds, share_with, sustained_windows
+from accounting.acceptance.summary import gpu_checks, render
 from accounting.errors import AccountingError
 from accounting.telemetry.readings import Reading
 from accounting.timing import BackToBack, Timing
@@ -202,3 +203,35 @@ def test_the_step_runs_the_clock_check_then_adds_the_gpu_checks_to_its_json(tmp_
     document = json.loads(path.read_text())
     assert document["argv"] == ["--device", "cuda:1", str(path)]
     assert document["gpu_checks"] == {"hot_rounds": {"skipped": "on cuda:1"}}
+
+
+def test_the_anchor_s_steps_give_their_kernel_and_alloc_retries_and_an_older_document_gives_no_value():
+    document = {"steps": {"package": {"attention_kernel": "cudnn", "alloc_retries": [0, 0, 0], "alloc_retries_total": 0},
+                          "hugging_face": {"attention_kernel": "cudnn", "alloc_retries": [0, 2, None],
+                                           "alloc_retries_total": None}}}
+    figures = anchor_step_figures(document, step="model-anchor")
+    assert [(f.name, f.value, f.note) for f in figures] == [
+        ("Hugging Face step: num_alloc_retries in its timed steps", None, "attention cudnn (0, 2, ?)"),
+        ("package step: num_alloc_retries in its timed steps", 0, "attention cudnn (0, 0, 0)")]
+    older = anchor_step_figures({"attention_kernels": {"hugging_face": "flash"}, "steps": {"hugging_face": {}}},
+                                step="model-anchor")
+    assert [(f.value, f.note) for f in older] == [(None, "attention flash"), (None, "attention not recorded")]
+    assert anchor_step_figures({"skipped": "needs transformers"}, step="model-anchor") == []
+
+
+def test_the_summary_says_which_gpu_check_was_made_skipped_or_not_made_and_why():
+    steps = [{"name": "clock-check", "status": "passed"}, {"name": "report", "status": "failed", "reason": "exit 4"},
+             {"name": "model-anchor", "status": "skipped", "reason": "needs transformers, not installed here"}]
+    rounds = {"dtype": "bfloat16", "shape": [8192] * 3, "skipped": "no telemetry: pynvml is not installed"}
+    sustained = {"dtype": "bfloat16", "shape": [4608, 6208, 5632], "median_tflops": {"time_fn": 790.0,
+                 "one_event_pair": 686.0}, "time_fn_over_one_event_pair": 790 / 686, "windows": []}
+    figures = [f.as_dict() for f in gpu_check_figures({"gpu_checks": {"sustained_windows": sustained,
+                                                                      "hot_rounds": rounds}}, None, step="clock-check")]
+    checks = {c["step"] + ":" + c["check"].split()[0]: (c["status"], c["reason"]) for c in gpu_checks(steps, figures)}
+    assert checks == {
+        "clock-check:time_fn": ("made", "3 figures"),
+        "clock-check:each": ("not made", "not measured: no telemetry: pynvml is not installed"),
+        "report:the": ("not made", "report failed and gave no such figure: exit 4"),
+        "model-anchor:Hugging": ("skipped", "needs transformers, not installed here")}
+    text = render({"steps": [dict(s, seconds=1.0, budget_s=2.0) for s in steps], "figures": figures})
+    assert "| each round's throttle reasons after its synchronize, over 200 hot rounds | clock-check | not made |" in text

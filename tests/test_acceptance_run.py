@@ -21,6 +21,7 @@ from accounting.acceptance import cli
 from accounting.acceptance.outputs import ARCHIVE, MAX_FILES, check_outdir, over_limit, pack
 from accounting.acceptance.plan import BUDGETS_S
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome
+from accounting.acceptance.summary import GPU_CHECKS
 from accounting.errors import AccountingError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,12 +141,28 @@ def test_a_figure_out_of_range_fails_a_run_whose_steps_all_passed(tmp_path):
     assert report_step["headline"] == "health healthy, verdict healthy"
 
 
+def test_the_clock_check_s_gpu_checks_land_in_the_summary(tmp_path):
+    sustained = {"dtype": "bfloat16", "shape": [4608, 6208, 5632], "windows": [
+        {"how": "one_event_pair", "tflops": 686.0, "clock_mhz_min": 1410.0, "clock_mhz_median": 1455.0,
+         "clock_mhz_max": 1500.0, "power_w_median": 690.0, "throttle_reasons": ["sw_power_cap"]}],
+        "median_tflops": {"time_fn": 792.6, "one_event_pair": 686.0}, "time_fn_over_one_event_pair": 792.6 / 686.0}
+    clock = {"checks": [], "gpu_checks": {"sustained_windows": sustained, "hot_rounds": {"error": "RuntimeError: x"}}}
+    record, _steps, out = _run(tmp_path, write={"clock-check": {"logs/clock-check.json": json.dumps(clock)}})
+    checks = {c["check"].split(",")[0]: c["status"] for c in record["gpu_checks"]}
+    assert list(checks.values()) == ["made", "not made", "not made", "not made"]
+    text = (out / "summary.md").read_text()
+    assert "| clock-check | bfloat16 4608x6208x5632 after a soak, one event pair, back to back | 686.0 TFLOP/s | " \
+           "671.6–742.4 | in range | clock min/median/max 1410/1455/1500 MHz; 690 W; sw_power_cap |" in text
+
+
 def test_without_a_gpu_every_gpu_step_is_skipped_and_the_run_passes_as_no_gpu(tmp_path):
     probe = dict(GPU_PROBE, gpu=False, devices=[], no_gpu_reason="no CUDA device: torch.cuda.is_available() is False")
     record, steps, out = _run(tmp_path, probe=probe)
     assert record["result"] == "no GPU" and cli.exit_status(record["result"]) == 0
     assert cli.verify_no_gpu_run(record, [p.name for p in out.iterdir()]) == []
     assert f"| clock-check | skipped | 0.0 | {BUDGETS_S['clock-check']:g} |" in (out / "summary.md").read_text()
+    assert [(c["check"], c["status"], c["reason"]) for c in record["gpu_checks"]] == [
+        (what, SKIPPED, "no CUDA device: torch.cuda.is_available() is False") for what, _step, _words in GPU_CHECKS]
 
 
 def test_a_probe_that_finds_the_package_broken_fails_and_skips_the_rest(tmp_path):
@@ -209,9 +226,14 @@ def _record(**changes):
     record = {"elapsed_s": 8.0, "steps": [
         {"name": "probe", "status": PASSED, "reason": "", "gpu": False},
         {"name": "report", "status": SKIPPED, "reason": "no CUDA device", "gpu": True},
-        {"name": "fleet", "status": SKIPPED, "reason": "no CUDA device", "gpu": True}]}
+        {"name": "fleet", "status": SKIPPED, "reason": "no CUDA device", "gpu": True}],
+        "gpu_checks": [{"check": what, "step": step, "status": SKIPPED, "reason": "no CUDA device"}
+                       for what, step, _words in GPU_CHECKS]}
     record.update(changes)
     return record
+
+
+_MADE = [{"check": "the sweep rows' clock", "step": "report", "status": "made", "reason": "3 figures"}]
 
 
 @pytest.mark.parametrize("record, files, problems", [
@@ -230,6 +252,10 @@ def _record(**changes):
                  ["pytest-collect did not pass: exit status 2"], id="gpu-files-do-not-collect"),
     pytest.param(_record(), [f"f{index}" for index in range(9)],
                  ["OUTDIR holds 9 files, more than 8: f0, f1, f2, f3, f4, f5, f6, f7, f8"], id="too-many-files"),
+    pytest.param(_record(gpu_checks=_MADE), [],
+                 ["the GPU check 'the sweep rows' clock' was made, not skipped with a reason"], id="a-gpu-check-made"),
+    pytest.param({key: value for key, value in _record().items() if key != "gpu_checks"}, [],
+                 ["the summary lists no check that needs a real GPU"], id="no-gpu-checks-listed"),
 ])
 def test_verify_no_gpu_run_names_each_problem(record, files, problems):
     assert cli.verify_no_gpu_run(record, files) == problems

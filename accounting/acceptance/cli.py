@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from accounting.acceptance.figures import (
+    anchor_step_figures,
     clock_figures,
     cuda_model_floor,
     fleet_headline,
@@ -54,7 +55,7 @@ from accounting.acceptance.plan import (
     saved_runs,
 )
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED, Outcome, Step, run_step
-from accounting.acceptance.summary import SCHEMA, exit_status, render, result
+from accounting.acceptance.summary import SCHEMA, exit_status, gpu_checks, render, result
 from accounting.console import EXIT_BAD_INPUT, EXIT_INTERRUPTED, OneLineParser
 from accounting.errors import AccountingError
 
@@ -117,8 +118,8 @@ def read_step(name: str, out: Path, logs: Path, device_name: str | None) -> tupl
         return next((line.strip() for line in reversed(lines) if " collected" in line), ""), []
     if name == "model-anchor":
         document = _read_json(logs / ANCHOR_JSON)
-        return (anchor_headline(document), anchor_figures(document, step=name, floor=cuda_model_floor)) if document \
-            else ("", [])
+        return (anchor_headline(document), anchor_figures(document, step=name, floor=cuda_model_floor)
+                + anchor_step_figures(document, step=name)) if document else ("", [])
     if name == "fleet":
         document = _read_json(out / FLEET_JSON)
         return (fleet_headline(document), []) if document else ("", [])
@@ -189,7 +190,7 @@ class Run:
         figures = [figure.as_dict() for figure in self.figures]
         return {"schema": SCHEMA, "started_utc": self.started_utc, "elapsed_s": round(self.clock() - self.started, 1),
                 "budget_s": self.budget_s, "machine": self.machine, "steps": steps, "figures": figures,
-                "files": files or [], "result": result(steps, figures)}
+                "gpu_checks": gpu_checks(steps, figures), "files": files or [], "result": result(steps, figures)}
 
     def write_summary(self, files=None) -> dict:
         record = self.record(files)
@@ -312,6 +313,11 @@ def verify_no_gpu_run(record: dict, files: list[str], *, max_seconds: float = NO
     gpu_steps = [step for step in steps if step.get("gpu", True)]
     if not gpu_steps:
         problems.append("the summary lists no GPU step")
+    for check in record.get("gpu_checks") or []:
+        if check["status"] != SKIPPED or not (check.get("reason") or "").strip():
+            problems.append(f"the GPU check '{check['check']}' was {check['status']}, not skipped with a reason")
+    if "gpu_checks" not in record:
+        problems.append("the summary lists no check that needs a real GPU")
     for step in gpu_steps:
         if step["status"] != SKIPPED:
             problems.append(f"{step['name']} was {step['status']}, not skipped: {step.get('reason') or 'no reason'}")

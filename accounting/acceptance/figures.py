@@ -204,6 +204,12 @@ def pytest_headline(log_text: str) -> str:
 
 # ---- the GPU checks: what only a real GPU answers -------------------------------------------------------------
 
+SOAK_LABEL = "after a soak"
+"""In the name of each figure of the sustained-shape windows (the summary finds the check made by it)."""
+HOT_ROUNDS_LABEL = "hot rounds"
+SWEEP_ROW_LABEL = "sweep row"
+ALLOC_RETRIES_LABEL = "num_alloc_retries"
+
 _TIMED_AS = {"time_fn": "time_fn, call by call", "back_to_back": "the package's back-to-back window",
              "one_event_pair": "one event pair, back to back"}
 
@@ -241,7 +247,7 @@ def gpu_check_figures(document: dict, device_name: str | None, *, step: str) -> 
     figures = []
     sustained = checks.get("sustained_windows")
     if sustained is not None:
-        label = f"{sustained.get('dtype', 'bfloat16')} {_shape(sustained.get('shape'))} after a soak"
+        label = f"{sustained.get('dtype', 'bfloat16')} {_shape(sustained.get('shape'))} {SOAK_LABEL}"
         if "median_tflops" not in sustained:
             figures.append(Figure(step, f"{label}: sustained windows", None, "TFLOP/s",
                                   note=f"not measured: {sustained.get('error') or sustained.get('skipped')}"))
@@ -260,7 +266,7 @@ def gpu_check_figures(document: dict, device_name: str | None, *, step: str) -> 
                                       expected_ratio(AGREEMENT, "the same work back to back, timed two ways"), digits=3))
     rounds = checks.get("hot_rounds")
     if rounds is not None:
-        label = f"{rounds.get('dtype', 'bfloat16')} {_shape(rounds.get('shape'))} hot rounds"
+        label = f"{rounds.get('dtype', 'bfloat16')} {_shape(rounds.get('shape'))} {HOT_ROUNDS_LABEL}"
         if "after_sync" not in rounds:
             figures.append(Figure(step, f"{label}: power-cap share", None, "",
                                   note=f"not measured: {rounds.get('error') or rounds.get('skipped')}"))
@@ -293,6 +299,24 @@ def sweep_row_figures(document: dict, *, step: str, rows: int = SWEEP_ROWS_SHOWN
                 note = "no clock read"
             if row.get("tags"):
                 note += "; " + "; ".join(str(tag) for tag in row["tags"])
-            figures.append(Figure(step, f"{dtype} sweep row {_shape((row.get('m'), row.get('k'), row.get('n')))}",
+            figures.append(Figure(step, f"{dtype} {SWEEP_ROW_LABEL} {_shape((row.get('m'), row.get('k'), row.get('n')))}",
                                   row["tflops"], "TFLOP/s", note=note))
+    return figures
+
+
+def anchor_step_figures(document: dict, *, step: str) -> list[Figure]:
+    """Each model's step in the anchor: the allocator's ``num_alloc_retries`` inside its timed steps (a retry is a
+    failed cudaMalloc, the cache freed and the allocation tried again: time spent inside a timed step), with the SDPA
+    kernel it ran in the note. Read defensively: a document without them gives figures without a value."""
+    if document.get("skipped") or not isinstance(document.get("steps"), dict):
+        return []
+    figures = []
+    for name, label in (("hugging_face", "Hugging Face"), ("package", "package")):
+        entry = document["steps"].get(name) or {}
+        kernel = entry.get("attention_kernel") or (document.get("attention_kernels") or {}).get(name)
+        retries = entry.get("alloc_retries")
+        per_step = "" if not isinstance(retries, list) else f" ({', '.join('?' if r is None else str(r) for r in retries)})"
+        figures.append(Figure(step, f"{label} step: {ALLOC_RETRIES_LABEL} in its timed steps",
+                              entry.get("alloc_retries_total"), "retries",
+                              note=f"attention {kernel or 'not recorded'}{per_step}", digits=0))
     return figures

@@ -16,11 +16,46 @@ not a failure, no figure out of range), ``no GPU`` (every GPU step skipped: a CP
 """
 
 from accounting.acceptance.expected import ABOVE, BELOW
+from accounting.acceptance.figures import ALLOC_RETRIES_LABEL, HOT_ROUNDS_LABEL, SOAK_LABEL, SWEEP_ROW_LABEL
 from accounting.acceptance.probe import OPTIONAL
 from accounting.acceptance.steps import FAILED, PASSED, SKIPPED
 
 SCHEMA = "accounting-acceptance/1"
 HELD, NO_GPU, NOT_HELD = "held", "no GPU", "did not hold"
+MADE, NOT_MADE = "made", "not made"
+
+GPU_CHECKS = (
+    ("time_fn against one event pair at the sustained shape, after a soak", "clock-check", SOAK_LABEL),
+    ("each round's throttle reasons after its synchronize, over 200 hot rounds", "clock-check", HOT_ROUNDS_LABEL),
+    ("the sweep rows' clock min/median/max beside their figures", "report", SWEEP_ROW_LABEL),
+    ("Hugging Face's step: its SDPA kernel and num_alloc_retries", "model-anchor", ALLOC_RETRIES_LABEL),
+)
+"""The checks only a real GPU makes, each with the step that makes it and the words its figures' names hold."""
+
+
+def gpu_checks(steps: list[dict], figures: list[dict]) -> list[dict]:
+    """Each of :data:`GPU_CHECKS`: ``made`` (a figure with a value), ``skipped`` (its step was, with the step's
+    reason) or ``not made`` (why), with the step that makes it.
+
+    >>> gpu_checks([{"name": "report", "status": "skipped", "reason": "no GPU"}], [])[2]
+    {'check': "the sweep rows' clock min/median/max beside their figures", 'step': 'report', 'status': 'skipped', 'reason': 'no GPU'}
+    """
+    found = []
+    for what, name, words in GPU_CHECKS:
+        step = next((step for step in steps if step["name"] == name), None)
+        made = [f for f in figures if f["step"] == name and words in f["name"]]
+        if step is None:
+            status, reason = NOT_MADE, f"{name} did not run"
+        elif step["status"] == SKIPPED:
+            status, reason = SKIPPED, step.get("reason") or "skipped"
+        elif any(f["value"] is not None for f in made):
+            status, reason = MADE, f"{sum(f['value'] is not None for f in made)} figures"
+        else:
+            why = "; ".join(dict.fromkeys(f.get("note") or "" for f in made if f.get("note")))
+            status, reason = NOT_MADE, why or f"{name} {step['status']} and gave no such figure" + (
+                f": {step['reason']}" if step.get("reason") else "")
+        found.append({"check": what, "step": name, "status": status, "reason": reason})
+    return found
 
 
 
@@ -92,12 +127,15 @@ def render(record: dict) -> str:
             detail = f"{step['headline']}; {step['reason']}"
         lines.append(f"| {step['name']} | {step['status']} | {step['seconds']:.1f} | {step['budget_s']:g} | "
                      f"{_cell(step.get('what', ''))} | {_cell(detail)} |")
+    checks = record.get("gpu_checks") or gpu_checks(steps, figures)
+    lines += ["", "## Checks only a real GPU makes", "", "| check | step | outcome | why or what |", "|---|---|---|---|"]
+    lines += [f"| {_cell(c['check'])} | {c['step']} | {c['status']} | {_cell(c['reason'])} |" for c in checks]
     if figures:
         lines += ["", "## Figures against a healthy device", "",
                   "| step | figure | value | expected | verdict | note | expected from |", "|---|---|---|---|---|---|---|"]
         for figure in figures:
             expected = figure.get("expected")
-            digits = {"": 3, "×": 3, "MHz": 0, "W": 0, "TFLOP/s": 1}.get(figure.get("unit"), 2)
+            digits = {"": 3, "×": 3, "MHz": 0, "W": 0, "TFLOP/s": 1, "retries": 0}.get(figure.get("unit"), 2)
             if expected:
                 low = _number(expected["low"], digits) if expected["low"] is not None else ""
                 high = _number(expected["high"], digits) if expected["high"] is not None else ""
