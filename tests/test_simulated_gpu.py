@@ -169,3 +169,17 @@ def test_the_sweeps_window_opens_after_the_operands_exist_and_the_untimed_calls_
     untimed = products_at_open - before
     assert untimed >= 1
     assert gpu.products - before == untimed + measurement.repeats  # every timed call ran inside the window
+
+
+def test_a_back_to_back_window_keeps_the_gpu_busy_from_its_first_event_to_its_last(gpu):
+    """No spin, no flush, no host synchronize that lets the GPU run dry: the window's time is its products' time,
+    and it ends within a call of the seconds asked for."""
+    from accounting.timing import time_back_to_back
+
+    busy = gpu.busy_s
+    window = time_back_to_back(lambda: gpu.product(FLOPS), seconds=0.5, device="cuda:0", max_calls=10_000,
+                               flops=FLOPS, clock=gpu.event_clock())
+    gaps = window.seconds - (gpu.busy_s - busy)
+    assert 0 <= gaps <= 1e-4 * window.seconds  # only the first call's launch, after the start event
+    assert window.calls == gpu.products
+    assert abs(window.seconds - 0.5) <= max(window.per_call_s)

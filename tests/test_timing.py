@@ -374,3 +374,22 @@ def test_fit_matmul_shape_gives_up_when_halving_stops_shrinking():
 def test_fit_matmul_shape_rejects_bad_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
         fit_matmul_shape((1024, 1024, 1024), "bf16", 2**30, **kwargs)
+
+
+def test_time_back_to_back_refuses_bad_arguments_naming_them():
+    from accounting.timing import time_back_to_back
+
+    with pytest.raises(AccountingTypeError, match="fn must be callable, got 3"):
+        time_back_to_back(3, seconds=1.0)
+    with pytest.raises(AccountingError, match="seconds"):
+        time_back_to_back(lambda: None, seconds=-1.0)
+    with pytest.raises(AccountingError, match="max_calls"):
+        time_back_to_back(lambda: None, seconds=1.0, max_calls=0)
+
+
+def test_time_back_to_back_on_the_cpu_stops_at_max_calls():
+    from accounting.timing import time_back_to_back
+
+    calls = []
+    window = time_back_to_back(lambda: calls.append(1), seconds=60.0, max_calls=37, flops=10)
+    assert window.calls == len(calls) == 37 == sum(count for count, _ in window.chunks)
