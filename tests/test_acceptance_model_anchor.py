@@ -263,6 +263,15 @@ def test_two_models_that_do_not_fit_together_are_named():
         model_anchor.both_fit(size, "cuda", free_bytes=-1, attention_device=hopper)
 
 
+@pytest.mark.parametrize("rounds", [1, 0, 2.5])
+def test_fewer_than_two_rounds_are_refused_before_anything_runs(rounds):
+    with pytest.raises(AccountingError, match=rf"^rounds must be an integer of at least 2 .*got {rounds}$"):
+        model_anchor.anchor(model_size("tiny", layers=1, seq=8, batch=1), "cpu", transformers=transformers,
+                            rounds=rounds)
+    with pytest.raises(AccountingError, match=r"two or more rounds of both steps, got 1 and 1"):
+        model_anchor.paired_ratio_interval([1.0], [1.0])
+
+
 def test_without_transformers_the_file_says_why(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(model_anchor, "transformers_missing", lambda: model_anchor.MISSING)
     out = tmp_path / "anchor.json"

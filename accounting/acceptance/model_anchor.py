@@ -240,6 +240,8 @@ def _reason(kernels: dict, interval: RatioInterval) -> str:
 def anchor(size, device, *, transformers, peak_flops=None, info=None, warmup: int = WARMUP_STEPS,
            rounds: int = ROUNDS, clock=None) -> dict:
     """Time and measure both steps of ``size`` on ``device``; the JSON-ready document."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
+        raise AccountingError(f"rounds must be an integer of at least 2 (the paired ratios' spread), got {rounds!r}")
     info = detect_device(device) if info is None else info
     if peak_flops is None:
         peak_flops = device_peak_flops(info, PEAK_DTYPES[PRECISION])
