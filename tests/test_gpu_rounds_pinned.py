@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from accounting.bench.round_telemetry import READ_DURING
 from accounting.gate.gpu_rounds import (
     clock_note,
     clock_range,
@@ -226,3 +227,15 @@ def test_each_sides_clock_is_the_median_of_its_runs_compared():
     pairs = [("a", None), ("b", None), ("c", None), ("x", None)]
     assert side_clocks(clocks, pairs, [("d", None)]) == {"baseline_clock_mhz": 1500.0, "current_clock_mhz": 1455.0}
     assert side_clocks(clocks, [("x", None)], []) == {}
+
+
+def test_a_reason_between_readings_names_how_the_rounds_were_read():
+    """Readings taken during the rounds leave only the gaps between them unread; older runs read after each round."""
+    during = rounds_telemetry({"telemetry_rounds": {"clock_mhz": [1980, 1980], "read": READ_DURING},
+                               **window(reasons=["hw_thermal_slowdown"])}, 2)
+    assert during.read_during
+    assert rounds_disturbances(during) == ["throttled (hw_thermal_slowdown) during the rounds' telemetry window, "
+                                           "between the rounds' own readings"]
+    after = rounds_telemetry({"telemetry_rounds": {"clock_mhz": [1980, 1980], "read": "after"},
+                              **window(reasons=["hw_thermal_slowdown"])}, 2)
+    assert not after.read_during
