@@ -187,6 +187,9 @@ def test_a_package_slower_in_every_round_does_not_hold():
     figures = {figure.name: figure for figure in model_anchor.anchor_figures(document, step="model-anchor")}
     assert figures["package step time / Hugging Face's, lower bound"].verdict != "in range"
     assert "Hugging Face MFU" in model_anchor.anchor_headline(document)
+    assert "allocator retries" not in model_anchor.anchor_headline(document)  # none counted off CUDA
+    document["steps"]["hugging_face"]["alloc_retries_total"] = 3
+    assert "Hugging Face MFU" in model_anchor.anchor_headline(document).split("3 allocator retries timed")[0]
 
 
 def test_hugging_face_trains_without_its_key_value_cache():
@@ -239,6 +242,7 @@ def test_the_kernel_each_step_ran_is_recorded_and_kernels_that_differ_void_the_c
     assert document["attention_kernels"] == {"package": counted, "hugging_face": "math"}
     assert not document["held"]
     assert document["reason"] == f"not like for like: the package's step ran {counted} attention, Hugging Face's math"
+    assert f"attention {counted} (Hugging Face's math)" in model_anchor.anchor_headline(document)
 
 
 def test_hugging_face_has_no_model_for_a_mixed_config():

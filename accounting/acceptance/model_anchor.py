@@ -295,7 +295,8 @@ def both_fit(size, device, free_bytes: int | None = None, attention_device=None)
 
 
 def anchor_headline(document: dict) -> str:
-    """Both MFUs and peaks against the prediction, and the time ratio, in one line (or why it was not measured).
+    """Both MFUs and peaks against the prediction (and, on CUDA, the allocator's retries inside the timed steps), the
+    attention kernel (each step's where they differ) and the time ratio, in one line (or why it was not measured).
 
     >>> anchor_headline({"skipped": "needs transformers"})
     'not measured: needs transformers'
@@ -306,8 +307,10 @@ def anchor_headline(document: dict) -> str:
     for name, label in (("package", "package"), ("hugging_face", "Hugging Face")):
         step = document["steps"][name]
         mfu = "-" if step["mfu"] is None else f"{step['mfu']:.3f}"
+        retries = step.get("alloc_retries_total")
         parts.append(f"{label} MFU {mfu}, peak {step['measured_peak_bytes'] / 1e9:.2f} GB "
-                     f"({step['memory_ratio']:.3f} x predicted)")
+                     f"({step['memory_ratio']:.3f} x predicted)"
+                     + ("" if retries is None else f", {retries} allocator retries timed"))
     kernels = document.get("attention_kernels") or {}
     attention = document["attention_kernel"] if len(set(kernels.values())) <= 1 else \
         f"{kernels['package']} (Hugging Face's {kernels['hugging_face']})"
