@@ -235,3 +235,52 @@ def test_the_summary_says_which_gpu_check_was_made_skipped_or_not_made_and_why()
         "model-anchor:Hugging": ("skipped", "needs transformers, not installed here")}
     text = render({"steps": [dict(s, seconds=1.0, budget_s=2.0) for s in steps], "figures": figures})
     assert "| each round's throttle reasons after its synchronize, over 200 hot rounds | clock-check | not made |" in text
+
+
+class SimulatedOps:
+    """``time_loop``'s device seam on the simulated H200: its synchronize, virtual clock and events."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+
+    def synchronize(self):
+        self.gpu.synchronize()
+
+    def now(self):
+        return self.gpu.now()
+
+    def record(self):
+        event = self.gpu.event()
+        event.record()
+        return event
+
+    def elapsed(self, start, end):
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def test_on_the_simulated_h200_time_fn_reads_the_burst_and_one_event_pair_the_recorded_2_s_windows(monkeypatch):
+    """On a device calibrated on the recorded H200 (792.6 TFLOP/s call by call at 1890 MHz, 684-689 back to back at
+    the capped 1455 MHz), the check tells the two apart as the real GPU is expected to, and the package's
+    back-to-back window agrees with the independent loop."""
+    from accounting.timing import time_back_to_back, time_fn
+    from tests.support.simulated_gpu import SimulatedH200
+
+    gpu = SimulatedH200().install(monkeypatch)
+    call = lambda: gpu.product(FLOPS)  # noqa: E731
+    record = sustained_windows(
+        SimulatedOps(gpu), call, flops=FLOPS, window=lambda: gpu.sampler("cuda:0"), window_s=0.5, pairs=2,
+        package_time=lambda: time_fn(call, device="cuda:0", clock=gpu.event_clock(), warmup=0, min_time_s=0.5,
+                                     max_repeats=10_000, flops=FLOPS, count_flops=False),
+        package_back_to_back=lambda: time_back_to_back(call, seconds=0.5, device="cuda:0", flops=FLOPS,
+                                                       max_calls=10_000, clock=gpu.event_clock()))
+    medians = record["median_tflops"]
+    assert medians["one_event_pair"] == pytest.approx(686.6, rel=0.02)  # the recorded 2-s windows' middle
+    assert medians["time_fn"] == pytest.approx(792.6, rel=0.03)  # the recorded time_fn sweep row
+    assert record["back_to_back_over_one_event_pair"] == pytest.approx(1.0, abs=0.02)
+    loop = [w for w in record["windows"] if w["how"] == "one_event_pair"]
+    assert all(w["clock_mhz_median"] == pytest.approx(1455, rel=0.03) for w in loop)
+    assert all("sw_power_cap" in w["throttle_reasons"] for w in loop)
+    rounds = hot_rounds(SimulatedOps(gpu), lambda: gpu.product(2 * 8192**3), lambda: gpu.backend().read(edge=False),
+                        rounds=50)
+    assert rounds["during"]["power_cap_share"] == 1.0  # capped while each round runs

@@ -86,9 +86,9 @@ GATE_BENCHMARK_COUNT = 2
 START_UP_S = 6.2
 """A step process importing torch and the package and initialising CUDA: the recorded probe's whole time."""
 GPU_CHECKS_S = 16.0
-"""The clock check's added GPU checks (:mod:`accounting.acceptance.gpu_checks`): a 3 s soak, 3 pairs of 1-s windows
-timed three ways (9 s), 200 hot rounds of an 8192³ bf16 product with two readings each (about 1 s), operands and
-readers (3 s)."""
+"""The clock check's added GPU checks (:mod:`accounting.acceptance.gpu_checks`): a 3-s soak, 3 turns of three 0.8-s
+windows and a 0.5-s settle (8.7 s), 200 hot rounds of an 8192³ bf16 product with two readings each (about 1 s),
+operands and readers (3 s): 15.7 s."""
 
 NEEDS = {
     "probe": Need(6.2, ((1.0, "plans the model size: SDPA's kernel asked of torch on the GPU, a few predictions"),),
@@ -105,7 +105,8 @@ NEEDS = {
     "model-anchor": Need(None, (
         (START_UP_S, "start-up"), (5.0, "importing transformers"),
         (2 * MODEL_BENCHMARK_S, "two TinyLlama-sized models built, each counted, warmed and timed"),
-        (5.0, "turns in alternating order, memory released between the models, the steps' own spread"))),
+        (5.0, "an untimed refill step before each timed one, the cache released before each (2 x 6 of each), the kernel "
+              "read off one step of each"))),
     "fleet": Need(35.3, ((-10.0, "its --budget 30 -> 20 (FLEET_BUDGET_S): one GPU is a world of one"),)),
     "gate-save": Need(32.3, ((2 * GATE_BENCHMARK_COUNT * WARM_UP_PER_BENCHMARK_S, "two runs' warm-ups"),)),
     "gate-check": Need(21.1, ((GATE_BENCHMARK_COUNT * WARM_UP_PER_BENCHMARK_S, "one run's warm-ups"),)),
