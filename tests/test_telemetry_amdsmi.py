@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting.errors import AccountingError
+from accounting.gate import guard
 from accounting.gate.gpu_rounds import rounds_disturbances, rounds_telemetry
+from accounting.gate.settings import run_settings, settings_difference
 from accounting.gate.guard import disturbances
 from accounting.report.saturation import saturation_evidence
 from accounting.telemetry.gpu import (
@@ -398,3 +400,16 @@ def test_every_package_power_bit_is_the_gates_normal_state_at_full_load(bit):
     assert disturbances(idle, dict(idle, clock_mhz_mean=1600.0, throttle_reasons=reasons)) == []
     hot = dict(idle, throttle_reasons=reasons + ["temp_hotspot"])
     assert disturbances(idle, hot) == ["throttled after the run (temp_hotspot)"]
+
+
+def test_the_gate_compares_an_mi300x_power_cap_between_runs(monkeypatch):
+    """The load guard's reading of an AMD GPU carries its power cap, so runs under another cap are not compared."""
+    smi = FakeAmdSmi()
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "amdsmi", smi)
+    baseline = guard.read("cuda:0")
+    smi.gpus[0].power_cap_uw = 560_000_000
+    current = guard.read("cuda:0")
+    assert run_settings({"before": baseline}) == {"power_limit_w": 750.0}
+    assert settings_difference(run_settings({"before": baseline}), run_settings({"before": current})) == (
+        "power limit 750 W in the baseline, 560 W here")
