@@ -11,11 +11,14 @@ a GPU every GPU step is skipped with its reason, in seconds.
 Modules, one job each:
 
 - :mod:`~accounting.acceptance.steps`: a step, its budget, its outcome (an overrun is killed and recorded);
-- :mod:`~accounting.acceptance.probe`: what the machine has, found in a process of its own;
+- :mod:`~accounting.acceptance.probe`: what the machine has, and the model size that fits, found in a process of
+  its own (the run's own never touches the GPU);
 - :mod:`~accounting.acceptance.plan`: the steps' commands, budgets and skip reasons;
 - :mod:`~accounting.acceptance.expected`: what a healthy device reads, with sources, and the verdicts;
 - :mod:`~accounting.acceptance.figures`: the headline figures of each step's outputs;
 - :mod:`~accounting.acceptance.clock_check`: ``time_matmul`` against a CUDA-event loop and the host clock;
+- :mod:`~accounting.acceptance.gpu_checks`: after it, in its step, what only a real GPU answers (``time_fn`` against
+  one event pair at the sustained shape after a soak; hot rounds' throttle reasons during and after their sync);
 - :mod:`~accounting.acceptance.summary`: the summary record and its Markdown;
 - :mod:`~accounting.acceptance.outputs`: at most 8 files in OUTDIR, the logs in one archive;
 - :mod:`~accounting.acceptance.cli`: the run itself, and the check CI makes of a run without a GPU.
