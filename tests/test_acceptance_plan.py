@@ -301,3 +301,16 @@ def test_the_development_guide_s_table_gives_each_step_its_budget():
         key = "gate-save, gate-check" if name.startswith("gate-") else name
         assert f"{budget:g}" in rows[key].split(", "), (name, rows.get(key))
     assert rows["probe"] == f"{PROBE_BUDGET_S:g}" and rows["pytest-collect"] == f"{COLLECT_BUDGET_S:g}"
+
+
+@pytest.mark.parametrize("model, reason", [
+    pytest.param(None, "the probe planned no model size", id="not-planned"),
+    pytest.param({"name": None, "batch": None, "why": "planning failed: TypeError: x"}, "planning failed: TypeError: x",
+                 id="planning-failed"),
+    pytest.param({"name": "gpt-5", "batch": 1, "why": "fits"},
+                 "the probe planned a model size this checkout does not have: model size must be one of", id="unknown"),
+])
+def test_the_model_steps_say_why_when_the_probe_planned_no_size_they_can_run(tmp_path, model, reason):
+    steps = _steps(_machine(model=model), tmp_path)
+    assert steps["model-mfu"].skip.startswith(reason) and steps["model-anchor"].skip.startswith(reason)
+    assert steps["report"].skip is None
