@@ -101,11 +101,6 @@ def test_the_row_passes_whenever_its_window_read_the_clock_it_ran_at(clocks):
     assert impossible_tags(section(clocks)) == []
 
 
-PENDING = ("report/saturation.py still reads the physical check at the window's median clock and gives a ROCm GPU's "
-           "capability to NVIDIA's table; remove this marker with that change")
-
-
-@pytest.mark.xfail(strict=True, reason=PENDING)
 def test_a_sustained_window_is_judged_at_its_highest_clock_too():
     row = recorded_row()
     reasons = withheld_because(window([1392.0, 1400.0, 1900.0]), seconds=2.0, flops_per_s=row["flops_per_s"],
@@ -113,7 +108,6 @@ def test_a_sustained_window_is_judged_at_its_highest_clock_too():
     assert f"{IMPOSSIBLE}:" not in reasons
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING)
 def test_a_rocm_gpu_reporting_hoppers_capability_gets_no_nvidia_ceiling_in_the_report():
     # torch on ROCm reports gfx90a (MI250X, one GCD: 110 CUs) as compute capability 9.0
     mi250x = DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 64 * 2**30, compute_capability=(9, 0),

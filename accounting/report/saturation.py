@@ -30,8 +30,8 @@ the window ran 0.015 s, under the 1 s a sustained figure needs
 import statistics
 
 from accounting.hardware.devices import DeviceInfo
-from accounting.hardware.flops_per_clock import physical_check
-from accounting.telemetry.validity import POWER_SUSPECT_FRACTION, saturating_reasons, summary_clock_mhz, window_power_w
+from accounting.hardware.flops_per_clock import highest_clock_mhz, nvidia_capability, physical_check
+from accounting.telemetry.validity import POWER_SUSPECT_FRACTION, saturating_reasons, window_power_w
 
 SUSTAINED_MIN_S = 1.0
 """A sustained window lasts at least this long."""
@@ -120,12 +120,17 @@ def clock_unsettled(telemetry) -> str | None:
 
 
 def physical_facts(info: DeviceInfo):
-    """``(compute capability, SM count)`` of a CUDA device for :func:`figure_check`; ``None`` on a CPU.
+    """``(compute capability, SM count)`` of a CUDA device for :func:`figure_check`; ``None`` on a CPU. The capability
+    is an NVIDIA GPU's only (:func:`~accounting.hardware.flops_per_clock.nvidia_capability`): ROCm reports a gfx
+    version in the same fields (gfx90a as (9, 0)), which must not read Hopper's rates.
 
     >>> physical_facts(DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), multiprocessors=132))
     ((9, 0), 132)
+    >>> physical_facts(DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 2**36, compute_capability=(9, 0),
+    ...                           multiprocessors=110, arch="gfx90a"))
+    (None, 110)
     """
-    return (info.compute_capability, info.multiprocessors) if info.kind == "cuda" else None
+    return (nvidia_capability(info), info.multiprocessors) if info.kind == "cuda" else None
 
 
 def figure_check(flops_per_s, dtype, clock_mhz, physical) -> str | None:
@@ -158,7 +163,7 @@ def withheld_because(telemetry, *, seconds: float, flops_per_s: float | None = N
     readings = telemetry.get("samples") or 0
     if gpu and readings < MIN_READINGS:
         reasons.append(f"{readings} telemetry readings in the window, under the {MIN_READINGS} a sustained figure needs")
-    impossible = None if dtype is None else figure_check(flops_per_s, dtype, summary_clock_mhz(telemetry), physical)
+    impossible = None if dtype is None else figure_check(flops_per_s, dtype, highest_clock_mhz(telemetry), physical)
     if impossible:
         reasons.append(impossible)
     if not_saturated(telemetry):
