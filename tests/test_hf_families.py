@@ -12,8 +12,9 @@ transformers = pytest.importorskip("transformers")
 
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting import AccountingError, TransformerConfig
+from accounting import AccountingError, TransformerConfig, transformer_training_memory
 from accounting.model.flops import transformer_flops
+from studies.training_memory_families import measure_model
 from tests.support.hf_models import (
     MOE_FAMILIES, NEWER_FAMILIES, WINDOW, build_hf_model, hf_config, model_from_config_json, random_token_ids,
     training_step,
@@ -48,7 +49,8 @@ def test_a_block_counts_as_the_models_block(family):
 def test_the_local_layers_are_those_transformers_makes(family):
     saved = hf_config(family)
     config = TransformerConfig.from_hf(saved.to_dict())
-    sliding = sum(kind == "sliding_attention" for kind in saved.layer_types) if family != "phi3" else saved.num_hidden_layers
+    every = family == "phi3"  # Phi-3 has no layer_types: its window applies to every block
+    sliding = saved.num_hidden_layers if every else sum(kind == "sliding_attention" for kind in saved.layer_types)
     assert (config.sliding_window, config.sliding_layers) == (WINDOW, sliding)
 
 
@@ -122,3 +124,54 @@ def test_qwen3_moe_dense_blocks_follow_mlp_only_layers_and_the_sparse_step():
     model = model_from_config_json(config_json, device="cpu")
     config = TransformerConfig.from_hf(config_json)
     assert (config.dense_layers, config.parameter_count) == (2, numel(model))
+
+
+# ---- training memory: the live-tensor tracker around a real AdamW step (studies.training_memory_families) ----
+
+TOLERANCE = 0.05
+# Shaped like the published models: heads of width / heads (the class defaults of 128 or 256 would make the
+# small models' attention 4-8 times their width, which no published size has).
+MEMORY_SIZES = dict(layers=2, width=64, heads=4, kv_heads=2, head_width=16, ffn_width=160, vocabulary=256,
+                    positions=32)
+MEMORY_CASES = [("fp32", "none"), ("bf16-autocast", "none"), ("bf16-master", "full")]
+
+
+def _memory_case(family: str, precision: str, recompute: str, attention: str = "eager"):
+    """(measured StepMemory, predicted TrainingMemory) of one AdamW step of the small model."""
+    sizes = MEMORY_SIZES | (dict(ffn_width=96) if family in MOE_FAMILIES else {})
+    settings = hf_config(family, **sizes)
+    model = transformers.AutoModelForCausalLM.from_config(settings, attn_implementation=attention).train()
+    config = TransformerConfig.from_hf(settings.to_dict())
+    measured = measure_model(model, config, precision, recompute, batch_size=2)
+    return measured, transformer_training_memory(config, 2, "adamw", precision, attention=attention,
+                                                 recompute=recompute)
+
+
+@pytest.mark.parametrize("family", NEWER_FAMILIES)
+@pytest.mark.parametrize("precision, recompute", MEMORY_CASES, ids=[f"{p}-{r}" for p, r in MEMORY_CASES])
+def test_saved_activations_and_peak_of_a_real_step(family, precision, recompute):
+    measured, predicted = _memory_case(family, precision, recompute)
+    assert measured.persistent == pytest.approx(predicted.persistent, rel=1e-3)  # step counters aside
+    assert measured.activations == pytest.approx(predicted.activations, rel=TOLERANCE)
+    assert measured.peak == pytest.approx(predicted.peak, rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("family", ["phi3", "gemma3_text", "deepseek_v3"])
+def test_sdpa_counts_the_kernel_each_block_runs(family):
+    """SDPA on the CPU: flash for global blocks, flash with the sliding-window mask (and K, V repeated) for
+    local ones (Phi-3: every block; Gemma 3: every other one here); latent attention's V a view of its
+    up-projection."""
+    measured, predicted = _memory_case(family, "fp32", "none", attention="sdpa")
+    assert predicted.attention.startswith("sdpa-")
+    assert measured.activations == pytest.approx(predicted.activations, rel=TOLERANCE)
+    assert measured.peak == pytest.approx(predicted.peak, rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
+def test_soft_caps_and_sinks_run_eager_whatever_is_asked(family):
+    """transformers refuses SDPA for soft-capped scores and for sinks: the model it builds runs eager,
+    and a plan asked for SDPA counts eager."""
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(family, **MEMORY_SIZES))
+    assert model.config._attn_implementation == "eager"
+    config = TransformerConfig.from_hf(hf_config(family, **MEMORY_SIZES).to_dict())
+    assert transformer_training_memory(config, 2, "adamw", "fp32", attention="sdpa").attention == "eager"

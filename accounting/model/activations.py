@@ -85,10 +85,12 @@ class ActivationFormats:
 class ActivationBytes:
     """Bytes saved for backward by one block and outside the blocks, and what recomputation keeps.
 
-    ``layer``: everything one block saves (autocast's weight copies included); ``outside``: the
-    final norm, position tables, the unembedding and the loss's fp32 log-probabilities;
-    ``checkpoint``: what a checkpointed block keeps (its input), ``mask``: the attention mask a
-    checkpoint keeps once for all blocks (eager); ``saved``: the whole forward's.
+    ``layer``: everything one block saves (autocast's weight copies included; where blocks differ —
+    dense and expert blocks, local and global attention — the largest); ``blocks``: every block's
+    together (``None``: ``layers`` × ``layer``); ``outside``: the final norm, position tables, the
+    unembedding and the loss's fp32 log-probabilities; ``checkpoint``: what a checkpointed block
+    keeps (its input), ``mask``: the attention masks a checkpoint keeps once for all blocks (eager;
+    one per kind of layer); ``saved``: the whole forward's.
     """
 
     layers: int
@@ -99,6 +101,8 @@ class ActivationBytes:
     mask: int
     attention: str = "eager"
     kernel: SdpaKernel | None = None
+    blocks: int | None = None
+    local_kernel: SdpaKernel | None = None
 
     @property
     def attention_note(self) -> str:
@@ -108,7 +112,7 @@ class ActivationBytes:
     @property
     def saved(self) -> int:
         if self.recompute == "none":
-            return self.layers * self.layer + self.outside
+            return (self.layers * self.layer if self.blocks is None else self.blocks) + self.outside
         return self.layers * self.checkpoint + self.mask + self.outside
 
 
@@ -185,7 +189,23 @@ def activation_formats(precision) -> ActivationFormats:
 
 
 def _llama_style(config: TransformerConfig) -> bool:
-    return config.norm == "rmsnorm"
+    return config.norm != "layernorm"
+
+
+def _norm_input(config: TransformerConfig, tokens: int, formats: ActivationFormats, consumers: int) -> int:
+    """What the linear layers reading one tensor of the stream's width save of it: the tensor (σ), or
+    under autocast each consumer's own μ-byte copy."""
+    h = config.width
+    return consumers * formats.matmul * tokens * h if formats.autocast else formats.stream * tokens * h
+
+
+def _rms_statistics(config: TransformerConfig, elements: int, rows: int, cast: int) -> int:
+    """What one RMSNorm over ``elements`` (in ``rows`` normalised rows) saves besides its output: its
+    input in fp32 (a copy when it came in narrower), the reciprocal RMS per row and the normalised
+    tensor the weight multiplies: cast back to ``cast`` bytes (Llama), or in fp32 (``fp32-rmsnorm``:
+    OLMo 2, Gemma, whose 1 + w vector is left out)."""
+    normalised = _FP32 if config.norm == "fp32-rmsnorm" else cast
+    return _FP32 * elements + _FP32 * rows + normalised * elements
 
 
 def _norm(config: TransformerConfig, tokens: int, formats: ActivationFormats, consumers: int) -> int:
@@ -193,14 +213,50 @@ def _norm(config: TransformerConfig, tokens: int, formats: ActivationFormats, co
 
     LayerNorm saves its input (σ), mean and reciprocal std (fp32 per token) and its output feeds the
     next matmul (σ); Llama's RMSNorm saves its input in fp32 (a copy when σ < 4), the normalised
-    tensor (σ), the reciprocal RMS (fp32 per token), and its output. Under autocast every
-    consuming linear layer saves its own μ-byte copy of the output instead.
+    tensor (σ), the reciprocal RMS (fp32 per token), and its output; OLMo 2's and Gemma's keep the
+    normalised tensor in fp32. Under autocast every consuming linear layer saves its own μ-byte copy of the
+    output instead.
     """
     h = config.width
-    output = consumers * formats.matmul * tokens * h if formats.autocast else formats.stream * tokens * h
+    output = _norm_input(config, tokens, formats, consumers)
     if _llama_style(config):
-        return _FP32 * tokens * h + formats.stream * tokens * h + _FP32 * tokens + output
+        return _rms_statistics(config, tokens * h, tokens, formats.stream) + output
     return formats.stream * tokens * h + 2 * _FP32 * tokens + output
+
+
+def _post_norm(config: TransformerConfig, tokens: int, formats: ActivationFormats) -> int:
+    """A norm on a sublayer's output before the residual add (OLMo 2, Gemma's second pair): what it
+    saves of its input and statistics; its output goes to the add, which saves nothing. The input is a
+    matmul output (μ), so the normalised tensor is cast back to μ."""
+    return _rms_statistics(config, tokens * config.width, tokens, formats.matmul)
+
+
+def _block_norms(config: TransformerConfig, tokens: int, formats: ActivationFormats,
+                 qkv_consumers: int, mlp_consumers: int) -> int:
+    """Every norm of one block, by ``norm_placement``, and the sublayers' inputs they feed.
+
+    ``pre``: a norm before each sublayer (its output is the sublayer's input); ``post``: the sublayers
+    read the stream itself and a norm follows each; ``sandwich``: both (Gemma: four a block)."""
+    pre = _norm(config, tokens, formats, qkv_consumers) + _norm(config, tokens, formats, mlp_consumers)
+    post = 2 * _post_norm(config, tokens, formats)
+    if config.norm_placement == "pre":
+        return pre
+    if config.norm_placement == "sandwich":
+        return pre + post
+    inputs = _norm_input(config, tokens, formats, qkv_consumers) + _norm_input(config, tokens, formats, mlp_consumers)
+    return inputs + post
+
+
+def _qk_norms(config: TransformerConfig, tokens: int, formats: ActivationFormats) -> int:
+    """The Q and K norms of one block (``qk_norm``): per head (Qwen3, Gemma 3: a row per head and
+    token) or over the whole projection (OLMo 2: a row per token), each on a matmul output (μ); their
+    outputs go to the rotary embedding, which saves its tables, not them."""
+    if config.qk_norm == "none":
+        return 0
+    per_head = config.qk_norm == "head"
+    q_rows, k_rows = (config.heads, config.kv_heads) if per_head else (1, 1)
+    return (_rms_statistics(config, tokens * config.attention_width, tokens * q_rows, formats.matmul)
+            + _rms_statistics(config, tokens * config.kv_width, tokens * k_rows, formats.matmul))
 
 
 def _math_width(formats: ActivationFormats) -> int:
@@ -208,7 +264,8 @@ def _math_width(formats: ActivationFormats) -> int:
     return max(formats.matmul, _FP32)
 
 
-def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
+def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str,
+                     masked: bool = False) -> int:
     """Bytes one block's ``scaled_dot_product_attention`` call saves for backward, each storage once.
 
     Fused kernels (``sdpa-flash``, ``sdpa-cudnn``, ``sdpa-efficient``): Q, K and V as they come in,
@@ -220,7 +277,10 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
     replace the rotated K and the V view, byte for byte.) Math (``sdpa-math``): the scaled Q, the scaled K
     repeated to every query head, V repeated, and the softmax output (referenced twice: by the softmax
     and by the product with V), in fp32 for 16-bit inputs (torch's math kernel upcasts them unless
-    ``allow_fp16_bf16_reduction_math_sdp``).
+    ``allow_fp16_bf16_reduction_math_sdp``). V is kept as the storage it is a view of: the fused QKV
+    output (``fused_projections``, Phi-3), the latent's up-projection of keys and values (DeepSeek). A
+    ``masked`` call (a sliding-window block: Hugging Face passes the mask and no ``enable_gqa``) takes
+    K and V repeated to every query head.
 
     >>> config = TransformerConfig(layers=1, width=8, heads=2, kv_heads=1, sequence_length=4, vocabulary=10,
     ...                            norm="rmsnorm", mlp="swiglu")
@@ -231,41 +291,75 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
     s, heads, mu = config.sequence_length, config.heads, formats.matmul
     tokens = s * batch
     q, kv = tokens * config.attention_width, tokens * config.kv_width
+    out, values = tokens * config.value_width, tokens * config.kv_heads * config.value_head_width
+    if masked and config.kv_heads != config.heads:
+        kv, values = q, out
+    elif config.latent_attention:
+        values = tokens * config.heads * (config.head_width - config.rope_head_width + config.value_head_width)
+    elif config.fused_projections:
+        values = q + 2 * kv
     if attention == "sdpa-math":
         wide = _math_width(formats)
-        return wide * 3 * q + wide * heads * s * s * batch
+        return wide * (2 * q + out) + wide * heads * s * s * batch
     rows = math.ceil(s / _EFFICIENT_LSE_ROWS) * _EFFICIENT_LSE_ROWS if attention == "sdpa-efficient" else s
     log_sum_exp = _FP32 * heads * rows * batch
     if _llama_style(config):  # q (rotated), k (rotated) and v at their own widths, the output
-        return mu * (2 * q + 2 * kv) + log_sum_exp
+        return mu * (q + kv + values + out) + log_sum_exp
     return mu * (q + 2 * kv + 3 * q) + log_sum_exp  # the fused QKV output, the cache's K and V, the output
 
 
-def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str) -> int:
+def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str,
+               masked: bool = False) -> int:
     """Q, K, V and the attention output; with eager attention or SDPA's math kernel, the (s × s) weights."""
     s, heads, mu = config.sequence_length, config.heads, formats.matmul
-    q = s * batch * config.attention_width
+    tokens = s * batch
     if attention in SDPA_ATTENTIONS:
         # The math kernel's output is a new tensor the projection saves merged (μ); a fused kernel's
-        # output is laid out so that the merged heads are a view of what it saved.
-        merged = mu * q if attention == "sdpa-math" else 0
-        return sdpa_saved_bytes(config, batch, formats, attention) + merged
+        # output is laid out so that the merged heads are a view of what it saved, unless the call
+        # was masked (measured on the CPU's flash kernel: the merge then copies).
+        merged = mu * tokens * config.value_width if attention == "sdpa-math" or masked else 0
+        return sdpa_saved_bytes(config, batch, formats, attention, masked) + merged
     # Eager: contiguous copies of Q, K and V for the batched matmuls (K and V repeated to every
     # query head), the merged heads for the output projection, and the softmax output: in fp32 for
-    # Llama (softmax(dtype=float32), then cast), in the activations' dtype for GPT-2 (autocast runs
-    # softmax in fp32 too); a cast copy is saved when the next matmul reads another dtype.
+    # Llama (softmax(dtype=float32), then cast), in the activations' dtype for GPT-2 and for gpt-oss's
+    # softmax with sinks (autocast runs softmax in fp32 too); a cast copy is saved when the next matmul
+    # reads another dtype. Soft-capped scores (Gemma 2) save their tanh (μ); sinks widen the softmax by
+    # a column and keep the int64 position of each row's maximum.
     scores = heads * s * s * batch
-    softmax = _FP32 if _llama_style(config) or formats.autocast else mu
+    softmax = _FP32 if (_llama_style(config) and not config.attention_sinks) or formats.autocast else mu
     cast = mu if softmax != mu else 0
-    return 4 * mu * q + (softmax + cast) * scores
+    qkv = mu * tokens * (2 * config.attention_width + 2 * config.value_width)
+    if config.attention_sinks:
+        rows = heads * s * batch
+        return qkv + softmax * (scores + rows) + cast * scores + _INT64 * rows
+    softcap = mu * scores if config.attention_softcap else 0
+    return qkv + (softmax + cast) * scores + softcap
 
 
-def _mlp(config: TransformerConfig, tokens: int, formats: ActivationFormats, gelu: str) -> int:
-    """The MLP's saved tensors; with experts, the router's and those of the tokens each expert takes."""
+def _latent_attention(config: TransformerConfig, tokens: int, formats: ActivationFormats) -> int:
+    """Multi-head latent attention's own saves: each latent's RMSNorm (on a matmul output, μ) and the
+    normed latent its up-projection reads (μ; autocast copies it to μ too)."""
+    if not config.latent_attention:
+        return 0
+    ranks = [config.kv_lora_rank] + ([config.q_lora_rank] if config.q_lora_rank is not None else [])
+    return sum(_rms_statistics(config, tokens * rank, tokens, formats.matmul) + formats.matmul * tokens * rank
+               for rank in ranks)
+
+
+def _mlp_per_token(config: TransformerConfig, f: int, gelu: str) -> int:
+    """Elements one MLP of width f saves per token: SwiGLU's gate, up, activation and product; gpt-oss's
+    clamped SwiGLU its fused gate-up output (2f) and five f-wide intermediates; GELU's two (fused) or five."""
+    return {"swiglu": 4 * f, "clamped-swiglu": 7 * f, "gelu": 2 * f if gelu == "fused" else 5 * f}[config.mlp]
+
+
+def _mlp(config: TransformerConfig, tokens: int, formats: ActivationFormats, gelu: str, dense: bool = False) -> int:
+    """The MLP's saved tensors; with experts, the router's and those of the tokens each expert takes,
+    and the shared experts' (``dense``: one of the ``dense_layers``, a plain MLP)."""
     h, f = config.width, config.ffn_width
-    per_token = {"swiglu": 4 * f, "gelu": 2 * f if gelu == "fused" else 5 * f}[config.mlp]
-    if config.experts == 1:
-        return formats.matmul * tokens * per_token
+    per_token = _mlp_per_token(config, f, gelu)
+    if config.experts == 1 or dense:
+        return formats.matmul * tokens * _mlp_per_token(config, config.dense_ffn_width, gelu)
+    shared = formats.matmul * tokens * _mlp_per_token(config, config.shared_experts * f, gelu)
     # Each token goes to k experts: its gathered input, what the expert's MLP saves, and the
     # expert's output (saved to be weighted by the router). torch._grouped_mm is not lowered by
     # autocast on the CPU: the experts run in the weights' dtype.
@@ -275,30 +369,43 @@ def _mlp(config: TransformerConfig, tokens: int, formats: ActivationFormats, gel
     # The router: fp32 softmax over experts, a sum per token; per routed token the top-k weight
     # (twice: kept and gathered) and four int64 index tensors (top-k, sort, its quotient, order).
     router = _FP32 * tokens * config.experts + _FP32 * tokens + routed * (2 * _FP32 + 4 * _INT64)
-    return experts + router
+    return experts + router + shared
 
 
-def weight_copy_bytes(config: TransformerConfig, formats: ActivationFormats) -> int:
-    """Autocast's cached μ-byte copies of one block's matrices (not the experts': see :func:`_mlp`)."""
+def weight_copy_bytes(config: TransformerConfig, formats: ActivationFormats, dense: bool = False) -> int:
+    """Autocast's cached μ-byte copies of one block's matrices (not the experts': see :func:`_mlp`;
+    the shared experts' and a dense block's MLP, yes)."""
     if not formats.autocast:
         return 0
-    mlp = config.router_parameter_count if config.experts > 1 else config.expert_matmul_parameter_count
+    if config.experts > 1 and not dense:
+        shared = config.shared_experts * config.ffn_width
+        mlp = config.width * config.experts + config.mlp_matrices * config.width * shared
+    else:
+        mlp = config.mlp_matrices * config.width * config.dense_ffn_width
     return formats.matmul * (config.attention_matmul_parameter_count + mlp)
 
 
-def attention_call(config: TransformerConfig, batch_size: int, formats: ActivationFormats, dropout: bool) -> SdpaCall:
+def attention_call(config: TransformerConfig, batch_size: int, formats: ActivationFormats, dropout: bool,
+                   local: bool = False) -> SdpaCall:
     """The ``scaled_dot_product_attention`` call of one block: causal, no mask, grouped-query heads
-    passed with ``enable_gqa`` (as Hugging Face's models call it), in the matmuls' dtype."""
+    passed with ``enable_gqa`` (as Hugging Face's models call it), in the matmuls' dtype. A ``local``
+    block whose window is shorter than the sequence passes its sliding-window mask instead (SDPA
+    takes no window: Hugging Face builds the mask), which keeps flash-style kernels out."""
+    masked = local and config.sliding_window is not None and config.sliding_window < config.sequence_length
     return SdpaCall(
         formats.matmul_dtype, batch=batch_size, heads=config.heads, kv_heads=config.kv_heads,
-        sequence=config.sequence_length, head_width=config.head_width, dropout=_SDPA_DROPOUT if dropout else 0.0,
+        sequence=config.sequence_length, head_width=config.head_width, value_width=config.value_head_width,
+        dropout=_SDPA_DROPOUT if dropout else 0.0, causal=not masked, mask=masked,
     )
 
 
 def resolve_attention(config: TransformerConfig, batch_size: int, formats: ActivationFormats, attention: str,
-                      device=None, dropout: bool = False) -> tuple[str, SdpaKernel | None]:
+                      device=None, dropout: bool = False, local: bool = False) -> tuple[str, SdpaKernel | None]:
     """``(attention, kernel)``: ``"sdpa"`` becomes the kernel SDPA runs on ``device`` (default the
     CPU; :func:`accounting.model.attention_kernels.choose_sdpa_kernel`), e.g. ``"sdpa-math"``; others stay.
+    Soft-capped scores (Gemma 2) and attention sinks (gpt-oss) run eager whatever is asked: no SDPA
+    kernel takes them, and ``transformers`` refuses SDPA for both (a flex-attention or hub kernel run
+    is not what this counts). ``local``: the call of a sliding-window block (:func:`attention_call`).
 
     >>> from accounting.model.attention_kernels import AttentionDevice
     >>> config = TransformerConfig(layers=1, width=64, heads=4, kv_heads=2, sequence_length=16, vocabulary=10)
@@ -308,9 +415,12 @@ def resolve_attention(config: TransformerConfig, batch_size: int, formats: Activ
     ['sdpa-flash', 'sdpa-math']
     """
     check_choice(attention, ATTENTIONS, "attention")
+    if (config.attention_softcap or config.attention_sinks) and attention != "eager":
+        return "eager", None
     if attention != "sdpa":
         return attention, None
-    kernel = choose_sdpa_kernel(attention_call(config, batch_size, formats, dropout), "cpu" if device is None else device)
+    call = attention_call(config, batch_size, formats, dropout, local)
+    kernel = choose_sdpa_kernel(call, "cpu" if device is None else device)
     return kernel.label, kernel
 
 
@@ -343,35 +453,69 @@ def transformer_activations(
     gelu = config.gelu if gelu is None else check_choice(gelu, GELUS, "gelu")
     if not isinstance(dropout, bool):
         raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
-    attention, kernel = resolve_attention(config, batch, formats, attention, device, dropout)
+    asked = attention
+    attention, kernel = resolve_attention(config, batch, formats, asked, device, dropout)
     s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream
     tokens = s * batch
-    qkv_consumers = 3 if _llama_style(config) else 1
-    mlp_consumers = 1 if config.experts > 1 or config.mlp == "gelu" else 2
-    layer = (
-        _norm(config, tokens, formats, qkv_consumers)
-        + _attention(config, batch, formats, attention)
-        + _norm(config, tokens, formats, mlp_consumers)
-        + _mlp(config, tokens, formats, gelu)
-        + weight_copy_bytes(config, formats)
-    )
-    scores = config.heads * s * s * batch
-    if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
-        attention_dropout = {"eager": mu * scores + _MASK * scores,
-                             "sdpa-math": _math_width(formats) * scores + _MASK * scores}.get(attention, 0)
-        layer += attention_dropout + _MASK * 2 * tokens * h
+    # Linear layers reading a norm's output (each saves its own copy under autocast): Q, K and V (one
+    # fused matrix, or the two latents' down-projections), gate and up (fused, or GELU's one), the
+    # router and the shared experts' gate and up (the experts' grouped matmul is not autocast).
+    qkv_consumers = 1 if config.fused_projections or not _llama_style(config) else 2 if config.latent_attention else 3
+    dense_mlp_consumers = 1 if config.mlp == "gelu" or config.fused_projections else 2
+    expert_mlp_consumers = 1 + (dense_mlp_consumers if config.shared_experts else 0)
+
+    def block(kind: str, dense: bool, masked: bool) -> int:
+        mlp_consumers = expert_mlp_consumers if config.experts > 1 and not dense else dense_mlp_consumers
+        saved = (
+            _block_norms(config, tokens, formats, qkv_consumers, mlp_consumers)
+            + _attention(config, batch, formats, kind, masked)
+            + _qk_norms(config, tokens, formats)
+            + _latent_attention(config, tokens, formats)
+            + _mlp(config, tokens, formats, gelu, dense)
+            + weight_copy_bytes(config, formats, dense)
+        )
+        if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
+            scores = config.heads * s * s * batch
+            attention_dropout = {"eager": mu * scores + _MASK * scores,
+                                 "sdpa-math": _math_width(formats) * scores + _MASK * scores}.get(kind, 0)
+            saved += attention_dropout + _MASK * 2 * tokens * h
+        return saved
+
+    local_attention, local_kernel = attention, None
+    if config.sliding_layers:
+        local_attention, local_kernel = resolve_attention(config, batch, formats, asked, device, dropout, local=True)
+    dense_layers = config.dense_layers if config.experts > 1 else config.layers
+    windowed = config.sliding_window is not None and config.sliding_window < s
+    counts = {}  # (attention kind, dense, masked) -> blocks
+    for index in range(config.layers):
+        local = index < config.sliding_layers  # which blocks are local changes no sum
+        key = (local_attention if local else attention, index < dense_layers, local and windowed)
+        counts[key] = counts.get(key, 0) + 1
+    sizes = {key: block(*key) for key in counts}
+    blocks = sum(counts[key] * sizes[key] for key in counts)
+    layer = max(sizes.values())
     outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
+    if config.logit_softcap:  # tanh(logits / c) saves its output, in the logits' dtype
+        outside += mu * tokens * config.vocabulary
     if formats.autocast:
         outside += mu * config.unembedding_parameter_count  # the unembedding's weight copy
     if _llama_style(config) and not config.learned_positions:
-        outside += 2 * sigma * s * config.head_width  # rotary cos and sin tables
+        outside += 2 * sigma * s * (config.rope_head_width or config.head_width)  # rotary cos and sin tables
     if dropout:
         outside += _MASK * tokens * h
     # A checkpointed block keeps its input; eager attention's additive mask (batch, 1, s, s) in the
-    # weights' dtype is an input of every block, kept once.
+    # weights' dtype is an input of every block, kept once for each kind of layer (full and sliding).
     checkpoint = sigma * tokens * h
-    mask = formats.weights * batch * s * s if attention == "eager" else 0
-    return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask, attention, kernel)
+    eager_kinds = {local for local in (False, True)
+                   if (local_attention if local else attention) == "eager"
+                   and (config.sliding_layers if local else config.layers - config.sliding_layers)}
+    mask = formats.weights * batch * s * s * len(eager_kinds)
+    if windowed and config.sliding_layers and local_attention in SDPA_ATTENTIONS:
+        # SDPA saves the sliding-window mask it is passed: one tensor all the local blocks share.
+        outside += formats.weights * batch * s * s
+        mask += formats.weights * batch * s * s
+    return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask, attention, kernel, blocks,
+                           local_kernel)
 
 
 # ---- the rest of a step: what is alive besides model states at each phase ----------------

@@ -32,8 +32,11 @@ from accounting.model import hf_config
 from accounting._checks import check_choice, check_positive_size, check_size
 from accounting.errors import AccountingError, AccountingTypeError
 
-MLP_KINDS = ("gelu", "swiglu")
-NORM_KINDS = ("layernorm", "rmsnorm")
+MLP_KINDS = ("gelu", "swiglu", "clamped-swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm", "fp32-rmsnorm")
+"""``layernorm`` (GPT-2); ``rmsnorm`` (Llama: normalised in fp32, cast back, times w); ``fp32-rmsnorm``
+(OLMo 2's and gpt-oss's w·x̂, Gemma's (1 + w)·x̂: normalised and weighted in fp32, cast at the end).
+The two RMSNorms count the same (a weight of h); they save different tensors for backward."""
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 """Where a block's norms sit: ``pre``, before attention and before the MLP (GPT-2, Llama); ``post``,
 after each, on the sublayer's output before the residual add (OLMo 2); ``sandwich``, before and after
@@ -51,7 +54,7 @@ GELUS = ("fused", "unfused")
 input; ``unfused``, the tanh formula in elementwise ops (Hugging Face ``"gelu_new"``, GPT-2's own setting),
 saving five tensors of the MLP's width."""
 # Weight matrices of one MLP (or of one expert): GELU up and down; SwiGLU gate, up and down.
-_MLP_MATRICES = {"gelu": 2, "swiglu": 3}
+_MLP_MATRICES = {"gelu": 2, "swiglu": 3, "clamped-swiglu": 3}
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,11 @@ class TransformerConfig:
       must divide ``width``). Q projects h → H·d, K and V h → K·d, the output H·d → h.
     - ``mlp``: ``"gelu"``, two matrices h → f → h (GPT-2); ``"swiglu"``, three: gate and up
       (h → f) and down (f → h) (Llama, Mistral, Qwen2, Mixtral's experts). The counts do not
-      depend on the elementwise function: a ReLU MLP is ``"gelu"``, a GeGLU one ``"swiglu"``.
-    - ``norm``: ``"layernorm"`` (a weight, and a bias when ``bias``) or ``"rmsnorm"`` (a weight only).
+      depend on the elementwise function: a ReLU MLP is ``"gelu"``, a GeGLU one ``"swiglu"``;
+      ``"clamped-swiglu"`` is gpt-oss's (gate and up clamped, (up + 1)·gate·σ(α·gate)): SwiGLU's counts,
+      more saved for backward.
+    - ``norm``: ``"layernorm"`` (a weight, and a bias when ``bias``), ``"rmsnorm"`` or ``"fp32-rmsnorm"``
+      (a weight only; :data:`NORM_KINDS`).
     - ``qkv_bias``: the Q, K and V projections carry biases; ``None`` means the same as ``bias``
       (Qwen2: ``bias=False, qkv_bias=True``).
     - ``experts`` (E): with more than one, each layer's MLP is ``experts`` copies of the MLP
@@ -88,6 +94,9 @@ class TransformerConfig:
     - ``norm_placement`` (:data:`NORM_PLACEMENTS`): ``"pre"``, ``"post"`` (2 norms a block) or
       ``"sandwich"`` (4).
     - ``qk_norm`` (:data:`QK_NORMS`): ``"none"``, ``"head"`` (2·d weights) or ``"projection"`` (H·d + K·d).
+    - ``fused_projections``: Q, K and V are one matrix, and so are gate and up (Phi-3): the same counts
+      and FLOPs; one matmul reads the norm's output (what autocast copies), and a tensor-parallel plan
+      must split the fused matrices by component.
     - ``attention_sinks``: a learned logit per query head joins every softmax (gpt-oss: H weights a block).
     - Multi-head latent attention (DeepSeek V2/V3), when ``kv_lora_rank`` is given: keys and values
       come from a shared latent of ``kv_lora_rank`` (h → ``kv_lora_rank`` + ``rope_head_width``, a norm,
@@ -149,12 +158,13 @@ class TransformerConfig:
     attention_softcap: bool = False
     logit_softcap: bool = False
     active_embeddings: str = "both"
+    fused_projections: bool = False
 
     def __post_init__(self):
         for name in ("layers", "width", "heads", "sequence_length", "vocabulary", "experts", "experts_per_token"):
             check_positive_size(getattr(self, name), name)
         for name in ("tied_embeddings", "learned_positions", "bias", "attention_sinks", "attention_softcap",
-                     "logit_softcap"):
+                     "logit_softcap", "fused_projections"):
             if not isinstance(getattr(self, name), bool):
                 raise AccountingTypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
@@ -347,7 +357,8 @@ class TransformerConfig:
         return self.mlp_matrices * self.width * self.ffn_width
 
     def _mlp_parameters(self, ffn_width: int) -> int:
-        """One MLP of hidden width ``ffn_width`` with its biases: ``ffn_width`` per h → f matrix, h for the down one."""
+        """One MLP of hidden width ``ffn_width`` with its biases: ``ffn_width`` per h → f matrix, h for the
+        down one."""
         biases = (self.mlp_matrices - 1) * ffn_width + self.width if self.bias else 0
         return self.mlp_matrices * self.width * ffn_width + biases
 
@@ -382,7 +393,8 @@ class TransformerConfig:
     @property
     def layer_parameter_count(self) -> int:
         """One block (with experts, one whose MLP is the experts): attention, MLP and its norms."""
-        return self.attention_parameter_count + self.mlp_parameter_count + self.norms_per_layer * self.norm_parameter_count
+        norms = self.norms_per_layer * self.norm_parameter_count
+        return self.attention_parameter_count + self.mlp_parameter_count + norms
 
     @property
     def dense_layer_parameter_count(self) -> int:

@@ -160,9 +160,10 @@ FAMILIES = {
                                         "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers"}),
                         harmless=frozenset(_LOCAL_LAYERS | _EXPERT_NUMERICS),
                         at_default={"attention_bias": False}, kv_default=4, experts="qwen3_moe", local="all"),
-    "gemma2": Family(_RMS_SWIGLU | {"norm_placement": "sandwich"}, harmless=frozenset(_LOCAL_LAYERS | _GEMMA_NUMERICS),
+    "gemma2": Family(_RMS_SWIGLU | {"norm_placement": "sandwich", "norm": "fp32-rmsnorm"},
+                     harmless=frozenset(_LOCAL_LAYERS | _GEMMA_NUMERICS),
                      at_default={"attention_bias": False}, kv_default=4, tied=True, local="gemma2"),
-    "gemma3_text": Family(_RMS_SWIGLU | {"norm_placement": "sandwich", "qk_norm": "head"},
+    "gemma3_text": Family(_RMS_SWIGLU | {"norm_placement": "sandwich", "norm": "fp32-rmsnorm", "qk_norm": "head"},
                           harmless=frozenset(_LOCAL_LAYERS | _GEMMA_NUMERICS), at_default={"attention_bias": False},
                           kv_default=4, tied=True, local="gemma3"),
     "deepseek_v2": Family(_RMS_SWIGLU | {"active_embeddings": "unembedding"},
@@ -172,16 +173,17 @@ FAMILIES = {
                           harmless=frozenset(_EXPERT_NUMERICS | _DEEPSEEK_ROUTING),
                           at_default={"attention_bias": False, "mlp_bias": False, "moe_layer_freq": 1},
                           experts="deepseek"),
-    "gpt_oss": Family(_RMS_SWIGLU | {"bias": True, "qkv_bias": True, "attention_sinks": True,
-                                     "active_embeddings": "unembedding"},
+    "gpt_oss": Family(_RMS_SWIGLU | {"norm": "fp32-rmsnorm", "mlp": "clamped-swiglu", "bias": True, "qkv_bias": True,
+                                     "attention_sinks": True, "active_embeddings": "unembedding"},
                       read=frozenset({"num_local_experts", "num_experts_per_tok"}),
                       harmless=frozenset(_LOCAL_LAYERS | _EXPERT_NUMERICS | {
                           "swiglu_limit", "swiglu_alpha", "initial_context_length", "experts_per_token"}),
                       at_default={"attention_bias": True}, kv_default=8, experts="gpt_oss", local="layer_types"),
-    "phi3": Family(_RMS_SWIGLU, harmless=frozenset({"embd_pdrop", "resid_pdrop", "original_max_position_embeddings",
-                                                   "sliding_window"}),
+    "phi3": Family(_RMS_SWIGLU | {"fused_projections": True},
+                   harmless=frozenset({"embd_pdrop", "resid_pdrop", "original_max_position_embeddings",
+                                       "sliding_window"}),
                    at_default={"attention_bias": False}, local="all"),
-    "olmo2": Family(_RMS_SWIGLU | {"norm_placement": "post", "qk_norm": "projection"},
+    "olmo2": Family(_RMS_SWIGLU | {"norm_placement": "post", "norm": "fp32-rmsnorm", "qk_norm": "projection"},
                     at_default={"attention_bias": False}),
 }
 FAMILIES["deepseek_v3"] = replace(FAMILIES["deepseek_v2"], kv_default=128)
@@ -359,7 +361,10 @@ def _family_fields(config: dict, model_type: str) -> dict:
         fields |= _latent_attention_fields(config)  # its head_dim is the rotary width, read there
     if family.experts is not None:
         fields |= _expert_fields(config, family.experts, fields["layers"])
-    return fields | _local_fields(config, family.local, fields["layers"])
+    caps = {"attention_softcap": config.get("attn_logit_softcapping") is not None,
+            "logit_softcap": config.get("final_logit_softcapping") is not None}
+    return fields | {name: True for name, capped in caps.items() if capped} \
+        | _local_fields(config, family.local, fields["layers"])
 
 
 def _latent_attention_fields(config: dict) -> dict:
