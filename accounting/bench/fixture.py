@@ -88,9 +88,9 @@ class FlopsBenchmark:
     instead of inside ``pedantic``; ``extra_info["rounds"]`` records the count used.
 
     GPUs (:mod:`accounting.bench.round_telemetry`): before the timed rounds the call runs until the device's
-    clock has settled at its working clock (``extra_info["warmup"]`` says how long that took), and the device is
-    read after each timed round, outside the timed call (``extra_info["telemetry_rounds"]``), so the saved run
-    keeps each round's clock, power and throttle reasons beside its time. Nothing of this runs on the CPU.
+    clock has settled at its working clock (``extra_info["warmup"]`` says how long that took), and a thread reads
+    the device while the timed rounds run, each reading placed in its round (``extra_info["telemetry_rounds"]``),
+    so the saved run keeps each round's clock, power and throttle reasons beside its time. Nothing of this runs on the CPU.
 
     Peak memory: after the timed rounds, one more untimed call is measured by :func:`peak_memory`
     (``measure_memory=False`` skips it), so the regression gate can compare it exactly.
@@ -154,7 +154,7 @@ class FlopsBenchmark:
                 rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds,
                                     min_time_s=min_time_s)
                 warmup_rounds = 0
-            if backend is not None:  # GPUs: a reading after each timed round
+            if backend is not None:  # GPUs: a thread reads the device during the timed rounds
                 recorder = RoundReadings(backend, warmup_rounds=warmup_rounds, rounds=rounds)
             window = _telemetry_window(device)  # GPUs: clock, power, energy and throttling beside the rounds
             with window as sampler:
@@ -162,6 +162,8 @@ class FlopsBenchmark:
                 self.benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1,
                                         **read_after)
         finally:
+            if recorder is not None:
+                recorder.close()  # its reading thread stops before the backend it reads is closed
             if backend is not None:
                 backend.close()
         if recorder is not None:
