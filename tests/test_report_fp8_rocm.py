@@ -43,3 +43,15 @@ def test_the_rocm_figure_is_not_called_fast_and_says_why_it_is_alone(build):
 
 def test_a_key_saved_on_cuda_reads_the_same_on_rocm(build):
     assert split_key(f"{FP8} (default accumulation)") == (FP8, "default")
+
+
+@pytest.mark.parametrize("budget_s", [17.3, 3.0], ids=["budget-for-both", "budget-for-one"])
+def test_the_report_says_why_rocm_has_one_fp8_figure_and_never_that_a_second_was_cut(build, budget_s):
+    notes = []
+    run.with_fp8_default_accumulation({"bfloat16": ["shape"], FP8: ["shape"]}, budget_s, notes)
+    if build == "rocm":
+        assert notes == [accumulation_note(FP8)], "the one figure is explained; nothing was left unmeasured"
+    elif budget_s < 5:
+        assert len(notes) == 1 and notes[0].startswith(f"{FP8} with default accumulation not measured")
+    else:
+        assert notes == []

@@ -34,7 +34,7 @@ from accounting.hardware.peaks import (
 from accounting.memory import format_name
 from accounting.report import headlines as headline_phase
 from accounting.report import measure as measuring
-from accounting.report.accumulation import DEFAULT, default_key, is_fp8, split_key
+from accounting.report.accumulation import DEFAULT, accumulation_note, default_key, is_fp8, split_key
 from accounting.report.assembly import (  # noqa: F401 (preview, telemetry_section: importable from here as before)
     check_evidence,
     dtype_sections,
@@ -223,6 +223,8 @@ headline budget is at least this (a one-second sustained window and its ranking)
 def with_fp8_default_accumulation(candidates: dict, headline_budget_s: float, notes: list) -> dict:
     """``candidates`` plus, for each fp8 dtype, its shapes again under the default-accumulation key
     (:func:`accounting.report.accumulation.default_key`) where the budget allows; a note says when it does not.
+    On ROCm, where torch ignores ``use_fast_accum``, the dtype is its own default key: it is timed once, and a note
+    (:func:`accounting.report.accumulation.accumulation_note`) says why there is one figure.
 
     >>> shapes = {"bfloat16": ["a"], "float8_e4m3fn": ["b"]}
     >>> list(with_fp8_default_accumulation(shapes, 17.0, []))
@@ -231,6 +233,8 @@ def with_fp8_default_accumulation(candidates: dict, headline_budget_s: float, no
     (['bfloat16', 'float8_e4m3fn'], 'float8_e4m3fn with default accumulation not measured: the he')
     """
     fp8 = [dtype for dtype, shapes in candidates.items() if shapes and is_fp8(dtype)]
+    notes.extend(note for note in map(accumulation_note, fp8) if note)  # ROCm: one kernel, said and timed once
+    fp8 = [dtype for dtype in fp8 if default_key(dtype) != dtype]
     if not fp8:
         return candidates
     keys = len([shapes for shapes in candidates.values() if shapes]) + len(fp8)
