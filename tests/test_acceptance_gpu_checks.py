@@ -15,7 +15,14 @@ import torch
 
 from accounting.acceptance.expected import AGREEMENT, expected_headline
 from accounting.acceptance.figures import anchor_step_figures, gpu_check_figures, sweep_row_figures
-from accounting.acceptance.gpu_checks import HOT_ROUNDS, POWER_CAP, hot_rounds, share_with, sustained_windows
+from accounting.acceptance.gpu_checks import (
+    HOT_ROUNDS,
+    POWER_CAP,
+    hot_rounds,
+    run_gpu_checks,
+    share_with,
+    sustained_windows,
+)
 from accounting.acceptance.summary import gpu_checks, render
 from accounting.errors import AccountingError
 from accounting.telemetry.readings import Reading
@@ -260,20 +267,14 @@ class SimulatedOps:
 
 
 def test_on_the_simulated_h200_time_fn_reads_the_burst_and_one_event_pair_the_recorded_2_s_windows(monkeypatch):
-    """On a device calibrated on the recorded H200 (792.6 TFLOP/s call by call at 1890 MHz, 684-689 back to back at
-    the capped 1455 MHz), the check tells the two apart as the real GPU is expected to, and the package's
-    back-to-back window agrees with the independent loop."""
-    from accounting.timing import time_back_to_back, time_fn
+    """The step's checks end to end on a device calibrated on the recorded H200 (792.6 TFLOP/s call by call at
+    1890 MHz, 684-689 back to back at the capped 1455 MHz): the check tells the two apart as the real GPU is expected
+    to, the package's back-to-back window agrees with the independent loop, and the hot rounds are read capped."""
     from tests.support.simulated_gpu import SimulatedH200
 
-    gpu = SimulatedH200().install(monkeypatch)
-    call = lambda: gpu.product(FLOPS)  # noqa: E731
-    record = sustained_windows(
-        SimulatedOps(gpu), call, flops=FLOPS, window=lambda: gpu.sampler("cuda:0"), window_s=0.5, pairs=2,
-        package_time=lambda: time_fn(call, device="cuda:0", clock=gpu.event_clock(), warmup=0, min_time_s=0.5,
-                                     max_repeats=10_000, flops=FLOPS, count_flops=False),
-        package_back_to_back=lambda: time_back_to_back(call, seconds=0.5, device="cuda:0", flops=FLOPS,
-                                                       max_calls=10_000, clock=gpu.event_clock()))
+    gpu = SimulatedH200().install(monkeypatch)  # pynvml, the event clock time_fn and time_back_to_back take
+    found = run_gpu_checks("cuda:0", ops=SimulatedOps(gpu), case_factory=gpu.case_factory, sampler=gpu.sampler)
+    record = found["sustained_windows"]
     medians = record["median_tflops"]
     assert medians["one_event_pair"] == pytest.approx(686.6, rel=0.02)  # the recorded 2-s windows' middle
     assert medians["time_fn"] == pytest.approx(792.6, rel=0.03)  # the recorded time_fn sweep row
@@ -281,6 +282,6 @@ def test_on_the_simulated_h200_time_fn_reads_the_burst_and_one_event_pair_the_re
     loop = [w for w in record["windows"] if w["how"] == "one_event_pair"]
     assert all(w["clock_mhz_median"] == pytest.approx(1455, rel=0.03) for w in loop)
     assert all("sw_power_cap" in w["throttle_reasons"] for w in loop)
-    rounds = hot_rounds(SimulatedOps(gpu), lambda: gpu.product(2 * 8192**3), lambda: gpu.backend().read(edge=False),
-                        rounds=50)
+    rounds = found["hot_rounds"]
+    assert rounds["rounds"] == HOT_ROUNDS and rounds["shape"] == [8192] * 3
     assert rounds["during"]["power_cap_share"] == 1.0  # capped while each round runs

@@ -9,9 +9,9 @@ Two questions a replay cannot settle, each asked of the device the way the packa
   :func:`accounting.timing.time_fn` (a spin, the product between two events, a host synchronize, every call), and at
   684-689 (1455-1500 MHz) back to back for 2 s. After a soak of back-to-back products, windows timed three ways take
   turns: ``time_fn`` (its figure: the work over the median call), the package's back-to-back window
-  (:func:`accounting.timing.time_back_to_back`, where this checkout has it) and an independent loop with one event
-  pair around it (:func:`~accounting.acceptance.clock_check.time_loop`), each with the clock (min, median, max) and
-  power its telemetry read.
+  (:func:`accounting.timing.time_back_to_back`, what its sustained figure times) and an independent loop with one
+  event pair around it (:func:`~accounting.acceptance.clock_check.time_loop`), each with the clock (min, median, max)
+  and power its telemetry read.
 - **each round's throttle reasons after its synchronize, over 200 hot rounds** (:func:`hot_rounds`). The regression
   gate reads a GPU benchmark's telemetry after each timed round has synchronized. On a GPU at its power cap, is the
   cap reason still set then, and what do clock and power read, beside a reading taken while the round still runs?
@@ -198,26 +198,31 @@ def _guarded(check) -> dict:
         return {"error": f"{type(error).__name__}: {error}"}
 
 
-def run_gpu_checks(device: str = "cuda:0") -> dict:
-    """Both checks on a CUDA ``device``, the sustained windows first (they heat the GPU for the hot rounds)."""
-    ops = CudaOps(device)
-    index = torch.device(device).index or 0
-    backend = open_gpu_backend(index)
+def run_gpu_checks(device: str = "cuda:0", *, ops=None, case_factory=None, open_backend=open_gpu_backend,
+                   sampler=Sampler) -> dict:
+    """Both checks on a CUDA ``device``, the sustained windows first (they heat the GPU for the hot rounds).
+
+    The device's seams, each defaulting to the real one: ``ops`` (:class:`~accounting.acceptance.clock_check.CudaOps`),
+    ``case_factory`` (:func:`accounting.timing.matmul_case`), ``open_backend`` (the telemetry backend of a GPU index),
+    ``sampler`` (a telemetry window on ``device``).
+    """
+    ops = CudaOps(device) if ops is None else ops
+    case_factory = timing.matmul_case if case_factory is None else case_factory
+    backend = open_backend(torch.device(device).index or 0)
     telemetry = None if isinstance(backend, NoBackend) else backend
-    window = None if telemetry is None else (lambda: Sampler(device))
+    window = None if telemetry is None else (lambda: sampler(device))
     unavailable = None if telemetry is not None else \
         f"no telemetry: {next(iter(backend.unavailable.values()), 'no backend')}"
 
     def sustained():
-        case = timing.matmul_case(SUSTAINED_DTYPE, *SUSTAINED_SHAPE, device)
+        case = case_factory(SUSTAINED_DTYPE, *SUSTAINED_SHAPE, device)
         calls = max(MIN_CALLS, 4 * math.ceil(WINDOW_S / 1e-4))  # a cap only: the window's time ends it
-        back_to_back = getattr(timing, "time_back_to_back", None)
         record = sustained_windows(
             ops, case.fn, flops=case.flops, window=window,
             package_time=lambda: timing.time_fn(case.fn, device=device, warmup=0, min_time_s=WINDOW_S,
                                                 max_repeats=calls, flops=case.flops, count_flops=False),
-            package_back_to_back=None if back_to_back is None else (
-                lambda: back_to_back(case.fn, seconds=WINDOW_S, device=device, flops=case.flops, max_calls=calls)))
+            package_back_to_back=lambda: timing.time_back_to_back(case.fn, seconds=WINDOW_S, device=device,
+                                                                  flops=case.flops, max_calls=calls))
         del case
         return {"dtype": SUSTAINED_DTYPE, "shape": list(SUSTAINED_SHAPE), **record,
                 **({"telemetry": unavailable} if unavailable else {})}
@@ -225,7 +230,7 @@ def run_gpu_checks(device: str = "cuda:0") -> dict:
     def rounds():
         if telemetry is None:
             return {"skipped": unavailable}
-        case = timing.matmul_case(SUSTAINED_DTYPE, *ROUND_SHAPE, device)
+        case = case_factory(SUSTAINED_DTYPE, *ROUND_SHAPE, device)
         record = hot_rounds(ops, case.fn, lambda: telemetry.read(edge=False))
         del case
         return {"dtype": SUSTAINED_DTYPE, "shape": list(ROUND_SHAPE), **record}
