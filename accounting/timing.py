@@ -39,7 +39,7 @@ from accounting.flop_count import count_flops as count_fn_flops
 from accounting.flops import matmul_flops, mfu
 from accounting.hardware.clocks import clock_for
 from accounting.hardware.devices import TIMED_KINDS, as_device, detect_device, timed_device
-from accounting.hardware.native import native_matmul
+from accounting.hardware.native import fast_accumulation_honoured, native_matmul
 from accounting.hardware.peaks import last_level_cache_bytes
 from accounting.hardware.precision import float32_matmul_mode
 from accounting.memory import TF32, format_name, storage_bytes, storage_dtype
@@ -551,7 +551,8 @@ def matmul_case(dtype, m: int, k: int, n: int, device="cpu", *, seed: int = 0, f
             return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=FP8_OUT_DTYPE,
                                     use_fast_accum=fp8_fast_accum)
 
-        accumulation = "fast" if fp8_fast_accum else "default"
+        # ROCm runs one kernel whatever use_fast_accum says: its product is the default one, and is named so
+        accumulation = "fast" if fp8_fast_accum and fast_accumulation_honoured() else "default"
         return MatmulCase(name, (m, k, n), str(device), fn, flops, (a, b, scale_a, scale_b), runs_as,
                           accumulation=accumulation)
     torch_dtype = storage_dtype(name)

@@ -55,3 +55,13 @@ def test_the_report_says_why_rocm_has_one_fp8_figure_and_never_that_a_second_was
         assert len(notes) == 1 and notes[0].startswith(f"{FP8} with default accumulation not measured")
     else:
         assert notes == []
+
+
+def test_the_timed_case_names_the_kernel_the_build_runs(build):
+    """The benchmarks' extra_info and the report's rows read the case's accumulation: on ROCm the package's usual
+    ``use_fast_accum=True`` product is the default one, and must not be labelled fast."""
+    from accounting.timing import matmul_case
+
+    asked_fast = matmul_case(FP8, 16, 32, 16).accumulation
+    assert asked_fast == ("fast" if build == "cuda" else "default")
+    assert matmul_case(FP8, 16, 32, 16, fp8_fast_accum=False).accumulation == "default"

@@ -42,6 +42,8 @@ the variant the device runs (``float8_e4m3fnuz`` on an MI300X for ``"fp8"``).
 import re
 from dataclasses import dataclass
 
+import torch
+
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.cpu_peak import cpu_matmul_path, cpu_native_paths
 from accounting.hardware.devices import DeviceInfo
@@ -239,3 +241,14 @@ def native_dtypes(info: DeviceInfo, dtypes) -> list[str]:
     ['float32', 'bfloat16']
     """
     return [answer.dtype for answer in (native_matmul(info, dtype) for dtype in dtypes) if answer.native]
+
+
+def fast_accumulation_honoured() -> bool:
+    """Whether this torch build runs another fp8 kernel for ``_scaled_mm(..., use_fast_accum=True)``: CUDA builds do;
+    ROCm builds (``torch.version.hip`` set) ignore the flag, since torch's ``scaled_gemm`` sets cuBLASLt's
+    fast-accumulation attribute only outside ROCm (``#ifndef USE_ROCM``), so hipBLASLt runs one product either way.
+
+    >>> fast_accumulation_honoured() == (torch.version.hip is None)
+    True
+    """
+    return getattr(torch.version, "hip", None) is None

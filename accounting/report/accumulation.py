@@ -22,9 +22,8 @@ once, and :func:`accumulation_note` says why there is no second figure.
 ('float8_e4m3fn (default accumulation)', 'bfloat16')
 """
 
-import torch
-
 from accounting.errors import AccountingError
+from accounting.hardware.native import fast_accumulation_honoured
 from accounting.health.accumulation import DEFAULT, FAST
 from accounting.memory import format_name
 
@@ -37,12 +36,6 @@ def is_fp8(dtype: str) -> bool:
         return format_name(dtype).startswith("float8")
     except AccountingError:  # a name that is no format (a headline key) is not fp8
         return False
-
-
-def fast_accumulation_honoured() -> bool:
-    """Whether this torch build runs another fp8 kernel for ``use_fast_accum=True``: CUDA builds do, ROCm builds
-    (``torch.version.hip`` set) ignore the flag (see the module docstring)."""
-    return getattr(torch.version, "hip", None) is None
 
 
 def accumulation_of(dtype: str) -> str | None:
