@@ -42,8 +42,8 @@ def test_the_recorded_h200_baselines_were_timed_the_old_way():
 
 def test_the_gate_passes_over_baselines_timed_the_old_way_and_names_why(h200_today):
     files = sorted(STORAGE.glob("*.json"))
-    with pytest.raises(AccountingError, match=r"no usable baseline run: .*gpu_timing None, here 'warmed to the "
-                                              r"working clock"):
+    with pytest.raises(AccountingError, match=r"no usable baseline run: .*: timed another way \(gpu_timing None, "
+                                              r"here 'warmed to the working clock"):
         choose_baseline(files, h200_today, 2, kinds={"cuda"})
     same_hardware = {key: value for key, value in h200_today.items() if key != "gpu_timing"}
     assert len(choose_baseline(files, same_hardware, 2, kinds={"cuda"}).runs) == 2, "only the timing differs"

@@ -35,7 +35,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accounting.bench.identity import MACHINE_INFO_KEY, machine_mismatch
+from accounting.bench.identity import MACHINE_INFO_KEY, TIMING_FIELDS, machine_mismatch
 from accounting.errors import AccountingError
 
 DEFAULT_STORAGE = ".benchmarks"
@@ -289,7 +289,8 @@ def hardware_difference(current: dict, saved: dict, kinds=None) -> str:
 def choose_baseline(files, identity: dict, count: int, *, loader=load_run, reject=None, kinds=None) -> Baseline:
     """The last ``count`` runs among ``files`` (oldest first) recorded on hardware ``identity``.
 
-    Runs from other hardware are skipped with the fields that differ, and so are runs for
+    Runs from other hardware, or GPU runs timed another way (``gpu_timing``), are skipped with the fields that
+    differ, and so are runs for
     which ``reject(run)`` gives a reason (the load guard's); when none is left,
     an error says which hardware the storage holds. A corrupt file is an error (naming it):
     it would otherwise silently shrink the baseline.
@@ -303,7 +304,8 @@ def choose_baseline(files, identity: dict, count: int, *, loader=load_run, rejec
         run = loader(path)
         difference = hardware_difference(identity, run.machine, kinds)
         if difference:
-            skipped.append((run.label, f"other hardware ({difference})"))
+            timed_otherwise = set(machine_mismatch(identity, run.machine, kinds)) <= set(TIMING_FIELDS)
+            skipped.append((run.label, f"{'timed another way' if timed_otherwise else 'other hardware'} ({difference})"))
             continue
         reason = reject(run) if reject is not None else None
         if reason:
