@@ -129,19 +129,38 @@ def _headline_lines(report: dict) -> list[str]:
         return []
     header = ["dtype", "headline", "TFLOP/s", "MFU", "at m×k×n", "window s", "clock MHz", "power W", "J/TFLOP",
               "tags / notes"]
-    lines = ["Burst and sustained (clock and power: the medians of each figure's own window; sustained: "
-             "at least 1 s, power-saturated):", table(header, rows, indent="  ")]
+    lines = ["Burst and sustained (burst: the highest clock its window read; sustained: at least 1 s of products back "
+             "to back, power-saturated, at its window's median clock and its energy counter's average power):",
+             table(header, rows, indent="  ")]
     soak = (report.get("telemetry") or {}).get("soak")
     if soak and soak.get("shape"):
-        settled = soak.get("saturated_clock_mhz")
-        lines.append(f"  thermal soak: {soak['seconds']:.1f} s of {soak['dtype']} {'×'.join(map(str, soak['shape']))}, "
-                     f"ended: {soak['ended']}" + (f", settled at {settled:.0f} MHz" if settled is not None else ""))
+        lines += soak_lines(soak)
     limit = (report.get("telemetry") or {}).get("power_limit_w")
     if limit:
         lines.append(f"  enforced power limit: {limit:.0f} W (what power-suspect and saturation are judged against)")
     if commands:
         lines.append("  reproduce:")
         lines += [f"  {command}" for command in commands]
+    return lines
+
+
+def soak_lines(soak: dict) -> list[str]:
+    """The thermal soak in the headline section: its dtype, shape and end, the clock it settled at, and each
+    window's clock early and late in it (a clock still falling from window to window is a soak cut short).
+
+    >>> for line in soak_lines({"seconds": 4.0, "dtype": "bfloat16", "shape": [8192, 8192, 8192], "ended": "flat",
+    ...                         "saturated_clock_mhz": 1455.0, "early_late_mhz": [[1980.0, 1600.0], [1470.0, 1455.0]]}):
+    ...     print(line)
+      thermal soak: 4.0 s of bfloat16 8192×8192×8192, ended: flat, settled at 1455 MHz
+        its windows' clock, early → late (MHz): 1980 → 1600, 1470 → 1455
+    """
+    settled = soak.get("saturated_clock_mhz")
+    lines = [f"  thermal soak: {soak['seconds']:.1f} s of {soak['dtype']} {'×'.join(map(str, soak['shape']))}, "
+             f"ended: {soak['ended']}" + (f", settled at {settled:.0f} MHz" if settled is not None else "")]
+    pairs = soak.get("early_late_mhz") or []
+    if pairs:
+        lines.append("    its windows' clock, early → late (MHz): "
+                     + ", ".join(f"{_number(early, 0)} → {_number(late, 0)}" for early, late in pairs))
     return lines
 
 
