@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from accounting.hardware.devices import DeviceInfo
+from accounting.report.headlines import Candidate, sustained
 from accounting.report.saturation import (
     CLOCK_SETTLED_FRACTION,
     MIN_READINGS,
     SATURATION_POWER_FRACTION,
-    SATURATION_UNKNOWN,
     SUSTAINED_MIN_S,
     clock_unsettled,
     figure_check,
@@ -30,6 +30,7 @@ from accounting.report.saturation import (
     window_average_power_w,
     withheld_because,
 )
+from tests.support import h200_report_replay as replay
 
 H200 = Path(__file__).parent / "data" / "hosts" / "nvidia-h200"
 NVML_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
@@ -45,7 +46,7 @@ def recorded_windows() -> list[dict]:
     for window in recorded["sustained_windows"]:
         reasons = [name for bit, name in NVML_REASON_BITS.items() if window["throttle"] & bit]
         windows.append({"backend": "nvml", "samples": window["samples"], "clock_mhz_median": window["clock_median"],
-                        "clock_mhz_early": window["clock_median"], "clock_mhz_late": window["clock_median"],
+                        "clock_mhz_max": window["clock_max"], "clock_mhz_early": window["clock_median"], "clock_mhz_late": window["clock_median"],
                         "power_w_median": window["power_median"], "power_limit_w": recorded["power_limit_w"],
                         "throttle_reasons": reasons, "seconds": window["seconds"], "tflops": window["tflops"]})
     return windows
@@ -169,7 +170,7 @@ def test_length_and_readings_at_their_minimum_pass_and_one_under_does_not():
 
 def test_every_reason_is_given_in_order():
     """Short, few readings, impossible, not saturated, unsettled: all five, joined by '; '."""
-    window = {"backend": "nvml", "samples": 2, "clock_mhz_median": 1350.0, "clock_mhz_early": 1650.0,
+    window = {"backend": "nvml", "samples": 2, "clock_mhz_max": 1350.0, "clock_mhz_early": 1650.0,
               "clock_mhz_late": 1350.0, "power_w_median": 300.0, "power_limit_w": 700.0, "throttle_reasons": []}
     reasons = withheld_because(window, seconds=0.015, flops_per_s=793.1e12, dtype="bfloat16",
                                physical=PHYSICAL).split("; ")
@@ -179,10 +180,13 @@ def test_every_reason_is_given_in_order():
 
 
 def test_the_physical_check_is_made_only_with_a_dtype_a_figure_and_the_devices_facts():
-    window = {**WINDOWS[0], "clock_mhz_median": 1350.0}
+    window = {**WINDOWS[0], "clock_mhz_median": 1350.0, "clock_mhz_max": 1350.0}
     assert withheld_because(window, seconds=2.0, flops_per_s=793.1e12, dtype="bfloat16",
                             physical=PHYSICAL).startswith("impossible: 793.1 TFLOP/s > 132 SMs")
     assert withheld_because(window, seconds=2.0, flops_per_s=793.1e12, dtype=None, physical=PHYSICAL) is None
+    # judged at the highest clock the window read: a low median (a stale reading) does not make it impossible
+    assert withheld_because({**window, "clock_mhz_max": 1980.0}, seconds=2.0, flops_per_s=793.1e12, dtype="bfloat16",
+                            physical=PHYSICAL) is None
     assert withheld_because(window, seconds=2.0, flops_per_s=793.1e12, dtype="bfloat16", physical=None) is None
     assert figure_check(None, "bfloat16", 1350.0, PHYSICAL) is None
     assert figure_check(0.0, "bfloat16", 1350.0, PHYSICAL) is None
@@ -193,6 +197,9 @@ def test_a_devices_physical_facts_are_its_capability_and_sms_on_a_gpu_only():
     gpu = DeviceInfo("cuda", "NVIDIA H200", 0, 2**37, compute_capability=(9, 0), multiprocessors=132)
     assert physical_facts(gpu) == ((9, 0), 132)
     assert physical_facts(DeviceInfo("cpu", "a CPU", None, 2**30)) is None
+    rocm = DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 2**36, compute_capability=(9, 0), multiprocessors=110,
+                      arch="gfx90a")
+    assert physical_facts(rocm) == (None, 110)  # gfx90a reads (9, 0): not Hopper's capability
 
 
 @pytest.mark.parametrize("telemetry, gpu", [({"backend": "nvml"}, True), ({"backend": "amdsmi"}, True),
@@ -208,6 +215,18 @@ def test_a_cpu_window_is_published_tagged_saturation_unknown_not_withheld():
     assert withheld_because(cpu, seconds=2.0) is None
     assert not not_saturated(cpu) and not soak_may_help(cpu)
     tags = saturation_tags(cpu)
-    assert len(tags) == 1 and tags[0].startswith(f"{SATURATION_UNKNOWN}: ")
+    assert len(tags) == 1 and tags[0].startswith("saturation-unknown: ")  # the name docs/report-and-telemetry.md gives
     assert saturation_tags({"throttle_reasons": ["sw_power_cap"]}) == []  # a reason shows it: no tag
     assert saturation_tags(None) == tags
+
+
+def test_the_headline_phase_times_a_sustained_window_as_long_as_the_recorded_ones():
+    """mamf-finder's MSMF and the recorded H200 windows ran 2 s (2.06 s recorded): a sustained window that the
+    budget allows lasts that long, not a second more."""
+    device = replay.RecordedH200(1)
+    m, k, n = 4608, 6208, 5632  # the recorded windows' shape
+    flops = 2 * m * k * n
+    candidate = Candidate((m, k, n), flops, flops / (device.window["tflops"] * 1e12))
+    headline, _ = sustained(device, "bfloat16", [candidate], deadline=10.0, physical=replay.physical())
+    assert headline.published, headline.reason
+    assert headline.seconds == pytest.approx(device.window["seconds"], rel=0.1)
