@@ -285,3 +285,14 @@ def test_on_the_simulated_h200_time_fn_reads_the_burst_and_one_event_pair_the_re
     rounds = found["hot_rounds"]
     assert rounds["rounds"] == HOT_ROUNDS and rounds["shape"] == [8192] * 3
     assert rounds["during"]["power_cap_share"] == 1.0  # capped while each round runs
+
+
+def test_each_headline_figure_stands_beside_its_window_s_clock_min_median_max():
+    """The recorded report's bf16 sustained window read 1980 MHz at every reading (its min and max; that record has
+    no median): the figure's note says so."""
+    from accounting.acceptance.figures import report_figures
+
+    report = json.loads((H200_RUN / "report.json").read_text())
+    telemetry = report["dtypes"]["bfloat16"]["headlines"]["sustained"]["telemetry"]
+    [figure] = [f for f in report_figures(report, "NVIDIA H200", step="report") if f.name == "bfloat16 sustained"]
+    assert f"clock min/median/max {telemetry['clock_mhz_min']:.0f}/?/{telemetry['clock_mhz_max']:.0f} MHz" in figure.note

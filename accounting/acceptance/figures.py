@@ -94,6 +94,9 @@ def _headline_figures(step: str, dtype: str, kind: str, headline: dict, device_n
     note = _shape(headline.get("shape")) if headline.get("shape") else ""
     if headline.get("seconds"):
         note += f"{'; ' if note else ''}window {headline['seconds']:.3g} s"
+    clocks = _clock_note({k: v for k, v in (headline.get("telemetry") or {}).items() if k.startswith("clock_mhz_")})
+    if clocks:
+        note += f"{'; ' if note else ''}{clocks}"
     if not headline.get("published", True):
         note += f"{'; ' if note else ''}not published: {headline.get('reason')}"
     figures = [Figure(step, f"{label} {kind}", flops / 1e12 if flops else None, "TFLOP/s",
