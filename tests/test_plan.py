@@ -20,11 +20,12 @@ from accounting.errors import AccountingError, AccountingTypeError
 from accounting.hardware.peaks import find_chip, peak_flops
 from accounting.plan import PlanSettings, make_plan, plan_device, plan_document, render_plan
 from accounting.plan.compute import LARGEST_MICRO_BATCH
-from accounting.plan.devices import PlanDevice
+from accounting.plan.devices import TORCH_CAPACITIES, PlanDevice
 from accounting.model.sharding import SHARDINGS
 from accounting.model.training_memory import transformer_training_memory
 from accounting.model.config import TransformerConfig
-from tests.support.hf_models import model_from_config_json
+from tests.support.hf_models import hf_config, model_from_config_json
+from tests.support.published_configs import PUBLISHED
 
 GPT2_SMALL = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
               "vocab_size": 50257, "n_inner": None, "activation_function": "gelu_new", "bos_token_id": 50256,
@@ -233,7 +234,8 @@ def test_flops_per_step_are_flop_counter_modes_on_the_hugging_face_model(hf, dev
 def test_time_is_flops_over_devices_peak_and_mfu(device, precision, dtype):
     config = TransformerConfig.from_hf(GPT2_SMALL)
     chip = plan_device(device, dtype)
-    assert chip.memory_bytes == find_chip(device).memory_gb * 10**9
+    if chip.name not in TORCH_CAPACITIES:  # the datasheet's GB, where torch's figure is not known
+        assert chip.memory_bytes == find_chip(device).memory_gb * 10**9
     assert chip.peak_flops_per_second == peak_flops(device, dtype)
     settings_ = PlanSettings(devices=16, precision=precision, mfu=0.35)
     plan = make_plan(config, chip, settings_, global_batch=64, tokens=3e11)
@@ -344,3 +346,71 @@ def test_a_device_of_unknown_capability_is_planned_as_an_a100_and_says_so():
     assert "compute capability of my-accelerator not known: assumed 8.0" in render_plan(plan, "x")
     assert render_plan(make_plan(config, device, PlanSettings(attention="eager"), global_batch=1), "x").count(
         "Attention:") == 0
+
+
+# ---- device capacities ------------------------------------------------------------------------------
+
+RECORDED_H200 = "tests/data/hosts/nvidia-h200/sdpa-kernels-and-sustained-window.json"
+
+
+def test_the_h200_holds_what_torch_reported_on_one():
+    """The recorded host's torch.cuda.get_device_properties: the capacity the plan fits into, the headroom
+    its only margin."""
+    with open(RECORDED_H200, encoding="utf-8") as file:
+        recorded = json.load(file)["props"]
+    assert recorded["name"] == "NVIDIA H200"
+    device = plan_device(recorded["name"], "bfloat16")
+    assert device.memory_bytes == recorded["total_memory"]
+    assert "torch" in device.memory_source
+    plan = make_plan(TransformerConfig.from_hf(GPT2_SMALL), device, PlanSettings(headroom=0.1), global_batch=8)
+    assert plan.usable_bytes == int(0.9 * recorded["total_memory"])
+
+
+def test_an_h100_holds_more_than_its_datasheets_80_gb():
+    """torch reports 85.0-85.5 GB on an H100 80GB HBM3 (nvidia-smi: 81,559 MiB, the driver's reserve
+    included): more than 80 x 10**9 bytes, and no more than nvidia-smi's total."""
+    device = plan_device("NVIDIA H100 80GB HBM3", "bfloat16")
+    assert 85.0e9 <= device.memory_bytes <= 81_559 * 2**20
+
+
+# ---- the families read from config.json: active parameters and their convention ---------------------
+
+
+@pytest.mark.parametrize(("name", "active", "convention"), [
+    pytest.param("qwen3-30b-a3b", 3_353_032_704, "both embeddings counted", id="qwen3-moe"),  # Qwen's card: 3.3B
+    pytest.param("gpt-oss-20b", 3_608_307_264, "the embedding lookup not", id="gpt-oss"),  # OpenAI's card: 3.6B
+])
+def test_a_mixture_of_experts_plan_reports_active_parameters_by_the_publishers_convention(name, active, convention):
+    config_json, total = PUBLISHED[name]
+    config = TransformerConfig.from_hf(config_json, sequence_length=1024)
+    plan = make_plan(config, H100, PlanSettings(devices=8, sharding="zero3"), global_batch=8)
+    model = plan_document(plan, "x")["model"]
+    assert (model["parameters"], model["active_parameters"]) == (total, active)
+    first_line = render_plan(plan, "x").splitlines()[0]
+    assert f"{total:,} parameters ({active:,} active per token: " in first_line and convention in first_line
+
+
+def test_a_mixture_of_experts_plans_flops_are_the_models_step_with_its_routed_experts():
+    """FLOPs per token from the experts each token is routed to (and the shared ones, and the dense first
+    block): FlopCounterMode around DeepSeek-V3's own module, small, on the CPU."""
+    hf = hf_config("deepseek_v3").to_dict()
+    config = TransformerConfig.from_hf(hf)
+    plan = make_plan(config, H100, PlanSettings(devices=2), global_batch=2)
+    model = model_from_config_json(hf, device="cpu")
+    ids = torch.zeros(2, config.sequence_length, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert plan.flops_per_step == counter.get_total_flops()
+    assert "each token through its 2 routed experts" in render_plan(plan, "x")
+
+
+def test_a_plan_says_what_it_assumed_of_soft_caps_sinks_and_windows():
+    gemma = TransformerConfig.from_hf(PUBLISHED["gemma-2-9b"][0], sequence_length=8192)
+    text = render_plan(make_plan(gemma, H100, PlanSettings(devices=8, sharding="zero3", recompute="full"),
+                                 global_batch=8), "x")
+    assert "soft-capped scores: counted as eager attention" in text
+    assert "21 of 42 blocks attend to the last 4096 tokens; SDPA is passed their mask" not in text  # eager: no SDPA
+    assert "21 of 42 blocks attend to the last 4096 tokens" in text
+    phi = TransformerConfig.from_hf(PUBLISHED["phi-3-mini"][0])
+    text = render_plan(make_plan(phi, H100, PlanSettings(), global_batch=1), "x")
+    assert "32 of 32 blocks attend to the last 2047 tokens; SDPA is passed their mask" in text

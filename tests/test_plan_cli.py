@@ -45,7 +45,7 @@ def test_llama_on_eight_h100s_under_zero3_as_json(config_file, capsys):
 def test_gpt2_text_output_names_its_defaults(config_file, capsys):
     status, out, err = run_main(["plan", "--config", config_file(GPT2_SMALL), "--global-batch", "32"], capsys)
     assert status == 0 and err == ""
-    assert "Run: 1 x H100 SXM (80 GB, 989.4 TFLOP/s dense bfloat16), ddp, bf16-mixed, adamw" in out
+    assert "Run: 1 x H100 SXM (85.028 GB, 989.4 TFLOP/s dense bfloat16), ddp, bf16-mixed, adamw" in out
     assert "At MFU 0.4 (--mfu)" in out and "--headroom 0.1" in out
 
 

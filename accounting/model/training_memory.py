@@ -286,7 +286,8 @@ class TrainingMemory:
     ``gathered``: under ZeRO-3/FSDP, the full parameters and gradients of the unit in flight,
     on top of every phase. ``total`` adds everything, the bound when gradients are kept
     between steps. ``attention``: for a transformer, the attention counted (``"eager"``,
-    ``"sdpa-math"``…) and, for ``"sdpa"``, why that kernel (``attention_kernel``).
+    ``"sdpa-math"``…) and, for ``"sdpa"``, why that kernel (``attention_kernel``; the sliding-window
+    blocks' own, which are passed a mask, in ``local_attention_kernel``).
     """
 
     parameter_count: int
@@ -303,6 +304,7 @@ class TrainingMemory:
     gathered: int = 0
     attention: str | None = None
     attention_kernel: SdpaKernel | None = None
+    local_attention_kernel: SdpaKernel | None = None
 
     @property
     def persistent(self) -> int:
@@ -471,4 +473,4 @@ def transformer_training_memory(
     if sharding_stage(sharding) == "zero3" and devices > 1:
         gathered = largest_unit(config) * (policy.bytes_of("weights") + policy.bytes_of("gradients"))
     return replace(memory, update=update, backward=backward, gathered=gathered, attention=activations.attention,
-                   attention_kernel=activations.kernel)
+                   attention_kernel=activations.kernel, local_attention_kernel=activations.local_kernel)

@@ -84,6 +84,7 @@ class DeviceMemory:
     peak: int
     attention: str = "eager"
     attention_kernel: SdpaKernel | None = None
+    local_attention_kernel: SdpaKernel | None = None
 
     @property
     def model_states(self) -> int:
@@ -113,7 +114,7 @@ def device_memory(config: TransformerConfig, micro_batch: int, settings: PlanSet
     optimizer = memory.master_weights + memory.optimizer_state
     return DeviceMemory(micro_batch, memory.parameters, memory.gradients, optimizer, memory.gathered,
                         memory.activations, memory.transient, memory.update, memory.backward, memory.peak,
-                        memory.attention, memory.attention_kernel)
+                        memory.attention, memory.attention_kernel, memory.local_attention_kernel)
 
 
 def usable_bytes(device: PlanDevice, settings: PlanSettings) -> int:

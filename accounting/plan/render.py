@@ -25,22 +25,58 @@ OPTIONAL_PARTS = frozenset({"gathered", "transient", "update", "backward"})
 """Parts the text leaves out when they are zero (no ZeRO-3, no recomputation...); the JSON always has them."""
 
 
+ACTIVE_CONVENTIONS = {
+    "both": "both embeddings counted, as Qwen counts",
+    "unembedding": "the unembedding counted, the embedding lookup not, as DeepSeek and OpenAI count",
+}
+"""How each ``TransformerConfig.active_embeddings`` convention is named in the output."""
+
+
 def describe_model(plan: Plan) -> str:
-    """``8,030,261,248 parameters: 32 layers, width 4096, 32 heads (8 key/value), swiglu MLP 14336, ...``."""
+    """``8,030,261,248 parameters: 32 layers, width 4096, 32 heads (8 key/value), swiglu MLP 14336, ...``;
+    for a mixture of experts, the parameters one token uses and the convention they follow."""
     c = plan.config
     heads = f"{c.heads} heads" + (f" ({c.kv_heads} key/value)" if c.kv_heads != c.heads else "")
-    experts = f", {c.experts} experts ({c.experts_per_token} per token)" if c.experts > 1 else ""
-    return (f"{c.parameter_count:,} parameters: {c.layers} layers, width {c.width}, {heads}, {c.mlp} MLP "
+    experts = ""
+    if c.experts > 1:
+        shared = f" + {c.shared_experts} shared" if c.shared_experts else ""
+        dense = f", {c.dense_layers} dense layers of MLP {c.dense_ffn_width}" if c.dense_layers else ""
+        experts = f", {c.experts} experts{shared} ({c.experts_per_token} per token){dense}"
+    active = (f" ({c.active_parameter_count:,} active per token: {ACTIVE_CONVENTIONS[c.active_embeddings]})"
+              if c.experts > 1 else "")
+    return (f"{c.parameter_count:,} parameters{active}: {c.layers} layers, width {c.width}, {heads}, {c.mlp} MLP "
             f"{c.ffn_width}{experts}, {c.norm}, vocabulary {c.vocabulary}, {c.sequence_length} tokens per sequence")
+
+
+def describe_attention(plan: Plan) -> list[str]:
+    """What the formulas assumed of the model's attention beyond the kernel: the blocks' own kinds
+    (latent, sinks, soft caps, local windows), and any kernel the model's attention keeps out."""
+    c, m = plan.config, plan.memory
+    notes = []
+    if c.latent_attention:
+        notes.append(f"multi-head latent attention (keys and values from a {c.kv_lora_rank}-wide latent; "
+                     f"scores over {c.head_width} features a head, values {c.value_head_width})")
+    if c.attention_softcap or c.attention_sinks:
+        kind = "soft-capped scores" if c.attention_softcap else "attention sinks"
+        notes.append(f"{kind}: counted as eager attention, which transformers runs for them (no SDPA kernel "
+                     "takes them)")
+    if c.sliding_layers:
+        window = f"{c.sliding_layers} of {c.layers} blocks attend to the last {c.sliding_window} tokens"
+        if c.sliding_window >= c.sequence_length:
+            window += f" (no fewer than the {c.sequence_length} of a sequence: counted as global blocks)"
+        elif m.local_attention_kernel is not None:
+            window += f"; SDPA is passed their mask: {_kernel_text(plan, m.local_attention_kernel)}"
+        notes.append(window)
+    return notes
 
 
 def _gib(count: int) -> str:
     return f"{count / 2**30:.2f}"
 
 
-def _kernel_text(plan: Plan) -> str:
-    """Which kernel ``--attention sdpa`` was counted as, on which device, and why."""
-    kernel = plan.memory.attention_kernel
+def _kernel_text(plan: Plan, kernel=None) -> str:
+    """Which kernel ``--attention sdpa`` was counted as (default the global blocks'), on which device, and why."""
+    kernel = kernel or plan.memory.attention_kernel
     assumed = "" if plan.device.attention_device else (
         f" (compute capability of {plan.device.name} not known: assumed {kernel.device.capability[0]}."
         f"{kernel.device.capability[1]})")
@@ -64,6 +100,7 @@ def render_plan(plan: Plan, source: str) -> str:
         f"dense {d.dtype}), {s.sharding}, {s.precision}, {s.optimizer}, attention {s.attention}, "
         f"recompute {s.recompute}",
         *([f"Attention: {_kernel_text(plan)}"] if m.attention_kernel is not None else []),
+        *[f"Attention: {note}" for note in describe_attention(plan)],
         f"Batch: {plan.global_batch} sequences per step = {s.devices} device{plural} x micro-batch {plan.micro_batch}"
         f" x {plan.accumulation_steps} accumulation step{'s' if plan.accumulation_steps > 1 else ''}; "
         f"{plan.tokens_per_step:,} tokens",
@@ -92,7 +129,9 @@ def render_plan(plan: Plan, source: str) -> str:
         lines += [f"  - {reason}" for reason in plan.reasons]
     lines += [
         "",
-        "Compute (model FLOPs: matmuls, 2 per multiply-add, full causal score matrices):",
+        "Compute (model FLOPs: matmuls, 2 per multiply-add, full causal score matrices"
+        + (f"; each token through its {plan.config.experts_per_token} routed experts" if plan.config.experts > 1
+           else "") + "):",
         f"  FLOPs per step   {plan.flops_per_step:.3e}",
         f"  FLOPs per token  {plan.flops_per_token:.4g}",
         f"  At MFU {s.mfu:g} (--mfu): {plan.seconds_per_step:.3g} s per step, "
@@ -113,6 +152,8 @@ def plan_document(plan: Plan, source: str) -> dict:
             "heads": c.heads, "kv_heads": c.kv_heads, "head_width": c.head_width, "ffn_width": c.ffn_width,
             "mlp": c.mlp, "norm": c.norm, "experts": c.experts, "experts_per_token": c.experts_per_token,
             "vocabulary": c.vocabulary, "sequence_length": c.sequence_length,
+            "active_parameters": c.active_parameter_count, "active_embeddings": c.active_embeddings,
+            "attention_notes": describe_attention(plan),
         },
         "device": {
             "name": d.name, "count": s.devices, "memory_bytes": d.memory_bytes, "memory_source": d.memory_source,
