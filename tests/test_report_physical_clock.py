@@ -113,3 +113,12 @@ def test_a_rocm_gpu_reporting_hoppers_capability_gets_no_nvidia_ceiling_in_the_r
     mi250x = DeviceInfo("cuda", "AMD Instinct MI250X/MI250", 0, 64 * 2**30, compute_capability=(9, 0),
                         multiprocessors=110, arch="gfx90a:sramecc+:xnack-", runtime="ROCm 6.2")
     assert figure_check(10 * peak_flops(mi250x.name, "bf16"), "bfloat16", 1700.0, physical_facts(mi250x)) is None
+
+
+def test_each_row_carries_its_windows_clock_spread_beside_its_figure():
+    """The acceptance summary shows the sweep's rows with the clock their window read, lowest to highest: a row
+    quoted at one clock may have run part of its window at another."""
+    clocks = [1392.0, 1400.0, 1900.0, 1455.0]
+    row = section(clocks)["best"]
+    assert (row["clock_mhz_min"], row["clock_mhz_median"], row["clock_mhz_max"]) == (
+        min(clocks), (1400.0 + 1455.0) / 2, max(clocks))

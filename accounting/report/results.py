@@ -147,6 +147,8 @@ def _measurement_row(done, peak, ridge, physical=None) -> dict:
         "bound": None if ridge is None else bound(intensity, ridge),
         "phase": done.phase,
         "clock_mhz": telemetry.get("clock_mhz_mean"),
+        # the spread behind that mean: a row quoted at 1890 MHz may have read 1455 in part of its window
+        **{f"clock_mhz_{stat}": telemetry.get(f"clock_mhz_{stat}") for stat in ("min", "median", "max")},
         "power_w": telemetry.get("power_w_mean"),
         "tags": tags,
         "check": check_dict(getattr(done, "check", None)),
