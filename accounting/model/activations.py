@@ -103,6 +103,7 @@ class ActivationBytes:
     kernel: SdpaKernel | None = None
     blocks: int | None = None
     local_kernel: SdpaKernel | None = None
+    bottom: int | None = None  # what the first block saves (None: ``layer``), recomputed last under recomputation
 
     @property
     def attention_note(self) -> str:
@@ -486,12 +487,15 @@ def transformer_activations(
         local_attention, local_kernel = resolve_attention(config, batch, formats, asked, device, dropout, local=True)
     dense_layers = config.dense_layers if config.experts > 1 else config.layers
     windowed = config.sliding_window is not None and config.sliding_window < s
-    counts = {}  # (attention kind, dense, masked) -> blocks
+    counts = {}  # (attention kind, dense, masked) -> blocks, the first block's first
     for index in range(config.layers):
-        local = index < config.sliding_layers  # which blocks are local changes no sum
+        # Which blocks are local changes no sum; the first is local where any is (Gemma, gpt-oss), and
+        # dense where any is (DeepSeek's first blocks).
+        local = index < config.sliding_layers
         key = (local_attention if local else attention, index < dense_layers, local and windowed)
         counts[key] = counts.get(key, 0) + 1
     sizes = {key: block(*key) for key in counts}
+    bottom = sizes[next(iter(counts))]
     blocks = sum(counts[key] * sizes[key] for key in counts)
     layer = max(sizes.values())
     outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
@@ -515,7 +519,7 @@ def transformer_activations(
         outside += formats.weights * batch * s * s
         mask += formats.weights * batch * s * s
     return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask, attention, kernel, blocks,
-                           local_kernel)
+                           local_kernel, bottom)
 
 
 # ---- the rest of a step: what is alive besides model states at each phase ----------------
@@ -563,13 +567,19 @@ def block_backward_bytes(
     365
     """
     tokens = batch_size * config.sequence_length
-    routed = tokens * (config.experts_per_token if config.experts > 1 else 1)
-    working = round(_MLP_WORKING * formats.matmul * routed * config.ffn_width)
+    if config.experts > 1 and config.dense_layers == 0:
+        working = round(_MLP_WORKING * formats.matmul * tokens * config.experts_per_token * config.ffn_width)
+    else:  # the bottom block's MLP is a dense one (of dense_ffn_width, which is ffn_width without experts)
+        working = round(_MLP_WORKING * formats.matmul * tokens * config.dense_ffn_width)
     incoming = formats.stream * tokens * config.width
     # Under autocast the measured peak falls later in the block's backward (each weight's bf16 gradient
     # is cast to fp32 there), after saved tensors about the size of its weight copies were freed: the
     # copies are left out. Fitted to the measurements, not derived (docs/model-mfu-and-training-memory.md).
-    recomputed = activations.layer - weight_copy_bytes(config, formats)
+    bottom = activations.layer if activations.bottom is None else activations.bottom
+    dense = config.experts > 1 and config.dense_layers > 0
+    recomputed = bottom - weight_copy_bytes(config, formats, dense)
+    if config.norm_placement != "pre":  # the norm after the MLP is backpropagated, and freed, before the MLP
+        recomputed -= _post_norm(config, tokens, formats)
     return activations.checkpoint + recomputed + incoming + working
 
 

@@ -8,15 +8,21 @@
   (forward, loss, backward) counted by ``FlopCounterMode``, beside ``transformer_flops``;
 - the published full-size configs (``published_configs``) on the meta device, where
   ``transformers`` can run them there: every dense family (Mixtral's eager experts ask which
-  experts a token went to, which meta tensors cannot answer, so its row is the prediction only).
+  experts a token went to, which meta tensors cannot answer, so its row is the prediction only);
+- the families described as data (``hf_models.NEWER_FAMILIES``): saved activations and the AdamW
+  step's peak, measured by the live-tensor tracker around the small model's step, over the prediction,
+  in three precisions with and without recomputation (``--memory``: a minute of CPU).
 """
+import sys
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import TransformerConfig
 from accounting.model.flops import transformer_flops
-from tests.support.hf_models import FAMILIES, build_hf_model, model_from_config_json, random_token_ids
+from tests.support.hf_models import (
+    FAMILIES, MOE_FAMILIES, NEWER_FAMILIES, build_hf_model, hf_config, model_from_config_json, random_token_ids,
+)
 from tests.support.published_configs import PUBLISHED
 
 SMALL_BATCH, SMALL_LENGTH = 2, 32
@@ -49,6 +55,7 @@ HEADER = ("| model | batch × T | measured forward | predicted forward | measure
 def small_rows() -> list[str]:
     rows = []
     cases = [(family, family, {}) for family in FAMILIES] + [("mixtral", "mixtral, 8 experts top-2", dict(experts=8))]
+    cases += [(family, family, {}) for family in NEWER_FAMILIES]
     for family, name, sizes in cases:
         model, config = build_hf_model(family, sequence_length=SMALL_LENGTH, **sizes)
         measured = counted(model, random_token_ids(config, SMALL_BATCH))
@@ -82,6 +89,34 @@ def parameter_rows() -> list[str]:
     return rows
 
 
+MEMORY_SIZES = dict(layers=2, width=64, heads=4, kv_heads=2, head_width=16, ffn_width=160, vocabulary=256, positions=32)
+POLICIES = ("fp32", "bf16-autocast", "bf16-master")
+
+
+def memory_rows() -> list[str]:
+    """Measured over predicted saved activations and step peak of each newer family's small model."""
+    import transformers
+
+    from accounting import transformer_training_memory
+    from studies.training_memory_families import measure_model
+
+    header = " | ".join(f"{p}, {r}" for p in POLICIES for r in ("none", "full"))
+    rows = [f"| family | {header} |", "|---|" + "---|" * (2 * len(POLICIES))]
+    for family in NEWER_FAMILIES:
+        cells = []
+        for precision in POLICIES:
+            for recompute in ("none", "full"):
+                settings = hf_config(family, **MEMORY_SIZES | (dict(ffn_width=96) if family in MOE_FAMILIES else {}))
+                model = transformers.AutoModelForCausalLM.from_config(settings, attn_implementation="eager").train()
+                config = TransformerConfig.from_hf(settings.to_dict())
+                measured = measure_model(model, config, precision, recompute, batch_size=2)
+                predicted = transformer_training_memory(config, 2, "adamw", precision, recompute=recompute)
+                cells.append(f"{measured.activations / predicted.activations:.3f} / "
+                             f"{measured.peak / predicted.peak:.3f}")
+        rows.append(f"| {family} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main() -> None:
     print("Parameters of the published configs:\n")
     print("\n".join(parameter_rows()))
@@ -89,6 +124,9 @@ def main() -> None:
     print("\n".join(small_rows()))
     print(f"\nPublished full sizes, meta device:\n\n{HEADER}")
     print("\n".join(full_size_rows()))
+    if "--memory" in sys.argv[1:]:
+        print("\nSaved activations / step peak, measured over predicted (eager attention, AdamW, batch 2):\n")
+        print("\n".join(memory_rows()))
 
 
 if __name__ == "__main__":
