@@ -13,9 +13,12 @@ Formulas are supplied here where this torch's registry lacks them (:func:`missin
 each in the same convention: ``torch._scaled_mm`` (every fp8 matmul; torch counts it only from
 2.7, pytorch/pytorch#144973) and ``_scaled_mm_v2`` (``torch.nn.functional.scaled_mm``),
 ``torch._grouped_mm`` and ``torch._scaled_grouped_mm`` (and its ``_v2``: the expert matmuls of a
-mixture of experts, from the routing offsets: :func:`grouped_mm_flop`) and the CPU's
-fused attention kernel (``_scaled_dot_product_flash_attention_for_cpu`` and its backward: torch's
-own count for the CUDA flash kernel, so SDPA counts the same on every device).
+mixture of experts, from the routing offsets: :func:`grouped_mm_flop`) and the fused attention
+kernels, forward and backward (:func:`attention_flop`): the CPU's flash kernel, which torch does not
+count, and the CUDA ones (flash, memory-efficient, cuDNN) where torch's own formula cannot count fewer
+key/value heads than query heads (torch 2.5 to 2.11 assert equal heads; 2.12 counts them,
+pytorch/pytorch#177188). Each counts as torch counts the flash kernel with the key/value heads repeated to
+every query head, so SDPA with ``enable_gqa`` counts the same on every device and every torch.
 
 Every matmul-class operator is counted or refused (:func:`is_matmul_class`): where the function
 runs one that neither torch nor the package has a formula for (a quantised or sparse matmul, a
@@ -37,6 +40,7 @@ only, no memory, no arithmetic.
 262144
 """
 
+import functools
 import math
 import time
 from collections import Counter
@@ -242,24 +246,88 @@ def scaled_grouped_mm_v2_flop(a, b, scale_a=None, recipe_a=None, swizzle_a=None,
 scaled_grouped_mm_v2_flop._get_raw = True
 
 
-def cpu_attention_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    """FLOPs of the CPU's fused attention forward: torch's count for the CUDA flash kernel (both products,
-    the full (s × s) scores; a causal mask halves nothing, as in ``FlopCounterMode``).
+def _heads_repeated(query, key, value) -> tuple[tuple, tuple, tuple]:
+    """The shapes of a fused attention call with its key/value heads repeated to every query head.
 
-    >>> cpu_attention_flop((2, 4, 32, 16), (2, 4, 32, 16), (2, 4, 32, 16))  # 2 products of 2·(2·4)·32·32·16
+    ``query`` is (batch, heads, length, width), ``key`` and ``value`` (batch, kv_heads, key length, width): a kernel
+    given fewer key/value heads than query heads (grouped-query attention, ``enable_gqa``) serves each group of
+    query heads from one key/value head, and every query head still does its full QKᵀ and PV work.
+    """
+    shapes = tuple(tuple(getattr(x, "shape", x)) for x in (query, key, value))
+    describe = f"attention of query {shapes[0]}, key {shapes[1]}, value {shapes[2]}"
+    if any(len(shape) != 4 for shape in shapes):
+        raise AccountingError(f"{describe}: each must be (batch, heads, length, width)")
+    heads = shapes[0][1]
+    for name, shape in zip(("key", "value"), shapes[1:]):
+        if shape[1] < 1 or heads % shape[1]:
+            raise AccountingError(f"{describe}: {heads} query heads are not a multiple of the {name}'s {shape[1]}")
+    return shapes[0], *((batch, heads, *rest) for batch, _, *rest in shapes[1:])
+
+
+def attention_flop(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a fused attention forward (flash, memory-efficient, cuDNN, the CPU's flash kernel): torch's count
+    of the call with its key/value heads repeated to every query head, so grouped-query attention counts on every
+    torch (both products over the full (s × s) scores; a causal mask halves nothing, as in ``FlopCounterMode``).
+
+    Takes tensors or shapes, as ``FlopCounterMode`` hands them to a formula.
+
+    >>> attention_flop((2, 4, 32, 16), (2, 4, 32, 16), (2, 4, 32, 16))  # 2 products of 2·(2·4)·32·32·16
+    524288
+    >>> attention_flop((2, 4, 32, 16), (2, 1, 32, 16), (2, 1, 32, 16))  # one key/value head for 4 query heads
     524288
     """
-    return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+    return flop_counter.sdpa_flop_count(*_heads_repeated(query, key, value))
 
 
-def cpu_attention_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
-                                **kwargs) -> int:
-    """FLOPs of the CPU's fused attention backward: torch's count for the CUDA flash kernel's backward.
+def attention_backward_flop(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a fused attention backward: torch's count with the key/value heads repeated to every query head
+    (QKᵀ recomputed, then dO·Vᵀ, Pᵀ·dO, dS·K and dSᵀ·Q).
 
-    >>> cpu_attention_backward_flop(*[(2, 4, 32, 16)] * 4)  # 5 such products: 2.5 × the forward
+    >>> attention_backward_flop(*[(2, 4, 32, 16)] * 2, (2, 2, 32, 16), (2, 2, 32, 16))  # 5 products: 2.5 × forward
     1310720
     """
-    return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    return flop_counter.sdpa_backward_flop_count(tuple(getattr(grad_out, "shape", grad_out)),
+                                                 *_heads_repeated(query, key, value))
+
+
+ATTENTION_FORMULAS = {
+    "_scaled_dot_product_flash_attention": attention_flop,
+    "_scaled_dot_product_efficient_attention": attention_flop,
+    "_scaled_dot_product_cudnn_attention": attention_flop,
+    "_scaled_dot_product_flash_attention_for_cpu": attention_flop,
+    "_scaled_dot_product_flash_attention_backward": attention_backward_flop,
+    "_scaled_dot_product_efficient_attention_backward": attention_backward_flop,
+    "_scaled_dot_product_cudnn_attention_backward": attention_backward_flop,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": attention_backward_flop,
+}
+"""The fused attention kernels SDPA runs, by aten operator name, and the package's formula for each: used where
+this torch has none (the CPU's kernel) or where its own cannot count fewer key/value heads than query heads
+(:func:`counts_grouped_heads`; torch 2.5 to 2.11 assert equal heads)."""
+
+_PROBE_HEADS = ((1, 4, 8, 16), (1, 2, 8, 16))
+"""A query with 4 heads and a key/value with 2, to ask a formula about grouped heads."""
+
+
+@functools.lru_cache(maxsize=64)
+def counts_grouped_heads(formula, backward: bool) -> bool:
+    """Whether a fused attention formula counts a call with fewer key/value heads than query heads as the same call
+    with them repeated to every query head (and does not raise).
+
+    Asked once per formula (a few milliseconds, against every count): a formula registered in place of another is
+    asked anew; one whose behaviour is changed in place needs ``counts_grouped_heads.cache_clear()``.
+
+    >>> counts_grouped_heads(attention_flop, backward=False)
+    True
+    >>> counts_grouped_heads(lambda query, key, value, out_val=None: key.shape[1], backward=False)  # the key's heads
+    False
+    """
+    query, grouped = (torch.empty(shape, device="meta") for shape in _PROBE_HEADS)
+    first = (query,) if backward else ()  # a backward's gradient of the output, shaped like the query
+    try:
+        return formula(*first, query, grouped, grouped, out_val=None) == formula(*first, query, query, query,
+                                                                               out_val=None)
+    except Exception:  # torch 2.5-2.11: AssertionError on unequal heads
+        return False
 
 
 SUPPLIED_FORMULAS = {
@@ -268,23 +336,25 @@ SUPPLIED_FORMULAS = {
     "_scaled_grouped_mm": scaled_grouped_mm_flop,
     "_scaled_mm_v2": scaled_mm_v2_flop,
     "_scaled_grouped_mm_v2": scaled_grouped_mm_v2_flop,
-    "_scaled_dot_product_flash_attention_for_cpu": cpu_attention_flop,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": cpu_attention_backward_flop,
+    **ATTENTION_FORMULAS,
 }
 """The package's formulas, by aten operator name; each is used only where this torch has the operator and
-its ``FlopCounterMode`` has no formula for it."""
+its ``FlopCounterMode`` has no formula for it, or (a fused attention kernel) one that cannot count grouped heads."""
 
 
 def missing_formulas() -> dict:
     """The formulas this torch's ``FlopCounterMode`` lacks and the package supplies (:data:`SUPPLIED_FORMULAS`).
 
     Read from ``torch.utils.flop_counter.flop_registry`` at each call, so a torch that has a formula
-    keeps its own, and an operator this torch does not have is skipped.
+    keeps its own, and an operator this torch does not have is skipped. A fused attention kernel's own
+    formula is kept only where it counts fewer key/value heads than query heads (:func:`counts_grouped_heads`):
+    torch 2.5 to 2.11 assert equal heads, so a grouped-query call (``enable_gqa``) could not be counted there.
 
     >>> supplied = missing_formulas()
-    >>> all(op not in flop_counter.flop_registry for op in supplied)
+    >>> registry = flop_counter.flop_registry
+    >>> all(op not in registry or not counts_grouped_heads(registry[op], "backward" in str(op)) for op in supplied)
     True
-    >>> torch.ops.aten._scaled_mm in supplied or torch.ops.aten._scaled_mm in flop_counter.flop_registry
+    >>> torch.ops.aten._scaled_mm in supplied or torch.ops.aten._scaled_mm in registry
     True
     """
     formulas = {}
@@ -293,7 +363,8 @@ def missing_formulas() -> dict:
             op = getattr(torch.ops.aten, name)
         except AttributeError:  # an older torch without the operator: nothing to count
             continue
-        if op not in flop_counter.flop_registry:
+        own = flop_counter.flop_registry.get(op)
+        if own is None or (name in ATTENTION_FORMULAS and not counts_grouped_heads(own, name.endswith("_backward"))):
             formulas[op] = formula
     return formulas
 

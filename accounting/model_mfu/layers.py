@@ -26,7 +26,6 @@ from einops import repeat
 from jaxtyping import Float
 from torch import nn
 from torch.torch_version import TorchVersion
-from torch.utils import flop_counter
 
 from accounting._checks import check_choice
 from accounting.errors import AccountingTypeError
@@ -53,23 +52,11 @@ RMS_NORM_EPS = 1e-5
 """ε under the root of RMSNorm (Llama 2's and TinyLlama's ``rms_norm_eps``)."""
 
 
-def _counter_counts_grouped_attention() -> bool:
-    """Whether torch's ``FlopCounterMode`` formulas for the fused kernels take fewer key/value heads than query heads
-    (pytorch/pytorch#177188, 2026; before, they assert equal heads and a step's FLOP count would fail)."""
-    q, kv = (1, 2, 4, 8), (1, 1, 4, 8)
-    try:
-        flop_counter.sdpa_flop_count(q, kv, kv)
-        flop_counter.sdpa_backward_flop_count(q, q, kv, kv)
-    except (AssertionError, ValueError, TypeError):
-        return False
-    return True
-
-
-SDPA_TAKES_GQA = TorchVersion(torch.__version__) >= "2.5" and _counter_counts_grouped_attention()
-"""Grouped-query attention goes to ``scaled_dot_product_attention(enable_gqa=True)`` where the call exists (torch
-2.5) and ``FlopCounterMode`` can count it; elsewhere key/value heads are repeated first, as Hugging Face does on
-older torch (same FLOPs, a copy of K and V per layer). The default of :func:`attend`; a step that is not counted
-(the acceptance run's anchor beside Hugging Face's) passes ``enable_gqa`` wherever SDPA takes it."""
+SDPA_TAKES_GQA = TorchVersion(torch.__version__) >= "2.5"
+"""Whether ``scaled_dot_product_attention`` takes ``enable_gqa`` (torch 2.5): grouped-query attention goes to it with
+``enable_gqa=True``, its key/value heads as they are, as Hugging Face calls it; on older torch they are repeated
+first, as Hugging Face does there (same FLOPs, a copy of K and V per layer). The default of :func:`attend`.
+:func:`accounting.flop_count.count_flops` counts either call alike on every torch."""
 
 
 class RMSNorm(nn.Module):
