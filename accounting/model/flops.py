@@ -14,6 +14,8 @@ forward pass over ``tokens`` = batch · T multiplies
   so 4 · tokens · T · H · d (grouped-query attention repeats each key/value head for its
   group, so K does not enter);
 
+(latent attention, DeepSeek's: its down- and up-projections instead of Q, K and V, and the product
+with the values over their own width; shared experts see every token; dense blocks their one MLP),
 that is 2 · tokens · (the weights one token multiplies) + the attention; then the
 unembedding multiplies by the (V, h) vocabulary matrix: 2 · tokens · h · V.
 The backward pass of every matmul is two matmuls of the same size (the gradients of both

@@ -51,7 +51,9 @@ would be silently wrong.
 Sliding-window attention (``sliding_window``, ``use_sliding_window``, ``max_window_layers``,
 ``layer_types``) is harmless under the package's convention: it masks scores that eager
 attention still computes, so it changes neither parameters nor the counted FLOPs (a kernel
-that skips the masked blocks does less; ``transformer_flops`` counts full score matrices).
+that skips the masked blocks does less; ``transformer_flops`` counts full score matrices). For the
+newer families the window and the blocks that use it are read (``sliding_window``, ``sliding_layers``):
+they change what SDPA is passed, and so what it keeps, not the counts.
 
 Sizes are never guessed: ``transformers`` fills a missing size from its class defaults, which
 differ between versions and families, so a missing ``hidden_size`` (say) is an error here. Left
