@@ -31,13 +31,15 @@ DEFAULT_HEADROOM = 0.1
 DESCRIPTION = (
     "Size a training run before renting it: memory per device by part and whether it fits, the largest "
     "micro-batch that fits, FLOPs per step and per token, time per step, tokens/s and days for a token budget "
-    "at a stated MFU. The model is a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral; nothing is "
-    "downloaded) or one of the package's named sizes."
+    "at a stated MFU. The model is a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral, qwen3, qwen3_moe, "
+    "gemma2, gemma3_text, deepseek_v2, deepseek_v3, gpt_oss, phi3, olmo2; nothing is downloaded) or one of the "
+    "package's named sizes."
 )
 EPILOG = (
     f"exit status: 0 it fits; {EXIT_DOES_NOT_FIT} it does not fit (the output says why, and what would); "
     f"{EXIT_BAD_INPUT} bad input. Memory: the package's formulas (accounting.transformer_training_memory) with "
-    "model states divided by the sharding; device memory is the datasheet's GB (10^9 bytes) less --headroom. "
+    "model states divided by the sharding; device memory is what torch reports the card holds where known (else "
+    "the datasheet's GB of 10^9 bytes) less --headroom. "
     "Time: model FLOPs / (devices x dense peak x MFU)."
 )
 
