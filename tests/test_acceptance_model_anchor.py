@@ -205,7 +205,7 @@ def test_hugging_face_trains_without_its_key_value_cache():
 
 
 def test_both_steps_call_sdpa_alike_where_the_counted_step_would_repeat_the_heads(monkeypatch):
-    """Where the package's FLOP-counted step repeats K and V (a counter that cannot count grouped heads), the
+    """Where the package's FLOP-counted step repeats K and V (a torch whose SDPA takes no enable_gqa), the
     anchor's step still passes them as Hugging Face does: enable_gqa, key/value heads as the config has them."""
     size = model_size("tiny-llama", layers=1, seq=8, batch=1)
     assert size.config.kv_heads < size.config.heads

@@ -193,7 +193,7 @@ def test_an_unknown_attention_is_named():
     assert str(caught.value) == "attention must be one of 'sdpa', 'eager', got 'flash'"
 
 
-def test_where_the_counter_cannot_count_grouped_attention_the_heads_are_repeated_first(monkeypatch):
+def test_where_sdpa_takes_no_enable_gqa_the_heads_are_repeated_first(monkeypatch):
     """Same logits and the same FLOP count as enable_gqa, and SDPA sees as many key/value heads as query heads."""
     torch.manual_seed(0)
     model = GPT(LLAMA).double().eval()

@@ -7,8 +7,9 @@ weights, nothing downloaded, ``attn_implementation="sdpa"``), trained on the sam
 (:func:`~accounting.model_mfu.language_model_loss`) and AdamW, in bf16, and keeps the two like for like:
 
 - **the same attention call**: grouped key/value heads go to SDPA as they are, with ``enable_gqa``, in both steps
-  wherever SDPA takes it (Hugging Face passes it without a mask; the package's FLOP-counted step repeats the heads
-  on a torch whose ``FlopCounterMode`` cannot count grouped heads, and this step is not counted). The kernel each
+  wherever SDPA takes it (Hugging Face passes it without a mask; the package's step does too from torch 2.5, and
+  its FLOPs are counted on every torch, :mod:`accounting.flop_count` counting the fused kernels' grouped heads where
+  torch 2.5–2.11's ``FlopCounterMode`` cannot). The kernel each
   step ran is read off the operators one untimed step of each dispatched
   (:func:`~accounting.model_mfu.kernels.kernel_that_ran`) and recorded; kernels that differ void the comparison.
 - **no key/value cache**: Hugging Face's models build one in training too unless told ``use_cache=False``: copies
