@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from einops import repeat
 from jaxtyping import Float
 from torch import nn
-from torch.torch_version import TorchVersion
 
 from accounting._checks import check_choice
 from accounting.errors import AccountingTypeError
+from accounting.model.attention_kernels import SDPA_TAKES_ENABLE_GQA
 
 ATTENTIONS = ("sdpa", "eager")
 """``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``, which runs a fused kernel where the device has
@@ -52,7 +52,7 @@ RMS_NORM_EPS = 1e-5
 """ε under the root of RMSNorm (Llama 2's and TinyLlama's ``rms_norm_eps``)."""
 
 
-SDPA_TAKES_GQA = TorchVersion(torch.__version__) >= "2.5"
+SDPA_TAKES_GQA = SDPA_TAKES_ENABLE_GQA
 """Whether ``scaled_dot_product_attention`` takes ``enable_gqa`` (torch 2.5): grouped-query attention goes to it with
 ``enable_gqa=True``, its key/value heads as they are, as Hugging Face calls it; on older torch they are repeated
 first, as Hugging Face does there (same FLOPs, a copy of K and V per layer). The default of :func:`attend`.
