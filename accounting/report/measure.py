@@ -13,11 +13,13 @@ this module only chooses how long to spend on each.
 
 import contextlib
 import math
+import statistics
 import time
 
 import torch
 
-from accounting._checks import check_positive, check_positive_size, check_size
+from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
+from accounting.errors import AccountingError
 from accounting.hardware.clocks import synchronize
 from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
 from accounting.hardware.peaks import last_level_cache_bytes
@@ -95,6 +97,23 @@ def wave_grid(info: DeviceInfo) -> WaveGrid | None:
     return WaveGrid(units=max(1, torch.get_num_threads()), tile_m=CPU_TILE[0], tile_n=CPU_TILE[1])
 
 
+def call_overhead_s(wall_s: float, samples) -> float:
+    """Wall seconds each timed call cost beyond its own time: ``(wall_s − Σ samples) / len(samples)``, at least 0.
+
+    On a GPU :func:`accounting.timing.time_fn` queues a spin before each call
+    (:data:`~accounting.hardware.clocks.LAUNCH_COVER_CYCLES` cycles: 100–140 µs at 1.4–2 GHz), maybe an L2
+    flush, and synchronizes the host after it; none of that is in the events' time, all of it is in the wall
+    time. ``wall_s`` is the host's time around the whole :func:`~accounting.timing.time_fn` call.
+
+    >>> round(call_overhead_s(0.031, [5e-6] * 200), 9)   # 200 calls of 5 µs took 31 ms: 150 µs each around them
+    0.00015
+    """
+    samples = list(samples)
+    if not samples:
+        raise AccountingError("call_overhead_s needs at least one timed call")
+    return max(0.0, check_non_negative(wall_s, "wall_s") - sum(samples)) / len(samples)
+
+
 def _out_of_memory(error: BaseException) -> bool:
     return is_out_of_memory(error)
 
@@ -115,6 +134,10 @@ class MatmulTimer:
     With ``checker`` (a :class:`~accounting.report.checks.ResultChecker`), each shape's product is
     checked once right after its timed calls, outside the timed region and the telemetry window,
     and the measurement carries the :class:`~accounting.health.results.ResultCheck`.
+
+    On a GPU each timed call costs more wall time than its events measure (a spin, an L2 flush and a
+    host synchronize around it: :func:`call_overhead_s`); the timer measures that on every shape it
+    times, and :meth:`expected_wall_s` plans with it.
     """
 
     def __init__(self, info: DeviceInfo, *, target_s: float, case_factory=None, telemetry: str | None = None,
@@ -127,6 +150,9 @@ class MatmulTimer:
         self.checker = checker
         self.checks: dict = {}
         """Result checks of headline keys the sweep did not time (fp8 with default accumulation), by key."""
+        self.overheads: dict[bool, list[float]] = {True: [], False: []}
+        """:func:`call_overhead_s` of each shape timed on a GPU, by whether its calls flushed the L2 (a flush
+        takes its own time)."""
 
     def _sampler(self, *, measure_clock: bool):
         if self.telemetry is None:
@@ -182,18 +208,44 @@ class MatmulTimer:
     def _warmup(first_call_s: float) -> int:
         return WARMUP_CALLS_FAST if first_call_s < SLOW_CALL_S else 0
 
+    @property
+    def call_overhead_s(self) -> float:
+        """Wall seconds a timed call costs beyond its own time, for planning: 0 on a CPU (its host clock adds
+        nothing around a call); on a GPU the median :func:`call_overhead_s` of the shapes timed so far, of those
+        that flushed the L2 where any did (the dearer kind: a plan that is short overruns), 0 before the first.
+
+        >>> timer = MatmulTimer(DeviceInfo("cuda", "a GPU", 0, 2**30), target_s=0.02)
+        >>> timer.overheads = {True: [1.5e-4, 1.6e-4, 9e-4], False: [1.2e-4]}
+        >>> timer.call_overhead_s
+        0.00016
+        """
+        if self.info.kind != "cuda":
+            return 0.0
+        seen = self.overheads[True] or self.overheads[False]
+        return statistics.median(seen) if seen else 0.0
+
     def expected_wall_s(self, per_call_s: float) -> float:
         """Time this timer spends on a shape whose calls take ``per_call_s`` (setup not included).
+
+        The untimed calls, then the timed ones as :func:`accounting.timing.time_fn`'s rule counts them (at least
+        ``MIN_REPEATS``, more until ``target_s`` of their own time, at most ``MAX_REPEATS``), each with the wall
+        time a call costs around it (:attr:`call_overhead_s`: 0 on a CPU).
 
         >>> timer = MatmulTimer(DeviceInfo("cpu", "a CPU", None, 2**30), target_s=0.5)
         >>> timer.expected_wall_s(0.01), timer.expected_wall_s(1.0)   # target-bound, then MIN_REPEATS-bound
         (0.54, 4.0)
         >>> round(timer.expected_wall_s(1e-5), 6)                     # MAX_REPEATS-bound (a fast GPU product)
         0.00204
+        >>> gpu = MatmulTimer(DeviceInfo("cuda", "a GPU", 0, 2**30), target_s=0.5)
+        >>> gpu.overheads[True].append(1.5e-4)                        # 150 µs around each timed call
+        >>> round(gpu.expected_wall_s(1e-5), 6)                       # 200 calls: 2 ms of products, 30 ms around them
+        0.03204
         """
+        per_call_s = check_non_negative(per_call_s, "per_call_s")
         untimed = 1 + self._warmup(per_call_s)
         timed = min(max(self.target_s, MIN_REPEATS * per_call_s), MAX_REPEATS * per_call_s)
-        return untimed * per_call_s + timed
+        calls = timed / per_call_s if per_call_s > 0 else MAX_REPEATS
+        return untimed * per_call_s + timed + calls * self.call_overhead_s
 
     def __call__(self, dtype, m, k, n):
         sampler = None
@@ -230,13 +282,18 @@ class MatmulTimer:
         return case
 
     def _time(self, case):
-        """The shape's timed calls (warm already: :meth:`_prepare`)."""
+        """The shape's timed calls (warm already: :meth:`_prepare`); on a GPU, what each cost around it is kept
+        (:attr:`overheads`)."""
         device = self.info.device
-        return time_fn(
+        flush = should_flush_l2(device, *case.operands)
+        before = time.perf_counter()
+        timing = time_fn(
             case.fn, device=device, warmup=0, repeats=MIN_REPEATS, min_time_s=self.target_s,
-            max_repeats=MAX_REPEATS, flops=case.flops,
-            flush_cache=should_flush_l2(device, *case.operands),
+            max_repeats=MAX_REPEATS, flops=case.flops, flush_cache=flush,
         )
+        if self.info.kind == "cuda":
+            self.overheads[flush].append(call_overhead_s(time.perf_counter() - before, timing.samples))
+        return timing
 
 
 def least_bandwidth_bytes(info: DeviceInfo) -> int:
