@@ -1,5 +1,6 @@
-"""``accounting gate ab``: A and B alternate in pairs, suspects get more pairs up to the cap, A's disturbed runs
-are left out, and the verdict is the saved-history gate's own (checked against :func:`judge` on the same runs)."""
+"""``accounting gate ab``: A and B alternate in pairs, undecided benchmarks get more pairs within the budget (or a
+cap), pairs of unequal load are set aside while load alike is kept, and the verdict is the sequential test's
+(checked against :func:`accounting.gate.sequential.decide` on the pairs' log ratios worked out here)."""
 
 import math
 import os
@@ -7,16 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from accounting.bench.matrix import load_benchmarks
 from accounting.errors import AccountingError
 from accounting.gate import cli
-from accounting.gate.ab import AB_CONFIDENCE, Trees, gate_ab, tree_environment
-from accounting.gate.decide import judge
+from accounting.gate.ab import Trees, gate_ab, tree_environment
+from accounting.gate.guard import recorded_disturbances
+from accounting.gate.sequential import confidence_sequence, decide
 from accounting.gate.measure import Measured
-from accounting.gate.render import render_text
-from accounting.gate.stats import CONFIDENCE, Decision, log_spread, smallest_convictable
+from accounting.gate.stats import Decision
 from tests.support.cli_runs import run_main
 from tests.support.gate_runs import COPY, LOADED, MATMUL, OTHER_CPU, QUIET, document, write
 
@@ -34,10 +34,10 @@ class PairRunner:
     def run(self, name, *, only=None, storage=None):
         self.log.append((self.tree, name, only))
         names = only if only is not None else list(self.values)
-        medians = {bench: self.values[bench][self.count] for bench in names}
+        medians = {bench: self.values[bench][self.count % len(self.values[bench])] for bench in names}
         options = {"machine": self.machine} if self.machine else {}
-        path = write(Path(self.workdir), f"{name}.json",
-                     document(medians, guard=self.guards.get(self.count, QUIET), **options))
+        guard = self.guards(self.count) if callable(self.guards) else self.guards.get(self.count, QUIET)
+        path = write(Path(self.workdir), f"{name}.json", document(medians, guard=guard, **options))
         self.count += 1
         self.node_ids.update({bench: bench for bench in names})
         return Measured(path, 0, 1.0, "1 passed")
@@ -54,56 +54,108 @@ def config():
     return load_benchmarks()
 
 
-def test_the_order_flips_each_pair_and_suspects_alone_get_the_extra_pairs(tmp_path, config):
+def _log_ratios(a_values, b_values, pairs):
+    """The pairs' log ratios as the fake runners hand them out: pair i's A and B are each list's i-th value."""
+    return [(number, math.log(b_values[(number - 1) % len(b_values)]) - math.log(a_values[(number - 1) % len(a_values)]))
+            for number in range(1, pairs + 1)]
+
+
+def test_the_order_flips_each_pair_and_undecided_benchmarks_alone_get_the_extra_pairs(tmp_path, config):
     a = {MATMUL: A_VALUES, COPY: A_VALUES}
     b = {MATMUL: [value * 1.27 for value in A_VALUES], COPY: A_VALUES[::-1]}
     runner_a, runner_b, log = _runners(tmp_path, a, b)
-    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=8)
+    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3)
     assert [tree for tree, _, _ in log[:6]] == ["A", "B", "B", "A", "A", "B"]
     assert all(only is None for _, _, only in log[:2])  # the first pair runs the user's arguments as given
     assert all(only == sorted([COPY, MATMUL]) for _, _, only in log[2:6])  # the rest of the start pairs: what it ran, by id
-    assert all(only == [MATMUL] for _, _, only in log[6:])
-    # 1/binom(2n, n) <= 0.01 first at n = 5: two pairs of MATMUL alone.
-    assert pairs == 5 and len(log) == 10
     decisions = {verdict.name: verdict.decision for verdict in result.verdicts}
     assert decisions == {MATMUL: Decision.REGRESSION, COPY: Decision.NO_CHANGE}
-    # The verdict is judge's, with A as the baseline and B as the current runs.
-    direct = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric,
-                   confidence=AB_CONFIDENCE, screen_current=True, joint=True)
-    assert [verdict.decision for verdict in direct.verdicts] == [verdict.decision for verdict in result.verdicts]
-    assert "A/B: 5 interleaved pair(s) of fresh processes" in result.notes[-1]
+    # Each benchmark got pairs until its own decision, then no more.
+    taken = {verdict.name: verdict.pairs for verdict in result.verdicts}
+    assert pairs == max(taken.values()) and len(log) == 2 * pairs
+    for name, count in taken.items():
+        assert sum(1 for _, _, only in log if only is None or name in only) == 2 * count
+    # The decision is the sequential test's on the log ratios, worked out here from the values handed out.
+    threshold = config.regression_threshold("cpu", MATMUL) / 100
+    direct = decide({name: _log_ratios(a[name], b[name], taken[name]) for name in a}, {name: threshold for name in a})
+    assert {name: figures.decision for name, figures in direct.items()} == {
+        name: decision.value for name, decision in decisions.items()}
+    assert {name: figures.pairs for name, figures in direct.items()} == taken
+    assert result.notes[-2].startswith(f"A/B: {pairs} interleaved pair(s) of fresh processes") or any(
+        note.startswith(f"A/B: {pairs} interleaved pair(s)") for note in result.notes)
 
 
-def test_an_unchanged_matrix_is_decided_after_the_first_pairs(tmp_path, config):
+def test_an_unchanged_benchmark_stops_as_no_change_when_its_interval_clears_the_threshold(tmp_path, config):
     runner_a, runner_b, log = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: A_VALUES[::-1]})
-    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=8)
-    assert pairs == 3 and len(log) == 6
-    assert result.verdicts[0].decision is Decision.NO_CHANGE and not result.regressions
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3)
+    verdict = result.verdicts[0]
+    assert verdict.decision is Decision.NO_CHANGE and not result.regressions and len(log) == 2 * pairs
+    # The futility stop: the first pair count whose always-valid upper end is below the threshold, no later.
+    ratios = [value for _, value in _log_ratios(A_VALUES, A_VALUES[::-1], 60)]
+    first = next(count for count in range(2, 60) if confidence_sequence(ratios[:count])[1] < math.log(1.1))
+    assert pairs == max(3, first) and verdict.comparison.ci_high < 1.1
 
 
-def test_the_cap_ends_it_inconclusive_with_what_the_noise_allows(tmp_path, config):
+def test_the_cap_ends_it_inconclusive_and_says_which_bound_stopped_it(tmp_path, config):
     noisy = [0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020]
     runner_a, runner_b, log = _runners(tmp_path, {MATMUL: noisy}, {MATMUL: noisy[1:] + noisy[:1]})
     result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, max_pairs=6)
     assert pairs == 6 and len(log) == 12 and result.suspects == [MATMUL]
-    assert f"still inconclusive after 6 pairs (the cap, --max-pairs): {MATMUL}" in result.notes
-    assert any(note.startswith(f"{MATMUL}: its 6 baseline runs spread by") and "larger --max-pairs" in note
+    assert f"still inconclusive after 6 pairs (the cap, --max-pairs 6): {MATMUL}" in result.notes
+
+
+def _timed(*runners, seconds=10.0):
+    """Make each fake process take ``seconds`` on a fake clock (a one-item list, read by ``clock=``)."""
+    now = [0.0]
+    for runner in runners:
+        original = runner.run
+
+        def timed(name, *, only=None, storage=None, original=original):
+            now[0] += seconds
+            return original(name, only=only, storage=storage)
+
+        runner.run = timed
+    return now
+
+
+def test_the_budget_ends_the_job_before_a_pair_that_would_overrun_it(tmp_path, config):
+    """A fake clock: each process takes 10 s, so a pair 20 s; a 100 s budget fits the pairs that end by 100 s."""
+    noisy = [0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020]
+    runner_a, runner_b, log = _runners(tmp_path, {MATMUL: noisy}, {MATMUL: noisy[1:] + noisy[:1]})
+    now = _timed(runner_a, runner_b)
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, budget_s=100.0, clock=lambda: now[0])
+    # Pairs end at 20, 40, 60, 80 s; a fifth would end at 100 s, but 1.1 × its 20 s from 80 s is past the budget.
+    assert pairs == 4 and now[0] == 80.0 and result.suspects == [MATMUL]
+    assert f"still inconclusive after 4 pairs (the budget ran out (--budget)): {MATMUL}" in result.notes
+    assert any(note.startswith("A/B: 4 interleaved pair(s)") and "80 s of the budget of 100 s (80 %) used" in note
                for note in result.notes)
-    # What the noise allows is worked out at the A/B interval's level, with the cap's runs.
-    reach = smallest_convictable(log_spread(result.verdicts[0].baseline_values), 6, 6, threshold=0.1,
-                                 confidence=AB_CONFIDENCE)
-    assert any(f"convicts a slowdown from about {reach:.3g}× up" in note for note in result.notes)
 
 
-def test_a_disturbed_a_run_is_left_out_and_named(tmp_path, config):
-    a = {MATMUL: A_VALUES}
-    runner_a, runner_b, _ = _runners(tmp_path, a, {MATMUL: A_VALUES})
+def test_a_pair_whose_sides_saw_unequal_load_is_set_aside_and_named(tmp_path, config):
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: A_VALUES})
     runner_a.guards = {1: LOADED}
     result, a_runs, _, _ = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=3)
-    verdict = result.verdicts[0]
-    assert len(verdict.baseline_values) == len(a_runs) - 1
-    assert any(note.startswith(f"A run {a_runs[1].label} not used, measured on a disturbed machine") for note in
-               result.notes)
+    assert any(note.startswith("pair 2 not used, measured on a disturbed machine: other processes used 3.5 CPUs "
+                               "during A's run and 0.2 during B's") for note in result.notes)
+    assert len(result.verdicts[0].baseline_values) == len(a_runs) - 1
+
+
+def _loaded_alike(count):
+    """Both sides loaded by a neighbour busy about half the time: 0.4–0.6 CPUs of others in every run."""
+    share = 0.4 + 0.2 * ((count * 7) % 5) / 4
+    return {"before": QUIET["before"], "after": QUIET["after"], "own_before": 0.0, "own_after": 0.8,
+            "host_cpu": {"busy_s": 10.0 + 10.0 * share, "steal_s": 0.0, "own_s": 10.0, "wall_s": 10.0, "cpus": 2}}
+
+
+def test_load_alike_on_both_sides_is_kept_and_the_verdict_says_how_loaded(tmp_path, config):
+    """A neighbour on the machine through the whole job: the old guard set every run aside and judged nothing."""
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: [value * 1.3 for value in A_VALUES]})
+    runner_a.guards = runner_b.guards = _loaded_alike
+    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3)
+    assert result.verdicts[0].decision is Decision.REGRESSION and result.verdicts[0].pairs == pairs
+    assert all(recorded_disturbances(run.guard) for run in (*a_runs, *b_runs))  # the saved-history rule's view
+    assert "load: loaded; other processes used 0.4–0.6 CPUs" in "\n".join(result.notes)
+    assert not any("not used" in note for note in result.notes)
 
 
 def test_a_and_b_from_different_hardware_are_refused_by_file(tmp_path, config):
@@ -191,11 +243,12 @@ def test_the_command_runs_a_in_the_baseline_tree_and_exits_1_on_a_regression(tmp
     assert runner_a.env["PYTHONPATH"].split(os.pathsep)[0] == str(base.absolute())
     assert runner_a.own_runs is runner_b.own_runs
     assert runner_a.pytest_args == runner_b.pytest_args == ["-m", "cpu"]
-    assert "pair 1, A: 1 passed" in err and "(10 pytest processes)" in out
+    pairs = int(out.split("Gate took")[1].split("(")[1].split()[0]) // 2
+    assert "pair 1, A: 1 passed" in err and pairs >= 7 and "plan: the first pairs' log ratios spread by" in err
     # Both fork servers start, then both are ready, before the first run (an importing server is a
     # neighbour to the other side's run); both end after the last.
     assert runner_a.fork_server and runner_b.fork_server
-    assert runner_a.events == runner_b.events == ["start", "ready", *["run"] * 5, "close"]
+    assert runner_a.events == runner_b.events == ["start", "ready", *["run"] * pairs, "close"]
     assert [event for _, event in CliRunner.order[:5]] == ["start", "start", "ready", "ready", "run"]
 
 
@@ -232,74 +285,54 @@ def test_bad_pair_counts_are_one_line_errors(tmp_path, cli_runner, capsys, monke
     assert cli_runner.made == []
 
 
-def test_every_a_run_disturbed_is_inconclusive_and_re_measured_not_uncompared(tmp_path, config):
+def test_every_pair_set_aside_is_inconclusive_and_re_measured_not_uncompared(tmp_path, config):
     runner_a, runner_b, log = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: A_VALUES})
     runner_a.guards = {number: LOADED for number in range(3)}  # the first three A runs; the next ones are quiet
     result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=4)
-    assert pairs == 4 and len(log) == 8  # re-measured although no A run was usable after 3 pairs
+    assert pairs == 4 and len(log) == 8  # re-measured although no pair was usable after 3
     verdict = result.verdicts[0]
     assert verdict.decision is Decision.INCONCLUSIVE and len(verdict.baseline_values) == 1
 
 
-def test_every_a_run_disturbed_at_the_cap_says_re_measure(tmp_path, config):
+def test_every_pair_set_aside_at_the_cap_says_re_measure(tmp_path, config):
     runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: A_VALUES})
     runner_a.guards = {number: LOADED for number in range(10)}
     result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, max_pairs=3)
     verdict = result.verdicts[0]
     assert pairs == 3 and verdict.decision is Decision.INCONCLUSIVE
-    assert verdict.reason == "re-measure: every baseline run was measured on a disturbed machine"
-    assert not any("spread by" in note for note in result.notes)  # no spread to speak of
+    assert verdict.reason == "re-measure: every pair was measured on a disturbed machine"
 
 
-NOISY_A = [0.0150, 0.0162, 0.0141, 0.0158, 0.0146, 0.0155, 0.0139, 0.0160]
+def test_the_plan_says_which_budget_or_threshold_would_decide_on_a_noisy_runner(tmp_path, config):
+    noisy = [0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020, 0.015, 0.020]
+    runner_a, runner_b, log = _runners(tmp_path, {MATMUL: noisy}, {MATMUL: noisy[1:] + noisy[:1]})
+    now = _timed(runner_a, runner_b)
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, plan_only=True, clock=lambda: now[0])
+    assert pairs == 3 and len(log) == 6
+    plan_note = next(note for note in result.notes if note.startswith("plan: "))
+    ratios = [value for _, value in _log_ratios(noisy, noisy[1:] + noisy[:1], 3)]
+    assert f"spread by {np.std(ratios, ddof=1):.2g} (sd)" in plan_note
+    assert "does not cover them" in plan_note and ("--budget" in plan_note or "--threshold" in plan_note)
 
 
-def test_a_b_convicts_on_its_own_interval_level_where_the_saved_history_rule_would_not(tmp_path, config):
-    """A 1.17× slowdown under 5 % noise: significant, and above 10 % at the A/B level, not at the history's."""
-    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: NOISY_A}, {MATMUL: [v * 1.17 for v in NOISY_A[::-1]]})
-    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=3, max_pairs=8)
-    verdict = result.verdicts[0]
-    assert verdict.decision is Decision.REGRESSION and result.confidence == AB_CONFIDENCE < CONFIDENCE
-    # The interval is scipy's pooled t interval on the log values, at the A/B level.
-    reference = scipy_stats.ttest_ind(np.log(verdict.current_values), np.log(verdict.baseline_values), equal_var=True)
-    low, high = reference.confidence_interval(confidence_level=AB_CONFIDENCE)
-    comparison = verdict.comparison
-    assert (comparison.ci_low, comparison.ci_high) == pytest.approx((math.exp(low), math.exp(high)), rel=1e-9)
-    assert comparison.ci_low >= 1.1 and comparison.confidence == AB_CONFIDENCE
-    # The same runs judged at the saved-history level: significant too, but the interval reaches below 10 %.
-    history = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric)
-    assert history.verdicts[0].decision is Decision.INCONCLUSIVE and history.verdicts[0].comparison.ci_low < 1.1
-    assert history.verdicts[0].comparison.p_slower <= history.alpha
-    assert f"ratio [{AB_CONFIDENCE * 100:g}% CI]" in render_text(result).splitlines()[2]
-
-
-def _b_with_a_stray(factor, stray_at=1, stray=1.6):
-    values = [value * factor for value in A_VALUES[::-1]]
-    values[stray_at] *= stray
-    return values
-
-
-def test_a_slow_stray_b_run_is_set_aside_against_bs_own_median(tmp_path, config):
-    """Unchanged code with one B process hit by a neighbour: screened as A's strays are, it reads *no change*."""
-    b_values = _b_with_a_stray(1.0)
+def test_a_slow_stray_b_run_does_not_convict_unchanged_code(tmp_path, config):
+    """Unchanged code with one B process hit by a neighbour: one pair's bet is at most one unit, so no false alarm."""
+    b_values = list(A_VALUES[::-1])
+    b_values[1] *= 1.6
     runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: b_values})
-    result, a_runs, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=5, max_pairs=5)
+    result, _, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=5, max_pairs=12)
     verdict = result.verdicts[0]
-    compared = [run.benchmarks[MATMUL].summary(result.metric) for run in b_runs]  # each B run's fastest round
-    assert verdict.decision is Decision.NO_CHANGE and verdict.current_outlier_values == (compared[1],)
-    assert verdict.current_values == tuple(compared[:1] + compared[2:])
-    assert f"1 slow outlier current run(s) set aside: {compared[1] * 1e3:.3g} ms" in verdict.reason
-    # Kept, the stray leaves a 10 % slowdown neither shown nor excluded: the saved-history rule for current runs.
-    kept = judge(a_runs, b_runs, threshold_for=config.regression_threshold, metric=config.regression_metric,
-                 confidence=AB_CONFIDENCE)
-    assert kept.verdicts[0].decision is Decision.INCONCLUSIVE and kept.verdicts[0].current_outlier_values == ()
-
-
-def test_a_regression_moves_bs_median_and_is_not_screened_away(tmp_path, config):
-    b_values = _b_with_a_stray(1.3)
-    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: b_values})
-    result, _, b_runs, pairs = gate_ab(runner_a, runner_b, config, start_pairs=5, max_pairs=5)
-    verdict = result.verdicts[0]
+    assert verdict.decision in (Decision.NO_CHANGE, Decision.INCONCLUSIVE) and not result.failed
     compared = [run.benchmarks[MATMUL].summary(result.metric) for run in b_runs]
-    assert verdict.decision is Decision.REGRESSION and verdict.current_outlier_values == (compared[1],)
-    assert verdict.comparison.ratio == pytest.approx(1.3, rel=0.02)  # the slowed runs, not the stray, are compared
+    assert compared[1] in verdict.current_outlier_values  # the table's values still screen it, as A's strays
+
+
+def test_a_regression_with_a_stray_is_still_convicted(tmp_path, config):
+    b_values = [value * 1.3 for value in A_VALUES[::-1]]
+    b_values[1] *= 1.6
+    runner_a, runner_b, _ = _runners(tmp_path, {MATMUL: A_VALUES}, {MATMUL: b_values})
+    result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=5)
+    verdict = result.verdicts[0]
+    assert verdict.decision is Decision.REGRESSION
+    assert verdict.comparison.ratio == pytest.approx(math.exp(np.mean(
+        [value for _, value in _log_ratios(A_VALUES, b_values, verdict.pairs)])), rel=1e-9)

@@ -333,3 +333,37 @@ def test_the_json_verdict_carries_what_each_benchmark_could_have_detected(tmp_pa
     expected = minimum_detectable_effect(spread, 10, 5, alpha=0.01 / 2)   # Holm over the 2 compared
     assert rows[MATMUL]["detectable_ratio"] == pytest.approx(expected, rel=1e-4)
     assert rows[MATMUL]["too_noisy"] is False and rows[MATMUL]["ratio_low"] < rows[MATMUL]["ratio"]
+
+
+class LoadedRunner:
+    """A runner whose every process is measured under a neighbour's load and takes 10 s on a fake clock."""
+
+    def __init__(self, medians, now):
+        self.medians, self.now, self.notes, self.calls = medians, now, [], []
+
+    def run(self, name, *, only=None, storage=None):
+        self.calls.append(only)
+        self.now[0] += 10.0
+        names = only if only is not None else list(self.medians)
+        path = write(Path(self.now[1]), f"{name}.json", document({bench: self.medians[bench] for bench in names},
+                                                                  guard=LOADED))
+        return Measured(path, 0, 10.0, "1 passed")
+
+
+def test_check_with_a_budget_re_measures_a_loaded_run_and_then_says_the_machine_was_loaded(tmp_path, storage):
+    from accounting.bench.matrix import load_benchmarks
+    from accounting.gate.render import headline
+
+    now = [0.0, str(tmp_path / "runs")]
+    runner = LoadedRunner({MATMUL: 0.0150, COPY: 0.0150}, now)
+    result, _, current, extra = cli.gate_check(runner, load_benchmarks(), storage=str(storage), baselines=10,
+                                               budget_s=50.0, clock=lambda: now[0], started=0.0)
+    # Runs end at 10, 20, 30, 40 s; a fifth (10 s, with its 10 % margin) would end past 50 s.
+    assert extra == 3 and now[0] == 40.0 and len(runner.calls) == 4
+    assert headline(result).startswith("Gate: pass: 2 inconclusive — the machine was loaded: every current run of 2")
+    assert "budget: 40 s of 50 s used (80 %), 4 run(s)" in result.notes
+    # Without a budget: the saved-history rule as it was (the cap of 4 extra runs, no word on the load).
+    now[0] = 0.0
+    plain = LoadedRunner({MATMUL: 0.0150, COPY: 0.0150}, now)
+    result, _, _, extra = cli.gate_check(plain, load_benchmarks(), storage=str(storage), baselines=10)
+    assert extra == cli.DEFAULT_MAX_EXTRA_RUNS and result.loaded == "" and "the machine" not in headline(result)

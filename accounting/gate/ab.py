@@ -12,54 +12,61 @@ module does that:
   ../base origin/main``), B in the current tree, each in a fresh pytest process with the
   same arguments, with the tree put first on ``PYTHONPATH`` so each imports its own code;
 - they alternate in pairs whose order flips each time (A B, B A, A B, …), so a drift of
-  the host's speed during the job falls on both sides alike;
-- the verdict is the saved-history gate's own (:func:`accounting.gate.decide.judge`: the
-  permutation test over runs, the ratio's interval, Holm across the matrix, the load guard,
-  slow outliers set aside), with A's runs as the baseline and B's as the current runs, with
-  two differences: an 80 % interval in place of 90 % (:data:`AB_CONFIDENCE`: why), and slow
-  outliers set aside on *both* sides, each against its own median (below: why);
-- ``start_pairs`` pairs are run for every benchmark, then pairs of only the inconclusive
-  ones (``-p accounting.gate._select``), up to ``max_pairs`` in all. Only the first pair runs
+  the host's speed, and a neighbour's load, fall on both sides alike;
+- **a time budget, not a pair count**: ``start_pairs`` pairs are run for every benchmark, then
+  one pair at a time of only the benchmarks still undecided (``-p accounting.gate._select``),
+  while the next pair, predicted from the seconds the measured ones took
+  (:class:`accounting.gate.budget.RoundClock`), still ends inside the budget (10 minutes by
+  default); ``max_pairs`` is an upper bound for those who want one. Only the first pair runs
   the user's arguments as given (collecting the whole suite); the later ones collect just the
-  benchmarks the first pair ran, by node id.
-- the p-values are adjusted across the matrix by a joint permutation of the runs (min-P,
-  :func:`accounting.gate.stats.joint_permutation_test`), not Holm's: every benchmark of an A/B
-  job is measured in the same processes, and Holm would make a matrix of 16 slowed benchmarks
-  wait 7 pairs for a verdict one benchmark reaches in 5.
+  benchmarks the first pair ran, by node id;
+- **the verdict holds its false-alarm rate over every look** (:mod:`accounting.gate.sequential`):
+  each pair gives one log ratio per benchmark, and a bet on those ratios convicts a benchmark
+  when it is surely slower than its threshold at α = 0.01 family-wise over the whole matrix,
+  however many pairs were looked at; it clears one (*no change*, the futility stop) when its
+  always-valid interval ends below the threshold, so unchanged benchmarks stop costing pairs.
+  The rest of the row (values, work, memory, clocks, outliers named) is
+  :func:`accounting.gate.decide.judge`'s, with A's runs as the baseline and B's as the current;
+- **load is a condition to balance**: a neighbour's load falls on A and B alike, so a pair is
+  set aside only when its two sides saw clearly different load (:data:`LOAD_DIFFERENCE_CPUS`) or
+  one side was disturbed otherwise (throttled, its clock moved, a device fault); the notes say
+  how loaded the job was (:func:`load_note`);
+- after the start pairs a plan (:func:`accounting.gate.budget.plan`) says how many pairs the
+  threshold needs at the spread measured and whether the budget covers them; ``--plan`` stops there.
 
-Why the pairs' runs are compared as two groups, not pair by pair: on a shared host a
-process's luck predicts little of its neighbour's (consecutive processes' log fastest rounds
-are barely autocorrelated), so a paired (sign-flip) test would only lose power (its smallest
-p is 2⁻ⁿ against 1/binom(2n, n)). What interleaving removes is the drift over minutes. How
-often the two-group verdict convicts a slowdown, in replays of kept unchanged processes and
-in live jobs, is measured in docs/benchmarks-and-gate.md ("Interleaved A/B" and "Measured
-error rates of ab").
+Why the pairs' log ratios and not two groups: the two-group permutation test at a fixed number of
+runs has no valid form over looks taken while the data come in; the sign symmetry of a pair's log
+ratio under "no change" holds at every look whatever the noise's shape, and the betting test builds
+on exactly that. It costs clear cases a few pairs (a bet at most doubles the wealth per pair, and
+the wealth is averaged over stakes: 9 pairs at least to reach 1/0.01, where the two-group test's
+fewest were 5).
 
-Why both sides are screened for slow outliers (:func:`accounting.gate.stats.slow_outliers`),
-where the saved-history gate screens only its history: there the current runs are few and a
-slow one may be the regression itself; here B has as many runs as A, and a regression moves
-B's own median with it, so only B's strays are set aside. Screening A alone biases unchanged
-jobs upward: A's slow runs are dropped and B's kept, so unchanged code reads slower than it
-is. Screening both sides decides more unchanged jobs *no change*, after fewer pairs, with about
-the same detection (replayed figures: docs/benchmarks-and-gate.md).
-
->>> from accounting.gate.stats import min_pvalue
->>> min_pvalue(4, 4) > 0.01 >= min_pvalue(5, 5)   # 5 pairs are the fewest that can convict alone: 1/252
-True
+>>> from accounting.gate.sequential import wealth
+>>> bool(wealth([0.3] * 8, 0.05)[-1] >= 100), bool(wealth([0.3] * 9, 0.05)[-1] >= 100)  # 9 clear pairs at least
+(False, True)
 """
 
+import dataclasses
+import math
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from accounting.errors import AccountingError
-from accounting.gate.decide import GateResult, judge, noise_notes
-from accounting.gate.guard import recorded_disturbances
-from accounting.gate.stats import ALPHA
+from accounting.gate.budget import DEFAULT_BUDGET_S, Plan, RoundClock, plan
+from accounting.gate.decide import GateResult, Verdict, judge
+from accounting.gate.guard import FOREIGN_CPU_LIMIT, foreign_cpu_limit, recorded_disturbances, run_load
+from accounting.gate.sequential import FUTILITY_LEVEL, decide
+from accounting.gate.stats import ALPHA, Comparison, Decision
 from accounting.gate.storage import hardware_difference, load_run
 
 AB_CONFIDENCE = 0.80
-"""Two-sided level of the ratio's interval in an A/B verdict: a regression's ratio must be above
+"""The fixed-pair rule's level, before the sequential test (kept for the studies that replay it).
+
+Two-sided level of the ratio's interval in an A/B verdict: a regression's ratio must be above
 the threshold with one-sided 90 % confidence, where the saved-history gate asks 95 %
 (:data:`accounting.gate.stats.CONFIDENCE`).
 
@@ -74,10 +81,16 @@ convicted, and unchanged jobs are decided after fewer pairs, with no more false 
 DEFAULT_START_PAIRS = 3
 """Pairs run for every benchmark before the first verdict: 3 A against 3 B can already exclude a
 slowdown (*no change*) on a quiet machine, though not yet convict one (smallest p 1/20)."""
-DEFAULT_MAX_PAIRS = 8
-"""Pairs in all, the re-measured suspects' included: 16 pytest processes. A lower cap ends a job
-sooner and convicts fewer slowdowns, a higher one convicts more and takes longer (job times and
-replays at 6, 8 and 10 pairs: docs/benchmarks-and-gate.md)."""
+DEFAULT_MAX_PAIRS = None
+"""No cap on the pairs by default: the budget ends the job (``--max-pairs`` sets one for those who want one)."""
+SEQUENTIAL_CONFIDENCE = 1 - 2 * FUTILITY_LEVEL
+"""Level of the always-valid interval an A/B verdict prints (each end at
+:data:`accounting.gate.sequential.FUTILITY_LEVEL`, over every look)."""
+LOAD_DIFFERENCE_CPUS = 0.5
+"""CPUs of other processes' load by which the two runs of a pair may differ before the pair is set aside: half a
+CPU is a neighbour busy through most of one side's run and idle through the other's. Less is the load falling on
+A and B alike, which alternation balances. The rule looks at the two sides' loads alone, never at which side is
+A, so an unchanged pair is as likely kept one way round as the other, and the test's level holds."""
 
 
 @dataclass(frozen=True)
@@ -121,28 +134,120 @@ def _identity_check(runs):
                                   "both trees must run in the same environment")
 
 
-def _usable_a(a_runs, load_guard: bool):
-    """A's runs the verdict may use, those the load guard leaves out, and a note for each of those."""
-    if not load_guard:
-        return list(a_runs), [], []
-    used, left_out, notes = [], [], []
-    for run in a_runs:
-        reasons = recorded_disturbances(run.guard)
+@dataclass
+class Pair:
+    """One A/B pair as it ran: its number (the order flips with it), the runs (``None``: nothing ran), seconds."""
+
+    number: int
+    a: object = None
+    b: object = None
+    seconds: float = 0.0
+    benchmarks: int = 0
+
+
+def load_limit(pair: Pair) -> float:
+    """How much more other processes' load (CPUs) one side of a pair may have seen than the other before the pair is
+    set aside: :data:`LOAD_DIFFERENCE_CPUS`, or the load guard's own limit on a machine large enough for it to be
+    more (:func:`accounting.gate.guard.foreign_cpu_limit`)."""
+    cpus = None
+    for run in (pair.a, pair.b):
+        record = (run.guard or {}).get("host_cpu") if run is not None else None
+        cpus = cpus or (record or {}).get("cpus")
+    return max(LOAD_DIFFERENCE_CPUS, foreign_cpu_limit(cpus))
+
+
+def sort_pairs(pairs, load_guard: bool):
+    """The pairs a verdict may use, and a note for each one set aside: a side disturbed otherwise than by load
+    (throttled, its clock moved, a fault), or two sides whose load differed by more than :func:`load_limit`."""
+    kept, notes = [], []
+    for pair in pairs:
+        if pair.a is None or pair.b is None:
+            continue
+        if not load_guard:
+            kept.append(pair)
+            continue
+        reasons = [f"{label} run {run.label}: {'; '.join(found)}" for label, run in (("A", pair.a), ("B", pair.b))
+                   for found in [recorded_disturbances(run.guard, load=False)] if found]
+        loads = [run_load(run.guard) for run in (pair.a, pair.b)]
+        if not reasons and None not in loads and abs(loads[0] - loads[1]) > load_limit(pair):
+            reasons.append(f"other processes used {loads[0]:.2g} CPUs during A's run and {loads[1]:.2g} during B's "
+                           f"(unequal load: limit {load_limit(pair):.2g} apart)")
         if reasons:
-            left_out.append(run)
-            notes.append(f"A run {run.label} not used, measured on a disturbed machine: {'; '.join(reasons)}")
+            notes.append(f"pair {pair.number} not used, measured on a disturbed machine: {'; '.join(reasons)}")
         else:
-            used.append(run)
-    return used, left_out, notes
+            kept.append(pair)
+    return kept, notes
 
 
-def _verdict(a_runs, b_runs, config, *, notes, load_guard, metric):
-    _identity_check([*a_runs, *b_runs])
-    used, left_out, skipped = _usable_a(a_runs, load_guard)
-    return judge(used, b_runs, threshold_for=config.regression_threshold, alpha=ALPHA,
-                 notes=[*skipped, *notes], load_guard=load_guard, metric=metric or config.regression_metric,
-                 disturbed_baseline=left_out, baseline_grows=True, confidence=AB_CONFIDENCE, screen_current=True,
-                 joint=True)
+def load_note(pairs) -> str | None:
+    """How loaded the job's machine was: other processes' CPUs during the runs of ``pairs`` (``None``: not read)."""
+    loads = sorted(load for pair in pairs for run in (pair.a, pair.b) if run is not None
+                   for load in [run_load(run.guard)] if load is not None)
+    if not loads:
+        return None
+    middle = loads[len(loads) // 2]
+    state = "quiet" if loads[-1] <= FOREIGN_CPU_LIMIT else "loaded"
+    return (f"load: {state}; other processes used {loads[0]:.2g}–{loads[-1]:.2g} CPUs (median {middle:.2g}) during "
+            f"the {len(loads)} runs; A and B, alternating, share it")
+
+
+def pair_ratios(pairs, name: str, metric: str) -> list:
+    """``(pair number, log B − log A)`` of one benchmark over the pairs that ran it on both sides, in order."""
+    found = []
+    for pair in pairs:
+        a, b = pair.a.benchmarks.get(name), pair.b.benchmarks.get(name)
+        if a is not None and b is not None and not a.problem and not b.problem:
+            found.append((pair.number, math.log(b.summary(metric)) - math.log(a.summary(metric))))
+    return found
+
+
+def _sequential_verdict(verdict: Verdict, figures, *, alpha: float, metric: str) -> Verdict:
+    """``verdict`` (judge's row: its values, memory, clocks) with the sequential test's decision and figures."""
+    decision = Decision(figures.decision)
+    percent = f"{verdict.threshold * 100:g} %"
+    if decision is Decision.REGRESSION:
+        reason = (f"{figures.ratio:.3g}× slower after {figures.pairs} pairs: surely more than {percent} "
+                  f"(p = {figures.p_slower:.2g} ≤ {alpha:g} over every look)")
+    elif decision is Decision.IMPROVEMENT:
+        reason = (f"{1 / figures.ratio:.3g}× faster after {figures.pairs} pairs "
+                  f"(p = {figures.p_faster:.2g} ≤ {alpha:g} over every look)")
+    elif decision is Decision.NO_CHANGE:
+        reason = f"a slowdown of {percent} is excluded after {figures.pairs} pairs (upper bound {figures.high:.3g}×)"
+    else:
+        reason = (f"re-measure: {figures.ratio:.3g}× is neither shown nor excluded beyond the {percent} threshold "
+                  f"after {figures.pairs} pairs (p = {figures.p_slower:.2g})")
+    comparison = Comparison(decision, reason, figures.ratio, figures.low, figures.high, SEQUENTIAL_CONFIDENCE,
+                            figures.p_slower, figures.p_faster, alpha, verdict.threshold, figures.pairs,
+                            figures.pairs, math.nan, "sequential", figures.detectable)
+    return dataclasses.replace(verdict, decision=decision, reason=reason, comparison=comparison, pairs=figures.pairs)
+
+
+def _verdict(pairs, config, *, notes, load_guard, metric):
+    ran = [pair for pair in pairs if pair.a is not None and pair.b is not None]
+    if ran:
+        _identity_check([run for pair in ran for run in (pair.a, pair.b)])
+    kept, skipped = sort_pairs(pairs, load_guard)
+    metric = metric or config.regression_metric
+    result = judge([pair.a for pair in kept], [pair.b for pair in kept], threshold_for=config.regression_threshold,
+                   alpha=ALPHA, notes=[*skipped, *notes], load_guard=load_guard, metric=metric,
+                   baseline_grows=True, confidence=SEQUENTIAL_CONFIDENCE, screen_current=True, balanced_load=True)
+    judged = {verdict.name: verdict for verdict in result.verdicts if verdict.comparison is not None}
+    figures = decide({name: pair_ratios(kept, name, metric) for name in judged},
+                     {name: verdict.threshold for name, verdict in judged.items()}, alpha=ALPHA)
+    verdicts = tuple(_sequential_verdict(verdict, figures[verdict.name], alpha=ALPHA, metric=metric)
+                     if verdict.name in figures else verdict for verdict in result.verdicts)
+    judged_names = {verdict.name for verdict in verdicts}
+    set_aside = {}
+    for pair in ran:
+        for run in (pair.a, pair.b):
+            for name, bench in run.benchmarks.items():
+                if name not in judged_names:
+                    set_aside.setdefault(name, bench.kind)
+    verdicts += tuple(Verdict(name, kind, config.regression_threshold(kind, name) / 100, Decision.INCONCLUSIVE,
+                              "re-measure: every pair was measured on a disturbed machine")
+                      for name, kind in sorted(set_aside.items()))
+    verdicts = tuple(sorted(verdicts, key=lambda verdict: verdict.name))
+    return dataclasses.replace(result, verdicts=verdicts, adjustment="sequential"), kept
 
 
 def nothing_ran(runner) -> GateResult:
@@ -152,48 +257,104 @@ def nothing_ran(runner) -> GateResult:
     return GateResult((), (note, *runner.notes), (), ())
 
 
-def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIRS,
-            max_pairs: int = DEFAULT_MAX_PAIRS, load_guard: bool = True, metric: str | None = None,
-            progress=lambda text: None):
-    """Run A and B in alternating pairs, then pairs of the suspects only, and decide.
+def first_plan(kept, result, config, *, metric, seconds_per_pair, budget_s, used_s) -> Plan | None:
+    """The plan from the start pairs (:func:`accounting.gate.budget.plan`): the noisiest benchmark's pair spread."""
+    metric = metric or config.regression_metric
+    spreads = [(float(np.std([value for _, value in found], ddof=1)), verdict.threshold)
+               for verdict in result.verdicts if verdict.comparison is not None
+               for found in [pair_ratios(kept, verdict.name, metric)] if len(found) >= 2]
+    if not spreads:
+        return None
+    spread, threshold = max(spreads)
+    return plan(spread, threshold, seconds_per_pair=seconds_per_pair, budget_s=budget_s, used_s=used_s)
+
+
+def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int | None = None,
+            budget_s: float | None = DEFAULT_BUDGET_S, load_guard: bool = True, metric: str | None = None,
+            progress=lambda text: None, started: float | None = None, clock=time.monotonic,
+            plan_only: bool = False):
+    """Run A and B in alternating pairs, then pairs of the still undecided benchmarks only, and decide.
 
     ``runner_a`` / ``runner_b``: :class:`accounting.gate.measure.Runner` instances for the two
     trees (their ``cwd`` and ``env`` differ; they should share ``own_runs``, so that the load
-    guard counts both as the gate's own work). Returns ``(result, A runs, B runs, pairs run)``.
+    guard counts both as the gate's own work). After ``start_pairs`` pairs of every benchmark, one
+    pair of the undecided ones at a time while the next pair, predicted from the measured ones
+    (:class:`accounting.gate.budget.RoundClock`), still ends inside ``budget_s`` seconds from ``started``
+    (``None``: no budget) and ``max_pairs`` (``None``: no cap) is not reached. ``plan_only``: stop after the
+    start pairs, with the plan (:func:`accounting.gate.budget.plan`) in the notes.
+    Returns ``(result, A runs, B runs, pairs run)``.
     """
-    if not 1 <= start_pairs <= max_pairs:
+    if start_pairs < 1 or (max_pairs is not None and start_pairs > max_pairs):
         raise AccountingError(f"the pairs must satisfy 1 <= --start-pairs <= --max-pairs, got {start_pairs} and "
                               f"{max_pairs}")
-    a_runs, b_runs = [], []
+    started = clock() if started is None else started
+    pairs, rounds = [], RoundClock()
 
     def run_pair(number, only):
-        order = (("A", runner_a, a_runs), ("B", runner_b, b_runs))
-        ran = False
-        for label, runner, runs in (order if number % 2 else order[::-1]):
+        order = (("A", runner_a, "a"), ("B", runner_b, "b"))
+        pair, began = Pair(number), clock()
+        for label, runner, side in (order if number % 2 else order[::-1]):
             mine = None if only is None else [name for name in only if name in runner.node_ids]
             measured = runner.run(f"{label.lower()}-{number}", only=mine if mine else None)
             progress(f"pair {number}, {label}: {measured.summary} ({measured.duration_s:.1f} s)")
             if measured.path is not None:
-                runs.append(load_run(measured.path))
-                ran = True
-        return ran
+                setattr(pair, side, load_run(measured.path))
+        pair.seconds = clock() - began
+        pair.benchmarks = len(only) if only is not None else len(
+            {name for run in (pair.a, pair.b) if run is not None for name in run.benchmarks})
+        rounds.add(pair.benchmarks, pair.seconds)
+        pairs.append(pair)
+        return pair.a is not None or pair.b is not None
+
+    def verdict():
+        return _verdict(pairs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
+                        metric=metric)
+
+    def a_and_b():
+        return [pair.a for pair in pairs if pair.a is not None], [pair.b for pair in pairs if pair.b is not None]
 
     if not run_pair(1, None):
-        return nothing_ran(runner_b), a_runs, b_runs, 1
-    ran_first = sorted({name for run in (*a_runs, *b_runs) for name in run.benchmarks})
+        return (nothing_ran(runner_b), *a_and_b(), 1)
+    ran_first = sorted({name for pair in pairs for run in (pair.a, pair.b) if run is not None for name in run.benchmarks})
+    stop = None
     for number in range(2, start_pairs + 1):
+        if not rounds.fits(len(ran_first), clock() - started, budget_s):
+            stop = "budget"
+            break
         run_pair(number, ran_first)  # the benchmarks the first pair ran, by node id: no whole-suite collection
-    result = _verdict(a_runs, b_runs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
-                      metric=metric)
-    pairs = start_pairs
-    while result.suspects and pairs < max_pairs:
-        pairs += 1
-        progress(f"re-measuring {len(result.suspects)} inconclusive benchmark(s): pair {pairs} of at most {max_pairs}")
-        run_pair(pairs, list(result.suspects))
-        result = _verdict(a_runs, b_runs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
-                          metric=metric)
-    notes = [f"A/B: {pairs} interleaved pair(s) of fresh processes, A = the baseline tree, B = the current tree"]
-    if result.suspects:
-        notes.append(f"still inconclusive after {pairs} pairs (the cap, --max-pairs): {', '.join(result.suspects)}")
-        notes += noise_notes(result, current_runs=max_pairs, cap_option="--max-pairs")
-    return replace(result, notes=(*result.notes, *notes)), a_runs, b_runs, pairs
+    result, kept = verdict()
+    used = clock() - started
+    the_plan = first_plan(kept, result, config, metric=metric, seconds_per_pair=rounds.predict(len(ran_first)),
+                          budget_s=budget_s, used_s=used)
+    if the_plan is not None:
+        progress(the_plan.text())
+    while result.suspects and not plan_only and stop is None:
+        if max_pairs is not None and len(pairs) >= max_pairs:
+            stop = "cap"
+            break
+        if not rounds.fits(len(result.suspects), clock() - started, budget_s):
+            stop = "budget"
+            break
+        progress(f"re-measuring {len(result.suspects)} undecided benchmark(s): pair {len(pairs) + 1} "
+                 f"({clock() - started:.0f} s of the {_budget_text(budget_s)} used)")
+        run_pair(len(pairs) + 1, list(result.suspects))
+        result, kept = verdict()
+    used = clock() - started
+    notes = [f"A/B: {len(pairs)} interleaved pair(s) of fresh processes, A = the baseline tree, B = the current tree; "
+             f"{used:.0f} s of the {_budget_text(budget_s)}"
+             + (f" ({100 * used / budget_s:.0f} %)" if budget_s else "") + " used"]
+    if load_guard:
+        notes.append(load_note(pairs) or "load: not read (no CPU time or load average recorded)")
+    if plan_only:
+        notes.append("--plan: only the start pairs were run; the plan above says what a job needs")
+    if the_plan is not None and (plan_only or (result.suspects and not the_plan.fits)):
+        notes.append(the_plan.text())
+    if result.suspects and not plan_only:
+        why = ("the budget ran out (--budget)" if stop == "budget" else
+               f"the cap, --max-pairs {max_pairs}" if stop == "cap" else "nothing left to re-measure")
+        notes.append(f"still inconclusive after {len(pairs)} pairs ({why}): {', '.join(result.suspects)}")
+    return (replace(result, notes=(*result.notes, *notes)), *a_and_b(), len(pairs))
+
+
+def _budget_text(budget_s: float | None) -> str:
+    return f"budget of {budget_s:.0f} s" if budget_s else "job (no budget)"

@@ -38,13 +38,13 @@ from accounting.console import (
 )
 from accounting.errors import AccountingError
 from accounting.gate.ab import (
-    DEFAULT_MAX_PAIRS,
     DEFAULT_START_PAIRS,
     Trees,
     gate_ab,
     nothing_ran,
     tree_environment,
 )
+from accounting.gate.budget import DEFAULT_BUDGET_S, RoundClock, parse_budget
 from accounting.gate.decide import judge, noise_notes, with_threshold
 from accounting.gate.gpu_rounds import saved_run_lines
 from accounting.gate.guard import recorded_disturbances
@@ -95,8 +95,10 @@ AB_DESCRIPTION = (
     "Interleaved A/B: run the benchmarks of the base revision (A, checked out in --baseline-dir) and of this tree "
     "(B) in alternating fresh pytest processes, in pairs whose order flips each time, so that the host's drift "
     "over minutes falls on both alike; then decide each benchmark as `gate check` does, with A's runs as the "
-    "baseline. No saved history is needed. Inconclusive benchmarks get more pairs, of them only, up to "
-    "--max-pairs. For shared CI hosts whose speed drifts (docs/benchmarks-and-gate.md)."
+    "baseline. No saved history is needed. Benchmarks still undecided get more pairs, of them only, until each is "
+    "decided or the time budget (--budget) is spent; the verdict holds its false-alarm rate over every look "
+    "(a sequential test on the pairs' log ratios). For shared CI hosts whose speed drifts "
+    "(docs/benchmarks-and-gate.md)."
 )
 EPILOG = (
     "exit status: 0 no sure regression (inconclusive benchmarks are listed, not failed), 1 a sure "
@@ -134,6 +136,18 @@ def threshold_fraction(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1) (0.05 = 5 %), got {text!r}")
     return value
+
+
+def budget_seconds(text: str) -> float:
+    """A ``--budget`` value in seconds: ``600``, ``600s``, ``10m``, ``1h`` (:func:`accounting.gate.budget.parse_budget`).
+
+    >>> budget_seconds("10m")
+    600.0
+    """
+    try:
+        return parse_budget(text)
+    except AccountingError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--budget ")) from None
 
 
 def _storage_argument(parser):
@@ -210,9 +224,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     check = actions.add_parser("check", help="run the benchmarks, re-measure suspects, fail on a sure regression",
                                description=DESCRIPTION, epilog=EPILOG)
     _compare_arguments(check)
-    check.add_argument("--max-extra-runs", metavar="R", type=non_negative_count, default=DEFAULT_MAX_EXTRA_RUNS,
+    check.add_argument("--max-extra-runs", metavar="R", type=non_negative_count, default=None,
                        help="fresh pytest processes the inconclusive benchmarks may get, one at a time, before the "
-                            "verdict. Default: %(default)r")
+                            f"verdict. Default: {DEFAULT_MAX_EXTRA_RUNS}, or no cap with --budget")
+    check.add_argument("--budget", metavar="DURATION", type=budget_seconds, default=None,
+                       help="re-measure the inconclusive benchmarks, and runs the load guard set aside, until each is "
+                            "decided or this time is spent (600, 600s, 10m), the next run planned from the seconds "
+                            "the last ones took; a verdict still kept from benchmarks by load then says the machine "
+                            "was loaded. Default: none (at most --max-extra-runs)")
     check.add_argument("--min-runs", metavar="N", type=positive_count, default=1,
                        help="current runs of every benchmark before the suspects are re-measured, so a no change "
                             "has power behind it (a GPU gate: 5 against 5 baseline runs); counted in "
@@ -233,9 +252,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help="a checkout of the base revision (git worktree add ../base origin/main); A runs there")
     ab.add_argument("--start-pairs", metavar="N", type=positive_count, default=DEFAULT_START_PAIRS,
                     help="A/B pairs of every benchmark before the first verdict. Default: %(default)r")
-    ab.add_argument("--max-pairs", metavar="M", type=positive_count, default=DEFAULT_MAX_PAIRS,
-                    help="pairs in all; the pairs after the first N run only the inconclusive benchmarks. "
-                         "Default: %(default)r")
+    ab.add_argument("--budget", metavar="DURATION", type=budget_seconds, default=DEFAULT_BUDGET_S,
+                    help="the job's time: undecided benchmarks get more pairs until each is decided or the next pair "
+                         "would end past it (600, 600s, 10m, 1h). Default: 10m")
+    ab.add_argument("--max-pairs", metavar="M", type=positive_count, default=None,
+                    help="an upper bound on the pairs in all; the pairs after the first N run only the undecided "
+                         "benchmarks. Default: none (the budget ends the job)")
+    ab.add_argument("--plan", action="store_true",
+                    help="run the start pairs only and say, from their spread, how many pairs --threshold needs on "
+                         "this runner and whether --budget covers them (else which budget or threshold would)")
     ab.add_argument("--fresh-interpreters", dest="fork_server", action="store_false",
                     help="start every pytest process as a new Python interpreter instead of forking it from a "
                          "server that imported torch once (3-4 s more per process; accounting.gate.forkserver)")
@@ -356,22 +381,47 @@ def _write_outputs(args, result, baseline_runs, current, stdout):
         print(f"Plot written to {args.plot}", file=stdout)
 
 
-def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: int, load_guard: bool = True,
-               metric: str | None = None, progress=lambda text: None, min_runs: int = 1):
+def _loaded(result) -> str:
+    """Why the machine was too loaded to judge the benchmarks still inconclusive for it ("" where none are)."""
+    held = [verdict.name for verdict in result.verdicts if verdict.decision is not None
+            and verdict.reason.startswith("re-measure: every current run was measured on a disturbed machine")]
+    if not held:
+        return ""
+    return f"the machine was loaded: every current run of {len(held)} benchmark(s) was measured on a disturbed machine"
+
+
+def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: int | None = DEFAULT_MAX_EXTRA_RUNS,
+               load_guard: bool = True, metric: str | None = None, progress=lambda text: None, min_runs: int = 1,
+               budget_s: float | None = None, clock=time.monotonic, started: float | None = None):
     """One gated run: a pytest process, then up to ``max_extra_runs`` more for the suspects only (the first
     ``min_runs - 1`` of them for every benchmark the first ran: ``--min-runs``).
 
+    ``budget_s``: re-measure while the next run, predicted from the seconds the measured ones took, still ends
+    inside it (counted from ``started``); ``max_extra_runs`` (``None``: no cap) stays an upper bound. Benchmarks
+    whose every current run was loaded are re-measured like any suspect; when the budget leaves some so, the
+    result's ``loaded`` says the machine was loaded. Without a budget, the saved-history rule as it always was.
+
     Returns ``(result, baseline, current runs, extra runs taken)``; the caller renders and exits.
     """
+    started = clock() if started is None else started
+    if max_extra_runs is None:
+        max_extra_runs = DEFAULT_MAX_EXTRA_RUNS if budget_s is None else math.inf
+    rounds = RoundClock()
+    began = clock()
     measured = runner.run("current-1")
     progress(f"run 1: {measured.summary} ({measured.duration_s:.1f} s)")
     if measured.path is None:  # -m gpu on a machine without one: nothing to compare, and no baseline needed
         return nothing_ran(runner), None, [], 0
     current = [load_run(measured.path)]
+    rounds.add(len(current[0].benchmarks), clock() - began)
     baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
                                 metric=metric)
-    extra, max_extra_runs = 0, max(max_extra_runs, min_runs - 1)
+    extra, max_extra_runs, spent = 0, max(max_extra_runs, min_runs - 1), False
     while (result.suspects or len(current) < min_runs) and extra < max_extra_runs:
+        upcoming = len(current[0].benchmarks) if extra + 1 < min_runs else len(result.suspects)
+        if not rounds.fits(upcoming, clock() - started, budget_s):
+            spent = True
+            break
         extra += 1
         if extra < min_runs:
             only = sorted(current[0].benchmarks)
@@ -380,16 +430,26 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
             only = result.suspects
             progress(f"re-measuring {len(result.suspects)} inconclusive benchmark(s) in a fresh process "
                      f"({extra} of at most {max_extra_runs})")
+        began = clock()
         measured = runner.run(f"current-{extra + 1}", only=only)
+        rounds.add(len(only), clock() - began)
         progress(f"run {extra + 1}: {measured.summary} ({measured.duration_s:.1f} s)")
         if measured.path is not None:
             current.append(load_run(measured.path))
         baseline, result = _verdict(storage, baselines, config, current, notes=runner.notes, load_guard=load_guard,
                                     metric=metric)
+    if budget_s is not None:
+        used = clock() - started
+        result = dataclasses.replace(result, notes=(*result.notes, f"budget: {used:.0f} s of {budget_s:.0f} s used "
+                                                    f"({100 * used / budget_s:.0f} %), {1 + extra} run(s)"))
     if result.suspects:
-        notes = [f"still inconclusive after {extra} extra run(s) (the cap, --max-extra-runs): {', '.join(result.suspects)}"]
-        notes += noise_notes(result, current_runs=1 + max_extra_runs)
+        why = "the budget ran out, --budget" if spent else "the cap, --max-extra-runs"
+        notes = [f"still inconclusive after {extra} extra run(s) ({why}): {', '.join(result.suspects)}"]
+        if math.isfinite(max_extra_runs):
+            notes += noise_notes(result, current_runs=1 + max_extra_runs)
         result = dataclasses.replace(result, notes=(*result.notes, *notes))
+    if budget_s is not None and load_guard:
+        result = dataclasses.replace(result, loaded=_loaded(result))
     return result, baseline, current, extra
 
 
@@ -402,8 +462,10 @@ def _ab(args, config, workdir, stdout, stderr, started, reader_options) -> int:
                for folder in (trees.baseline_dir, os.getcwd())]
     with servers_ready(*runners):
         result, a_runs, b_runs, pairs = gate_ab(*runners, config, start_pairs=args.start_pairs,
-                                                max_pairs=args.max_pairs, load_guard=args.load_guard,
-                                                metric=args.metric, progress=lambda text: _progress(stderr, text))
+                                                max_pairs=args.max_pairs, budget_s=args.budget,
+                                                load_guard=args.load_guard, metric=args.metric,
+                                                progress=lambda text: _progress(stderr, text), started=started,
+                                                plan_only=args.plan)
     _write_outputs(args, result, a_runs, b_runs, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({2 * pairs} pytest processes).", file=stdout)
     return EXIT_REGRESSION if result.failed else EXIT_OK
@@ -413,7 +475,7 @@ def _check(args, config, runner, stdout, stderr, started) -> int:
     result, baseline, current, extra = gate_check(runner, config, storage=args.storage, baselines=args.baselines,
                                                   max_extra_runs=args.max_extra_runs, load_guard=args.load_guard,
                                                   metric=args.metric, progress=lambda text: _progress(stderr, text),
-                                                  min_runs=args.min_runs)
+                                                  min_runs=args.min_runs, budget_s=args.budget, started=started)
     _write_outputs(args, result, baseline.runs if baseline is not None else [], current, stdout)
     print(f"Gate took {time.monotonic() - started:.0f} s ({1 + extra} pytest process(es)).", file=stdout)
     return EXIT_REGRESSION if result.failed else EXIT_OK
@@ -456,7 +518,7 @@ def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=Non
         if args.gate_command == "ab":
             config = _prepare(args)
             workdir = args.keep or tempfile.mkdtemp(prefix="accounting-gate-ab-")
-            if args.start_pairs > args.max_pairs:
+            if args.max_pairs is not None and args.start_pairs > args.max_pairs:
                 raise AccountingError(f"--start-pairs {args.start_pairs} is above --max-pairs {args.max_pairs}")
             return _ab(args, config, workdir, stdout, stderr, started, options)
         if args.gate_command == "check":

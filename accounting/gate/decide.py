@@ -98,6 +98,8 @@ class Verdict:
     where recorded."""
     current_clock_mhz: float | None = None
     """... over the current runs compared."""
+    pairs: int | None = None
+    """``gate ab``: the A/B pairs its sequential verdict rests on (:mod:`accounting.gate.sequential`); else ``None``."""
     @property
     def detectable(self) -> float | None:
         """The smallest slowdown (a ratio) the compared runs would have shown slower with 95 % power
@@ -139,8 +141,12 @@ class GateResult:
     """Two-sided level of each ratio's interval (the table's header says it)."""
 
     adjustment: str = "holm"
-    """How the p-values were adjusted across the matrix: ``"holm"`` or ``"min-p"``
-    (:func:`accounting.gate.stats.joint_permutation_test`)."""
+    """How the p-values were adjusted across the matrix: ``"holm"``, ``"min-p"``
+    (:func:`accounting.gate.stats.joint_permutation_test`) or ``"sequential"`` (``gate ab``: always-valid p-values
+    over every look, the closed test of the benchmarks' e-values, :mod:`accounting.gate.sequential`)."""
+    loaded: str = ""
+    """Why the machine was too loaded for a verdict on some benchmarks, when the budget ran out with them still
+    undecided for that reason (``gate check``); the headline says so rather than passing silently."""
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -164,13 +170,14 @@ class GateResult:
                 if verdict.decision is Decision.INCONCLUSIVE and (self.baseline_grows or len(verdict.baseline_values) >= 2)]
 
 
-def _current_disturbances(runs, baseline_runs) -> dict:
-    """Current run path -> reasons it cannot be used (load guard, or a clock unlike the baseline's)."""
+def _current_disturbances(runs, baseline_runs, *, load: bool = True) -> dict:
+    """Current run path -> reasons it cannot be used (load guard, or a clock unlike the baseline's); ``load=False``:
+    the load rules left out (:func:`accounting.gate.guard.recorded_disturbances`)."""
     clocks = [clock for clock in (run_clock_mhz(run.guard) for run in baseline_runs) if clock]
     baseline_clock = statistics.median(clocks) if clocks else None
     reasons = {}
     for run in runs:
-        found = recorded_disturbances(run.guard)
+        found = recorded_disturbances(run.guard, load=load)
         mismatch = clock_mismatch(run_clock_mhz(run.guard), baseline_clock)
         if mismatch:
             found.append(mismatch)
@@ -182,7 +189,7 @@ def _current_disturbances(runs, baseline_runs) -> dict:
 def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, notes=(),
           load_guard: bool = True, metric: str = DEFAULT_METRIC, disturbed_baseline=(),
           baseline_grows: bool = False, confidence: float = CONFIDENCE, screen_current: bool = False,
-          baseline_from=None, joint: bool = False) -> GateResult:
+          baseline_from=None, joint: bool = False, balanced_load: bool = False) -> GateResult:
     """Decide every benchmark of ``current_runs`` against ``baseline_runs`` (lists of :class:`SavedRun`).
 
     ``threshold_for(kind, name)`` gives a benchmark's threshold in percent
@@ -203,13 +210,15 @@ def judge(baseline_runs, current_runs, *, threshold_for, alpha: float = ALPHA, n
     ``joint``: adjust the p-values across the matrix by a joint permutation of the runs (min-P,
     :func:`accounting.gate.stats.joint_permutation_test`) instead of Holm; for ``gate ab``, whose
     benchmarks share their processes.
+    ``balanced_load``: other processes' load does not set a current run aside (the load guard's other rules still
+    do); for ``gate ab``, whose pairs balance the load and whose caller sets aside pairs of unequal load.
     """
     check_run_metric(metric)
     notes = list(notes)
     baseline_runs, other_settings = same_settings(baseline_runs, current_runs, notes)
     if len(baseline_runs) == 1:
         notes.append("only 1 baseline run: the gate cannot tell noise from change; save more baseline runs")
-    disturbed = _current_disturbances(current_runs, baseline_runs) if load_guard else {}
+    disturbed = _current_disturbances(current_runs, baseline_runs, load=not balanced_load) if load_guard else {}
     if not load_guard:
         notes.append("load guard off: runs on a loaded or throttled machine are used as they are")
     for run in current_runs:

@@ -219,20 +219,22 @@ def cpu_disturbances(host_cpu: dict | None, *, gpu: bool) -> list[str]:
 
 
 def disturbances(before: dict | None, after: dict | None, *, own_before: float = 0.0,
-                 own_after: float = 0.0, host_cpu: dict | None = None) -> list[str]:
+                 own_after: float = 0.0, host_cpu: dict | None = None, load: bool = True) -> list[str]:
     """Why a run between the ``before`` and ``after`` readings (``Summary.to_dict()``) cannot be trusted.
 
     ``host_cpu``: the machine's CPU time during the run (:func:`foreign_cpu`); without it,
     ``own_before``/``own_after``, the gate's own share of the load average at each reading
     (:func:`own_load`; after the run it includes the run itself), decide the load rule.
-    Empty: a quiet run.
+    Empty: a quiet run. ``load=False`` leaves the load rules out (other processes' CPU time, the load average):
+    where the load falls on both sides of a comparison alike (``gate ab``'s pairs), it is a condition to balance,
+    not a reason to set a run aside (:func:`run_load`).
 
     >>> disturbances(None, None, host_cpu={"busy_s": 30.0, "steal_s": 0.0, "own_s": 20.0, "wall_s": 10.0})
     ['other processes used 1 CPUs during the run (limit 0.1)']
     """
     gpu = is_gpu_reading(before) or is_gpu_reading(after)
     cpu_time = foreign_cpu(host_cpu)
-    reasons = cpu_disturbances(host_cpu, gpu=gpu) if cpu_time is not None else []
+    reasons = cpu_disturbances(host_cpu, gpu=gpu) if cpu_time is not None and load else []
     for when, reading, own in (("before", before, own_before), ("after", after, own_after)):
         if not reading:
             continue
@@ -243,15 +245,15 @@ def disturbances(before: dict | None, after: dict | None, *, own_before: float =
         memory = _number(reading, "other_process_memory_bytes")
         if memory is not None and memory > OTHER_MEMORY_LIMIT_BYTES:
             reasons.append(f"other processes held {memory / 2**30:.1f} GiB on the device {when} the run")
-        load = _number(reading, "load_average_1m")
+        average = _number(reading, "load_average_1m")
         cpus = _number(reading, "logical_cpus") or 1
-        if load is not None and cpu_time is None:  # the load rule is the fallback, before and after alike
-            foreign = load - own
-            if gpu and foreign > FOREIGN_CPU_LIMIT and cpus - load < GPU_SPARE_CPUS:
-                reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
+        if average is not None and cpu_time is None and load:  # the load rule is the fallback, before and after
+            foreign, load_now = average - own, average
+            if gpu and foreign > FOREIGN_CPU_LIMIT and cpus - load_now < GPU_SPARE_CPUS:
+                reasons.append(f"load average {load_now:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
                                f"the gate): fewer than {GPU_SPARE_CPUS:g} CPUs idle for the GPU's launches")
             elif not gpu and foreign > FOREIGN_LOAD_PER_CPU * cpus:
-                reasons.append(f"load average {load:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
+                reasons.append(f"load average {load_now:.2g} on {cpus:g} CPUs {when} the run ({foreign:.2g} not from "
                                f"the gate; limit {FOREIGN_LOAD_PER_CPU * cpus:g})")
     first, last = _reported_clock(before), _reported_clock(after)
     if first and last and abs(last / first - 1) > CLOCK_TOLERANCE:
@@ -303,8 +305,9 @@ def now() -> float:
     return time.monotonic()
 
 
-def recorded_disturbances(guard: dict | None) -> list[str]:
-    """:func:`disturbances` of a saved run's ``"accounting_gate"`` record (empty when it has none).
+def recorded_disturbances(guard: dict | None, *, load: bool = True) -> list[str]:
+    """:func:`disturbances` of a saved run's ``"accounting_gate"`` record (empty when it has none); ``load=False``:
+    the load rules left out.
 
     >>> recorded_disturbances({"before": {"throttle_reasons": ["hw_slowdown"]}, "after": None})
     ['throttled before the run (hw_slowdown)']
@@ -312,4 +315,26 @@ def recorded_disturbances(guard: dict | None) -> list[str]:
     if not guard:
         return []
     return disturbances(guard.get("before"), guard.get("after"), own_before=guard.get("own_before") or 0.0,
-                        own_after=guard.get("own_after") or 0.0, host_cpu=guard.get("host_cpu")) + fault_disturbances(guard)
+                        own_after=guard.get("own_after") or 0.0, host_cpu=guard.get("host_cpu"),
+                        load=load) + fault_disturbances(guard)
+
+
+def run_load(guard: dict | None) -> float | None:
+    """Other processes' CPUs, averaged over a saved run (its ``host_cpu`` record: :func:`foreign_cpu`, the time
+    stolen by the hypervisor included); where the record has none, the load average not from the gate, the larger
+    of before and after; ``None`` where neither was read.
+
+    >>> run_load({"host_cpu": {"busy_s": 16.0, "steal_s": 0.0, "own_s": 11.0, "wall_s": 10.0, "cpus": 2}})
+    0.5
+    >>> run_load({"before": {"load_average_1m": 1.4}, "after": {"load_average_1m": 1.9}, "own_after": 0.9})
+    1.4
+    """
+    if not guard:
+        return None
+    cpu_time = foreign_cpu(guard.get("host_cpu"))
+    if cpu_time is not None:
+        return round(sum(cpu_time), 3)
+    readings = [(_number(guard.get(when), "load_average_1m"), guard.get(f"own_{when}") or 0.0)
+                for when in ("before", "after")]
+    excess = [max(0.0, average - own) for average, own in readings if average is not None]
+    return round(max(excess), 3) if excess else None

@@ -35,6 +35,9 @@ LEGEND = ("+ regression (slower beyond doubt and by more than the threshold, or 
           "detectable: the smallest slowdown these runs' noise and numbers would have shown slower with 95 % power "
           "at that level, so no change means no change larger than it; > threshold: too noisy for its threshold.")
 ADJUSTMENTS = {"holm": "Holm-adjusted", "min-p": "adjusted by a joint permutation of the runs (min-P)"}
+SEQUENTIAL_P = ("p: always-valid p of slower by more than the threshold, from a bet on the pairs' log ratios, held "
+                "over every look and adjusted across the matrix by the closed test of its e-values; ratio: geometric "
+                "mean of the pairs' B/A ratios with its always-valid interval; pairs: the pairs the decision rests on.")
 MEMORY_NOTE = (" peak memory: one call's peak (live tensors' exact bytes; CUDA: the allocator's peak), the "
                "baseline runs' largest → the current runs' smallest; above it by more than the tolerance "
                "(0 bytes; CUDA 2 MiB) is a memory regression.")
@@ -46,8 +49,14 @@ def header(result: GateResult) -> list[str]:
     >>> header(GateResult((), (), (), (), confidence=0.8))[4]
     'ratio [80% CI]'
     """
-    return ["", "benchmark", "baseline", "current", f"ratio [{result.confidence * 100:g}% CI]", "p (slower)",
-            "detectable", "decision", "peak memory"]
+    columns = ["", "benchmark", "baseline", "current", f"ratio [{result.confidence * 100:g}% CI]", "p (slower)",
+               "detectable", "decision", "peak memory"]
+    return columns[:4] + ["pairs"] + columns[4:] if _paired(result) else columns
+
+
+def _paired(result: GateResult) -> bool:
+    """Whether the result is a sequential A/B verdict, whose table has a column of the pairs each benchmark took."""
+    return result.adjustment == "sequential"
 
 
 def seconds(value: float | None) -> str:
@@ -165,6 +174,7 @@ def rows(result: GateResult) -> list[list[str]]:
             names[verdict.name],
             f"{seconds(verdict.baseline_value)} ({_runs(len(verdict.baseline_values))}){_clock(verdict.baseline_clock_mhz)}",
             f"{seconds(verdict.current_value)} ({_runs(current)}){_clock(verdict.current_clock_mhz)}" if current else "—",
+            *([str(verdict.pairs) if verdict.pairs is not None else "—"] if _paired(result) else []),
             _ratio(verdict),
             f"{comparison.p_slower:.2g}" if comparison is not None else "—",
             detectable_text(verdict),
@@ -189,7 +199,8 @@ def headline(result: GateResult) -> str:
         counts["memory regression"] = len(result.memory_regressions)
     order = ["memory regression"] + [decision.value for decision in Decision] + ["work changed", "not compared"]
     summary = ", ".join(f"{counts[label]} {label}" for label in order if label in counts) or "nothing compared"
-    return f"Gate: {'FAIL' if result.failed else 'pass'}: {summary}"
+    loaded = f" — {result.loaded}" if result.loaded else ""
+    return f"Gate: {'FAIL' if result.failed else 'pass'}: {summary}{loaded}"
 
 
 METRIC_WORDS = {"min": "fastest round (min)", "median": "median round", "mean": "mean round"}
@@ -201,7 +212,11 @@ CLOCK_NOTE = (" @ MHz: the device's clock during the timed rounds, median over r
 
 def _legend(result: GateResult) -> str:
     clocks = any(verdict.baseline_clock_mhz or verdict.current_clock_mhz for verdict in result.verdicts)
-    return (f"{LEGEND.format(adjustment=ADJUSTMENTS[result.adjustment])} baseline, current: each run's "
+    legend = LEGEND.format(adjustment=ADJUSTMENTS.get(result.adjustment, ""))
+    if _paired(result):
+        legend = legend.split(" p: one-sided permutation test")[0] + " " + SEQUENTIAL_P + " detectable:" + \
+            legend.split(" detectable:")[1]
+    return (f"{legend} baseline, current: each run's "
             f"{METRIC_WORDS[result.metric]}, median over runs.{MEMORY_NOTE}{CLOCK_NOTE if clocks else ''}")
 
 
