@@ -17,7 +17,9 @@ from accounting.errors import AccountingError
 from accounting.model_mfu.sizes import MODEL_SIZES, model_size
 from accounting.plan.compute import PlanSettings, make_plan
 from accounting.plan.devices import known_devices, plan_device
-from accounting.plan.render import plan_document, render_plan
+from accounting.plan.render import plan_document, render_plan, render_traced
+from accounting.plan.traced import trace_step
+from accounting.model.hf_config import MODEL_TYPES, read_config_json
 from accounting.model.sharding import SHARDINGS
 from accounting.model.training_memory import OPTIMIZERS, PRECISION_POLICIES, precision_policy
 from accounting.model.config import TransformerConfig
@@ -140,9 +142,46 @@ def _model(args) -> tuple[TransformerConfig, str]:
     return model_size(args.model, seq=args.sequence_length).config, f"--model {args.model}"
 
 
+def _traced(args) -> bool:
+    """Whether ``--config`` names a model type the formulas do not read (it is then traced)."""
+    if args.config is None:
+        return False
+    try:
+        model_type = read_config_json(args.config).get("model_type")
+    except AccountingError:
+        return False  # _model reports it
+    return isinstance(model_type, str) and model_type not in MODEL_TYPES
+
+
+def _run_traced(args, parser, stdout) -> int:
+    """Trace one device's step of a model the formulas do not describe (:mod:`accounting.plan.traced`)."""
+    try:
+        if args.devices != 1 or args.sharding != "ddp" or args.recompute != "none":
+            raise AccountingError(
+                f"--config {args.config!r} is traced (its model_type is not one the formulas read): a trace measures "
+                "one device's step without recomputation; --devices, --sharding and --recompute are not traced")
+        settings = PlanSettings(precision=args.precision, optimizer=args.optimizer, headroom=args.headroom,
+                                mfu=args.mfu)
+        device = plan_device(args.device, precision_policy(args.precision).activations, memory_gb=args.memory_gb,
+                             peak_tflops=args.peak_tflops)
+        traced = trace_step(args.config, batch_size=args.micro_batch or 1, sequence_length=args.sequence_length,
+                            precision=args.precision, optimizer=args.optimizer)
+    except AccountingError as error:
+        parser.error(f"--config {args.config!r}: {error}")
+    print(render_traced(traced, device, settings, args.config), file=stdout)
+    usable = int(device.memory_bytes * (1 - settings.headroom))
+    return EXIT_OK if traced.peak <= usable else EXIT_DOES_NOT_FIT
+
+
 def run(args: argparse.Namespace, *, parser: argparse.ArgumentParser, stdout=None, stderr=None, started=None) -> int:
-    """Run a parsed ``plan`` command; bad input ends it with ``parser``'s one-line error."""
+    """Run a parsed ``plan`` command; bad input ends it with ``parser``'s one-line error. A ``--config`` whose
+    model type the formulas do not read is traced instead (:mod:`accounting.plan.traced`), text only."""
     stdout = stdout or sys.stdout
+    if _traced(args):
+        if args.json_path is not None:
+            parser.error(f"--config {args.config!r} is traced (its model_type is not one the formulas read): "
+                         "a traced plan prints text only, without --json")
+        return _run_traced(args, parser, stdout)
     try:
         if args.json_path not in (None, "-"):
             check_writable(args.json_path, "--json")

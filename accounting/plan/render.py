@@ -8,6 +8,7 @@ datasheet's GB (10⁹ bytes); the JSON document holds bytes and FLOPs as integer
 from accounting._units import readable_duration
 from accounting.console import table
 from accounting.plan.compute import Plan
+from accounting.plan.traced import UNKNOWABLE as UNKNOWABLE_TEXT
 
 MEMORY_PARTS = (
     ("parameters", "the weights the forward pass reads"),
@@ -183,3 +184,41 @@ def plan_document(plan: Plan, source: str) -> dict:
             "tokens": plan.tokens, "days": plan.days,
         },
     }
+
+
+def render_traced(traced, device, settings, source: str) -> str:
+    """A traced plan (:mod:`accounting.plan.traced`) as ``accounting plan`` prints it: what was measured,
+    whether one device's step fits, the FLOPs and time, and what a trace cannot know."""
+    m = traced.memory
+    usable = int(device.memory_bytes * (1 - settings.headroom))
+    rows = [["parameters", _gib(m.parameters), f"{traced.dtype}"],
+            ["gradients", _gib(m.gradients), ""],
+            ["optimizer", _gib(m.optimizer_state + traced.master_bytes),
+             "optimizer state" + (" and the master copy (added, not traced)" if traced.master_bytes else "")],
+            ["activations", _gib(m.activations), f"saved for backward, alive at the peak ({m.phase})"],
+            ["temporaries", _gib(m.temporaries + m.buffers + m.inputs), "everything else alive at the peak"],
+            ["peak", _gib(traced.peak), "the traced step's high-water mark"],
+            ["usable", _gib(usable), f"{1 - settings.headroom:.0%} of {device.memory_bytes / 1e9:g} GB "
+                                     f"({device.memory_source}); --headroom {settings.headroom:g}"]]
+    seconds = traced.flops / (device.peak_flops_per_second * settings.mfu)
+    fits = traced.peak <= usable
+    lines = [
+        f"Model ({source}): {traced.parameters:,} parameters: {traced.architecture}, model_type {traced.model_type!r}, "
+        "traced (the formulas do not describe it)",
+        f"Run: 1 x {device.name} ({device.memory_bytes / 1e9:g} GB, {device.peak_flops_per_second / 1e12:g} TFLOP/s "
+        f"dense {device.dtype}), {settings.precision}, {settings.optimizer}, micro-batch {traced.batch_size} x "
+        f"{traced.sequence_length} tokens",
+        f"Traced: one training step built on the meta device (nothing allocated); a trace cannot know "
+        + "; ".join(UNKNOWABLE_TEXT),
+        "",
+        f"Memory of one device's step at micro-batch {traced.batch_size}:",
+        table(["part", "GiB", ""], rows, indent="  "),
+        "",
+        f"Fits: {'yes' if fits else 'no'}, peak {_gib(traced.peak)} GiB of {_gib(usable)} GiB usable.",
+        "",
+        "Compute (matmul FLOPs counted on the traced step, 2 per multiply-add):",
+        f"  FLOPs per step   {traced.flops:.3e}",
+        f"  FLOPs per token  {traced.flops / traced.tokens:.4g}",
+        f"  At MFU {settings.mfu:g} (--mfu): {seconds:.3g} s per step, {traced.tokens / seconds:,.0f} tokens/s per device",
+    ]
+    return "\n".join(lines)
