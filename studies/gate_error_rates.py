@@ -48,13 +48,15 @@ from pathlib import Path
 from accounting.bench.matrix import load_benchmarks
 from accounting.console import OneLineParser, table
 from accounting.errors import AccountingError
-from accounting.gate.ab import DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS, gate_ab
+from accounting.gate.ab import DEFAULT_START_PAIRS, gate_ab
+from accounting.gate.budget import DEFAULT_BUDGET_S, pairs_needed, parse_budget
 from accounting.gate.cli import DEFAULT_MAX_EXTRA_RUNS, gate_check
 from accounting.gate.decide import with_threshold
 from accounting.gate.guard import recorded_disturbances
 from accounting.gate.measure import Runner, servers_ready
 from accounting.gate.stats import Decision, log_spread, smallest_convictable
 from accounting.gate.storage import load_run
+from studies.gate_neighbour import running as neighbour_running
 from studies.gate_power_table import predict
 from studies.gate_slowdown import SHAPE, SLOWDOWN_ENV, calibrate_rows, threads_pinned, write_module
 
@@ -87,6 +89,13 @@ def parse_thresholds(text: str) -> tuple[float, ...]:
     return thresholds
 
 
+def _budget(text: str) -> float:
+    try:
+        return parse_budget(text)
+    except AccountingError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
@@ -112,7 +121,7 @@ class Scenario:
     thresholds: list = field(default_factory=list)
     """Each job's threshold (a fraction), as its verdicts were held to."""
 
-    def add(self, result, extra: int, seconds: float, current) -> None:
+    def add(self, result, extra: int, seconds: float, current, set_aside: int | None = None) -> None:
         """Count one gated job: ``seconds`` of wall time, less the in-process checks its slowed runs did.
 
         The check of the injected factor (``check_seconds`` in a run's ``extra_info``) is this
@@ -126,7 +135,8 @@ class Scenario:
         self.failed += bool(getattr(result, "failed", result.regressions))
         self.seconds.append(seconds)
         self.processes.append(1 + extra)
-        self.set_aside += sum(1 for run in current if recorded_disturbances(run.guard))
+        self.set_aside += set_aside if set_aside is not None else sum(
+            1 for run in current if recorded_disturbances(run.guard))
         self.injected += [bench.extra_info["injected_slowdown"] for run in current for bench in run.benchmarks.values()
                           if "injected_slowdown" in bench.extra_info]
         spreads = [log_spread(verdict.baseline_values) for verdict in result.verdicts
@@ -136,8 +146,13 @@ class Scenario:
             self.thresholds.append(result.verdicts[0].threshold)
 
 
-def predicted_lines(scenarios, *, max_pairs: int = DEFAULT_MAX_PAIRS, jobs: int = 200) -> list[str]:
-    """Beside each A/B scenario, what the power model predicts at the spread its own jobs measured.
+PREVIOUS_MAX_PAIRS = 8
+"""The pair cap of ``gate ab`` before its time budget and sequential test: the measured tables were made under it."""
+
+
+def predicted_lines(scenarios, *, max_pairs: int = PREVIOUS_MAX_PAIRS, jobs: int = 200) -> list[str]:
+    """Beside each A/B scenario, what the previous rule's power model (a permutation test at a pair cap) predicts
+    at the spread its own jobs measured: for comparing the measured tables made under that rule.
 
     :func:`studies.gate_power_table.predict` at the median of the jobs' baseline spreads (A's runs), the
     injected factor and the threshold the jobs were held to; one line per scenario with a spread.
@@ -153,6 +168,25 @@ def predicted_lines(scenarios, *, max_pairs: int = DEFAULT_MAX_PAIRS, jobs: int 
                      f"{cell['failed'] * 100:.0f} % of jobs failed after {cell['mean_pairs']:.1f} pairs "
                      f"(python -m studies.gate_power_table --noises {spread:.3g} --effects {scenario.factor:g} "
                      f"--thresholds {threshold:g})")
+    return lines
+
+
+def plan_lines(scenarios) -> list[str]:
+    """Beside each A/B scenario, how many pairs the sequential test needs at the spread its own jobs measured.
+
+    :func:`accounting.gate.budget.pairs_needed` at the pairs' spread, √2 times the median of the jobs' baseline
+    spreads (A's runs: a pair's log ratio is the difference of two runs' logs), and the threshold the jobs were
+    held to; one line per scenario with a spread.
+    """
+    lines = []
+    for scenario in scenarios:
+        if not scenario.spreads:
+            continue
+        spread, threshold = statistics.median(scenario.spreads), statistics.median(scenario.thresholds)
+        needed = pairs_needed(math.sqrt(2) * spread, threshold)
+        label = "unchanged" if scenario.factor == 1 else f"{scenario.factor:g}×"
+        lines.append(f"{label} at {threshold * 100:g} %: A's spread (median sd of logs) {spread:.3g}; the plan says "
+                     f"{needed if needed is not None else 'more than 400'} pairs decide a benchmark at that spread")
     return lines
 
 
@@ -221,7 +255,8 @@ def _calibrated_env(factor, threads, say) -> dict:
     return {SLOWDOWN_ENV: repr(factor), SLOWDOWN_ENV + "_ROWS": str(rows)}
 
 
-def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int = DEFAULT_MAX_PAIRS,
+def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int | None = None,
+               budget_s: float | None = DEFAULT_BUDGET_S,
                load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
                fork_server: bool = True, benchmarks: int = 1, thresholds=(None,), stop_after: float | None = None):
     """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
@@ -238,7 +273,8 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
     def say(text):
         print(f"error_rates: {text}", file=stream, flush=True)
 
-    say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} to {max_pairs} pairs per gated job ({_load_text()})")
+    say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} start pairs, at most {max_pairs or 'any number of'} pairs "
+        f"within a budget of {budget_s or 'no'} s per gated job ({_load_text()})")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios, started_all, round_seconds = [], time.monotonic(), 0.0
     for threshold in thresholds:
@@ -264,9 +300,11 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
                            for side in (1.0, factor)]
                 with servers_ready(*runners):
                     result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
-                                                            max_pairs=max_pairs, load_guard=load_guard)
+                                                            max_pairs=max_pairs, load_guard=load_guard,
+                                                            budget_s=budget_s, started=started)
                 seconds = time.monotonic() - started
-                scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs])
+                unused = 2 * sum(1 for note in result.notes if note.startswith("pair ") and " not used" in note)
+                scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs], set_aside=unused)
                 at = f" at threshold {threshold:g}" if threshold is not None else ""
                 say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
                     f"{seconds:.0f} s")
@@ -286,12 +324,14 @@ def _job_text(result) -> str:
     return ", ".join(f"{count} {label}" for label, count in sorted(counts.items())) or "no benchmark"
 
 
-def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT_MAX_EXTRA_RUNS,
-            load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr, thresholds=(None,)):
+def measure(runs: int, baselines: int, factors, *, max_extra_runs: int | None = DEFAULT_MAX_EXTRA_RUNS,
+            load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr, thresholds=(None,),
+            budget_s: float | None = None):
     """Save ``baselines`` runs, then gate ``runs`` reruns unchanged and at each factor; the scenarios.
 
     ``threads``: the benchmarks' CPU threads (the gate's ``--threads``), also used to calibrate.
-    ``thresholds``: as :func:`measure_ab`'s.
+    ``thresholds``: as :func:`measure_ab`'s. ``budget_s``: re-measure as ``gate check --budget`` does (then
+    ``max_extra_runs`` ``None`` is no cap).
     """
     folder = Path(workdir)
     pytest_args = write_module(folder)
@@ -313,7 +353,7 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
         say(f"baseline {number}/{baselines}: {measured.summary}" + (f"; disturbed: {'; '.join(disturbed)}"
                                                                      if disturbed else ""))
     say(f"baseline {spread_text(values, config.regression_metric)}")
-    if len(values) > 1:  # one run has no spread
+    if len(values) > 1 and max_extra_runs is not None:  # one run has no spread
         threshold = config.regression_threshold("cpu", None) / 100
         smallest = smallest_convictable(log_spread(values), len(values), 1 + max_extra_runs, threshold=threshold)
         say(f"with this spread, {len(values)} baseline and {1 + max_extra_runs} current runs convict a slowdown from "
@@ -330,7 +370,8 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int = DEFAULT
                             env=env, threads=threads)
             started = time.monotonic()
             result, _baseline, current, extra = gate_check(runner, judged, storage=storage, baselines=baselines,
-                                                           max_extra_runs=max_extra_runs, load_guard=load_guard)
+                                                           max_extra_runs=max_extra_runs, load_guard=load_guard,
+                                                           budget_s=budget_s, started=started)
             seconds = time.monotonic() - started
             scenario.add(result, extra, seconds, current)
             verdict = result.verdicts[0] if result.verdicts else None
@@ -354,8 +395,14 @@ def main(argv=None) -> int:
                         help="the gate's --threshold values, comma-separated fractions (0.05,0.1): every scenario is "
                              "gated at each. Default: benchmarks.json's thresholds")
     parser.add_argument("--max-extra-runs", type=lambda text: 0 if text == "0" else _count(text),
-                        default=DEFAULT_MAX_EXTRA_RUNS, metavar="R",
-                        help="the gate's re-measurement cap. Default: %(default)r")
+                        default=None, metavar="R",
+                        help=f"the gate's re-measurement cap. Default: {DEFAULT_MAX_EXTRA_RUNS}, none with --budget")
+    parser.add_argument("--budget", type=_budget, default=None, metavar="DURATION",
+                        help="each gated job's budget (600, 10m), as the gate's --budget. Default: ab's own (10m); "
+                             "check: none (the saved-history rule)")
+    parser.add_argument("--neighbour", type=int, default=None, metavar="SEED",
+                        help="run a noisy neighbour through the study: one core spun on and off at random, half of "
+                             "the time, spells of 2 s on average, seeded (studies.gate_neighbour). Default: none")
     parser.add_argument("--threads", type=_count, default=None, metavar="N",
                         help="CPU threads of the benchmarks, as the gate's --threads. Default: torch's own")
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep every run in DIR")
@@ -365,8 +412,8 @@ def main(argv=None) -> int:
     parser.add_argument("--benchmarks", type=_count, default=1, metavar="N",
                         help="with --ab: a matrix of N benchmarks (each a 1024³ matmul, all slowed alike in a slowed "
                              "tree); a job fails when any is convicted. Default: %(default)r")
-    parser.add_argument("--max-pairs", type=_count, default=DEFAULT_MAX_PAIRS, metavar="M",
-                        help="with --ab: the pairs cap of each job. Default: %(default)r")
+    parser.add_argument("--max-pairs", type=_count, default=None, metavar="M",
+                        help="with --ab: an upper bound on each job's pairs. Default: none (the budget ends a job)")
     parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
                         help="with --ab: start no round of jobs (one per scenario) that would end after SECONDS, "
                              "judged by the slowest round so far; the summary counts the jobs run. Default: none")
@@ -382,30 +429,39 @@ def main(argv=None) -> int:
     load_before = _load_text()
     started = time.monotonic()
     try:
-        if args.ab:
-            scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
-                                   threads=args.threads, workdir=workdir, fork_server=args.fork_server,
-                                   benchmarks=args.benchmarks, thresholds=args.thresholds,
-                                   stop_after=args.stop_after)
-        else:
-            scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=args.max_extra_runs,
-                                load_guard=args.load_guard, threads=args.threads, workdir=workdir,
-                                thresholds=args.thresholds)
+        with neighbour_running(args.neighbour):
+            if args.ab:
+                scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
+                                       threads=args.threads, workdir=workdir, fork_server=args.fork_server,
+                                       benchmarks=args.benchmarks, thresholds=args.thresholds,
+                                       stop_after=args.stop_after,
+                                       budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S)
+            else:
+                extra_runs = args.max_extra_runs
+                if extra_runs is None and args.budget is None:
+                    extra_runs = DEFAULT_MAX_EXTRA_RUNS
+                scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=extra_runs,
+                                    load_guard=args.load_guard, threads=args.threads, workdir=workdir,
+                                    thresholds=args.thresholds, budget_s=args.budget)
     except AccountingError as error:
         parser.error(str(error))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    plan = (f"interleaved A/B, {args.runs} jobs per scenario, {DEFAULT_START_PAIRS} to {args.max_pairs} pairs each"
-            if args.ab else f"{args.baselines} baseline runs, {args.runs} gated reruns per scenario, at most "
-                            f"{args.max_extra_runs} extra runs each")
+    budget = args.budget if args.budget is not None else (DEFAULT_BUDGET_S if args.ab else None)
+    plan = (f"interleaved A/B, {args.runs} jobs per scenario, {DEFAULT_START_PAIRS} start pairs, at most "
+            f"{args.max_pairs or 'any number of'} pairs" if args.ab else
+            f"{args.baselines} baseline runs, {args.runs} gated reruns per scenario, at most "
+            f"{args.max_extra_runs if args.max_extra_runs is not None else (DEFAULT_MAX_EXTRA_RUNS if budget is None else 'any number of')} extra runs each")
+    plan += f", a budget of {budget:.0f} s a job" if budget else ""
+    plan += f", a noisy neighbour (seed {args.neighbour})" if args.neighbour is not None else ""
     matrix = f"{args.benchmarks} float32 1024³ matmuls" if args.ab and args.benchmarks > 1 else "float32 1024³ matmul"
     print(f"Gate error rates: {plan}; {matrix} on the CPU, {args.threads or 'default'} thread(s); "
           f"load guard {'on' if args.load_guard else 'OFF'}")
     print(table(SUMMARY_HEADER, summary_rows(scenarios, args.runs)))
     if args.ab:
-        print("\n".join(["Predicted by the power model at the measured spread, beside each row:",
-                          *predicted_lines(scenarios, max_pairs=args.max_pairs)]))
+        print("\n".join(["Pairs the sequential test needs at the measured spread, beside each row:",
+                          *plan_lines(scenarios)]))
     print(f"Load: {load_before} at the start, {_load_text()} at the end; {time.monotonic() - started:.0f} s in all.")
     return 0
 

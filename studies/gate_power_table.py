@@ -7,7 +7,9 @@ which commands); this script predicts it from the noise model the gate's power f
 (:mod:`accounting.gate.power`): log run values normal with sd ``σ``, A and B independent, B's
 mean moved by ``log(effect)``.
 
-Each job is simulated as ``gate ab`` runs it: ``--start-pairs`` pairs, then a verdict
+It models the rule ``gate ab`` followed before its time budget and sequential test (the measured tables of
+docs/benchmarks-and-gate.md were made under it); what the sequential test needs is
+:func:`accounting.gate.budget.pairs_needed`. Each job is simulated as ``gate ab`` ran it then: ``--start-pairs`` pairs, then a verdict
 (:func:`accounting.gate.stats.compare_runs`, the permutation test and the 80 % interval of
 :data:`accounting.gate.ab.AB_CONFIDENCE`), and while it is inconclusive one more pair, up to
 ``--max-pairs``. A regression fails the job. One benchmark stands for the matrix: ``ab``'s
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accounting.console import OneLineParser, table
-from accounting.gate.ab import AB_CONFIDENCE, DEFAULT_MAX_PAIRS, DEFAULT_START_PAIRS
+from accounting.gate.ab import AB_CONFIDENCE, DEFAULT_START_PAIRS
 from accounting.gate.levels import ALPHA
 from accounting.gate.power import conviction_power
 from accounting.gate.stats import Decision, compare_runs
@@ -48,6 +50,10 @@ JOBS = 200
 SECONDS_PER_PROCESS = 29.0
 """One pytest process of the 16 quick CPU benchmarks on the 2-vCPU VM (174 s / 6 processes, unchanged jobs)."""
 SEED = 0
+
+DEFAULT_MAX_PAIRS = 8
+"""The pair cap of the rule this table models: ``gate ab`` before its time budget and sequential test (the
+permutation test at a cap of 8 pairs). The sequential test's own figures: :func:`accounting.gate.budget.pairs_needed`."""
 
 
 @dataclass(frozen=True)

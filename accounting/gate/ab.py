@@ -216,6 +216,9 @@ def _sequential_verdict(verdict: Verdict, figures, *, alpha: float, metric: str)
     else:
         reason = (f"re-measure: {figures.ratio:.3g}× is neither shown nor excluded beyond the {percent} threshold "
                   f"after {figures.pairs} pairs (p = {figures.p_slower:.2g})")
+    judged = verdict.reason
+    if verdict.comparison is not None and judged.startswith(verdict.comparison.reason):
+        reason += judged[len(verdict.comparison.reason):]  # the table's own notes: outliers set aside, clocks
     comparison = Comparison(decision, reason, figures.ratio, figures.low, figures.high, SEQUENTIAL_CONFIDENCE,
                             figures.p_slower, figures.p_faster, alpha, verdict.threshold, figures.pairs,
                             figures.pairs, math.nan, "sequential", figures.detectable)

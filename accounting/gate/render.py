@@ -305,7 +305,7 @@ def verdicts_to_json(result: GateResult) -> dict:
             "ratio_high": _number(comparison.ci_high) if comparison else None,
             "p_slower": comparison.p_slower if comparison else None,
             "detectable_ratio": verdict.detectable, "too_noisy": verdict.too_noisy,
-            "memory_regression": verdict.memory_regression,
+            "memory_regression": verdict.memory_regression, "pairs": verdict.pairs,
             "baseline_clock_mhz": verdict.baseline_clock_mhz, "current_clock_mhz": verdict.current_clock_mhz,
         })
     return {"failed": result.failed, "alpha": result.alpha, "confidence": result.confidence, "metric": result.metric,
