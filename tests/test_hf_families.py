@@ -20,6 +20,7 @@ from tests.support.hf_models import (
     training_step,
 )
 from tests.support.published_configs import PUBLISHED
+from tests.test_hf_config import OLD_PRETRAINED_DEFAULTS
 
 
 def numel(module) -> int:
@@ -175,3 +176,13 @@ def test_soft_caps_and_sinks_run_eager_whatever_is_asked(family):
     assert model.config._attn_implementation == "eager"
     config = TransformerConfig.from_hf(hf_config(family, **MEMORY_SIZES).to_dict())
     assert transformer_training_memory(config, 2, "adamw", "fp32", attention="sdpa").attention == "eager"
+
+
+@pytest.mark.parametrize("family", NEWER_FAMILIES)
+def test_a_saved_config_reads_back_from_its_file_with_keys_older_versions_wrote(family, tmp_path):
+    """save_pretrained's file and folder read as the dict does; the generation keys older versions wrote are harmless."""
+    saved = hf_config(family)
+    saved.save_pretrained(tmp_path)
+    from_dict = TransformerConfig.from_hf(saved.to_dict())
+    assert TransformerConfig.from_hf(tmp_path) == TransformerConfig.from_hf(str(tmp_path / "config.json")) == from_dict
+    assert TransformerConfig.from_hf(saved.to_dict() | OLD_PRETRAINED_DEFAULTS) == from_dict
