@@ -310,8 +310,12 @@ def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIR
         return pair.a is not None or pair.b is not None
 
     def verdict():
-        return _verdict(pairs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
-                        metric=metric)
+        began = clock()
+        decided = _verdict(pairs, config, notes=[*runner_a.notes, *runner_b.notes], load_guard=load_guard,
+                           metric=metric)
+        count, seconds = rounds.rounds[-1]
+        rounds.rounds[-1] = (count, seconds + clock() - began)  # a round is its pair and the verdict after it
+        return decided
 
     def a_and_b():
         return [pair.a for pair in pairs if pair.a is not None], [pair.b for pair in pairs if pair.b is not None]

@@ -52,12 +52,13 @@ from accounting.gate.levels import ALPHA
 STAKES = np.array([0.25, 0.5, 0.75, 0.95])
 """The fractions of its wealth the bettor may stake on a pair, averaged with equal weight: small stakes win on
 noisy pairs, large ones on clear pairs (the largest is below 1, so a pair against the bet never ruins it)."""
-SCALE_SPREADS = 2.0
+SCALE_SPREADS = 1.5
 """Each pair's bet is its log ratio over this many standard deviations of the earlier pairs' log ratios, clipped
 to [−1, 1]: a normal pair's bet is then nearly proportional to it, a stray process's at most one unit."""
-FUTILITY_LEVEL = 0.05
+FUTILITY_LEVEL = 0.10
 """Each end of the always-valid interval (:func:`confidence_sequence`) is held at this level: a benchmark slowed by
-more than its threshold is called *no change* at most 5 % of the time, over every look; the interval is a 90 % one."""
+more than its threshold is called *no change* at most 10 % of the time, over every look (the interval is an 80 %
+one: the level the fixed-pair A/B rule held its *no change* to, there at one look)."""
 POWER = 0.95
 """The chance of conviction a minimum detectable effect (:func:`detectable_ratio`) and a plan are quoted at."""
 Z_POWER = 1.6448536269514722
@@ -78,7 +79,7 @@ def bet_scales(ratios) -> np.ndarray:
     fewer than 2 came before. It never looks at its own pair, so the bet is fixed before the pair is seen.
 
     >>> bet_scales([0.0, 0.1, 0.2, 0.3]).round(3).tolist()
-    [0.0, 0.0, 0.141, 0.2]
+    [0.0, 0.0, 0.106, 0.15]
     """
     d = _check_ratios(ratios)
     count = np.arange(d.shape[-1], dtype=float)  # pairs before each
@@ -207,7 +208,7 @@ class Sequential:
     """The geometric mean of the pairs' B/A ratios."""
     low: float
     high: float
-    """The always-valid 90 % interval of the ratio (each end at :data:`FUTILITY_LEVEL`)."""
+    """The always-valid 80 % interval of the ratio (each end at :data:`FUTILITY_LEVEL`)."""
     p_slower: float
     """Family-wise, always-valid p of "slower than the threshold" (:func:`closed_pvalues`)."""
     p_faster: float
