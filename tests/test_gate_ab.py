@@ -126,7 +126,7 @@ def test_the_budget_ends_the_job_before_a_pair_that_would_overrun_it(tmp_path, c
     result, _, _, pairs = gate_ab(runner_a, runner_b, config, start_pairs=2, budget_s=100.0, clock=lambda: now[0])
     # Pairs end at 20, 40, 60, 80 s; a fifth would end at 100 s, but 1.1 × its 20 s from 80 s is past the budget.
     assert pairs == 4 and now[0] == 80.0 and result.suspects == [MATMUL]
-    assert f"still inconclusive after 4 pairs (the budget ran out (--budget)): {MATMUL}" in result.notes
+    assert f"still inconclusive after 4 pairs (the budget ran out: --budget): {MATMUL}" in result.notes
     assert any(note.startswith("A/B: 4 interleaved pair(s)") and "80 s of the budget of 100 s (80 %) used" in note
                for note in result.notes)
 

@@ -357,7 +357,7 @@ def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIR
     if the_plan is not None and (plan_only or (result.suspects and not the_plan.fits)):
         notes.append(the_plan.text())
     if result.suspects and not plan_only:
-        why = ("the budget ran out (--budget)" if stop == "budget" else
+        why = ("the budget ran out: --budget" if stop == "budget" else
                f"the cap, --max-pairs {max_pairs}" if stop == "cap" else "nothing left to re-measure")
         notes.append(f"still inconclusive after {len(pairs)} pairs ({why}): {', '.join(result.suspects)}")
     return (replace(result, notes=(*result.notes, *notes)), *a_and_b(), len(pairs))

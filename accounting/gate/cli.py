@@ -443,7 +443,7 @@ def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: 
         result = dataclasses.replace(result, notes=(*result.notes, f"budget: {used:.0f} s of {budget_s:.0f} s used "
                                                     f"({100 * used / budget_s:.0f} %), {1 + extra} run(s)"))
     if result.suspects:
-        why = "the budget ran out, --budget" if spent else "the cap, --max-extra-runs"
+        why = "the budget ran out: --budget" if spent else "the cap, --max-extra-runs"
         notes = [f"still inconclusive after {extra} extra run(s) ({why}): {', '.join(result.suspects)}"]
         if math.isfinite(max_extra_runs):
             notes += noise_notes(result, current_runs=1 + max_extra_runs)
