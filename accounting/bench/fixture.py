@@ -17,7 +17,7 @@ import torch
 
 from accounting._checks import check_non_negative, check_size
 from accounting._units import TERA
-from accounting.bench.round_telemetry import RoundReadings, open_round_backend, warm_to_working_clock
+from accounting.bench.round_telemetry import DeviceReadings, RoundReadings, open_round_backend, warm_to_working_clock
 from accounting.bench.summary import SUMMARY, add_summary_line  # noqa: F401 (SUMMARY: still importable from here)
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.flop_count import FlopCount, counted_total, flops_mismatch
@@ -148,8 +148,8 @@ class FlopsBenchmark:
         recorder = None
         try:
             if backend is not None:  # GPUs: to the working clock before anything is timed
-                self.benchmark.extra_info["warmup"] = warm_to_working_clock(
-                    lambda: (setup(), target()), lambda: backend.read(edge=False))
+                with DeviceReadings(backend) as readings:  # read while the calls run, not at their idle edge
+                    self.benchmark.extra_info["warmup"] = warm_to_working_clock(lambda: (setup(), target()), readings)
             if min_time_s:  # the warm-up calls run here, timed, to size the rounds (see the class docstring)
                 rounds = rounds_for(warm_call_seconds(target, setup, warmup_rounds), rounds=rounds,
                                     min_time_s=min_time_s)

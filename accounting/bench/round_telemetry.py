@@ -8,8 +8,10 @@ once work starts; at full load the power cap then moves the clock with the power
 - :func:`warm_to_working_clock` runs the benchmark's call before its timed rounds until the
   clock has settled — :data:`SETTLE_READINGS` readings, at least :data:`SETTLE_SPACING_S` apart,
   within :data:`SETTLE_TOLERANCE` of one another — or :data:`WARM_MAX_S` has passed, and says how
-  long that took (``extra_info["warmup"]``);
-- :class:`RoundReadings` reads the device *during* the timed rounds, from a thread every
+  long that took (``extra_info["warmup"]``). The clock is read *during* the calls, by a
+  :class:`DeviceReadings` thread: read after a call's synchronize it would be the idle edge's (a
+  capped GPU reads its boost clock again there), and the warm-up would settle on a clock no call ran at;
+- :class:`RoundReadings` reads the device *during* the timed rounds, from the same kind of thread every
   :data:`ROUND_INTERVAL_S`, and pytest-benchmark's ``teardown`` after each round marks where it ended
   (nothing is read there: the round has just synchronized, the device is at its idle edge, its power a
   reading of the gap and its ``sw_power_cap`` perhaps already cleared). Each round keeps the readings
@@ -24,9 +26,13 @@ A reading the backend cannot give is ``None``; a backend that fails stops the re
 timing goes on) and the record says so.
 
 >>> from accounting.telemetry.readings import Reading
->>> clocks = iter([345.0, 1200.0, 1980.0, 1980.0, 1975.0])
->>> times = iter([0.0, 0.03, 0.06, 0.09, 0.12, 0.15, 0.18])
->>> warm = warm_to_working_clock(lambda: None, lambda: Reading(0.0, clock_mhz=next(clocks)), now=lambda: next(times))
+>>> class Rising:
+...     clocks = iter([345.0, 1200.0, 1980.0, 1980.0, 1975.0])
+...     def read(self, *, edge):
+...         return Reading(0.0, clock_mhz=next(self.clocks))
+>>> ticks = iter(range(100))
+>>> readings = DeviceReadings(Rising(), thread=False, now=lambda: 0.03 * next(ticks))
+>>> warm = warm_to_working_clock(readings.sample, readings)   # here each call takes one reading while it runs
 >>> warm["settled"], warm["calls"], warm["clock_mhz_first"], warm["clock_mhz_settled"]
 (True, 5, 345.0, 1975.0)
 """
@@ -59,7 +65,7 @@ every 20-100 ms)."""
 ROUNDS_SILENT_S = 60.0
 """The reading thread stops itself when no round has ended for this long (pytest-benchmark stopped calling
 ``teardown``: the rounds failed)."""
-TIMING_METHOD = "warmed to the working clock; rounds read during them"
+TIMING_METHOD = "warmed to the working clock read during the calls; rounds read during them"
 """How a GPU benchmark's rounds are timed (the warm-up before them, how they are read), kept in the machine
 identity (:mod:`accounting.bench.identity`, ``gpu_timing``): each changes the gaps and the clock the rounds run
 at, so runs timed another way (the H200's saved gate baselines: no warm-up, no per-round readings) are not
@@ -69,46 +75,137 @@ READ_DURING = (f"during the rounds, every {ROUND_INTERVAL_S * 1e3:.0f} ms by a t
 """``telemetry_rounds["read"]``: how the readings were taken (runs saved before read them after each round)."""
 
 
-def warm_to_working_clock(call, read, *, now=time.perf_counter, max_s: float = WARM_MAX_S) -> dict:
-    """Run ``call()`` until the device's clock (``read().clock_mhz``, read after each call) has settled.
+def warm_to_working_clock(call, readings, *, max_s: float = WARM_MAX_S) -> dict:
+    """Run ``call()`` until the device's clock, as ``readings`` (a :class:`DeviceReadings`) read it while the calls
+    ran, has settled.
 
-    ``call`` is one untimed round (the cache flush, the benchmark's call, a synchronize). Returns the record kept
-    in ``extra_info["warmup"]``: seconds, calls, the first and last clock read, and whether it settled. Without a
-    clock reading (no telemetry) one call is made and ``settled`` is ``None``.
+    ``call`` is one untimed round (the cache flush, the benchmark's call, a synchronize). After each call the clocks
+    read since the previous one ended are taken (at least :data:`SETTLE_SPACING_S` apart, by the readings' own times);
+    a call shorter than the readings' interval may have none, and the calls go on until readings come. Returns the
+    record kept in ``extra_info["warmup"]``: seconds, calls, the first and last clock read, and whether it settled.
+    Where the device gives no clock (a reading without one) or nothing is read before ``max_s``, ``settled`` is
+    ``None``; a backend that fails stops the warm-up (``error`` says why).
     """
-    started = now()
+    started = ended = readings.now()
     calls, clocks, last_at = 0, [], -math.inf
-    settled = None
+    settled, no_clock = None, False
     while True:
         call()
         calls += 1
-        reading = read()
-        at = now()
-        clock = getattr(reading, "clock_mhz", None)
-        if clock is None:
+        previous, ended = ended, readings.now()
+        for when, reading in readings.taken(previous, ended):
+            if reading.clock_mhz is None:
+                no_clock = True
+                break
+            if when - last_at >= SETTLE_SPACING_S:
+                clocks.append(float(reading.clock_mhz))
+                last_at = when
+        if no_clock or readings.error is not None:
             break
-        if at - last_at >= SETTLE_SPACING_S:
-            clocks.append(float(clock))
-            last_at = at
         recent = clocks[-SETTLE_READINGS:]
         if len(recent) == SETTLE_READINGS and max(recent) <= min(recent) * (1 + SETTLE_TOLERANCE):
             settled = True
             break
-        if at - started >= max_s:
-            settled = False
+        if ended - started >= max_s:
+            settled = False if clocks else None
             break
-    return {"seconds": round(now() - started, 4), "calls": calls,
-            "clock_mhz_first": clocks[0] if clocks else None, "clock_mhz_settled": clocks[-1] if clocks else None,
-            "settled": settled}
+    record = {"seconds": round(readings.now() - started, 4), "calls": calls,
+              "clock_mhz_first": clocks[0] if clocks else None, "clock_mhz_settled": clocks[-1] if clocks else None,
+              "settled": settled}
+    if readings.error is not None:
+        record["error"] = f"warm-up readings stopped: {readings.error}"
+    return record
 
 
-class RoundReadings:
+class DeviceReadings:
+    """Reads ``backend`` from a thread every ``interval_s`` while the device works: ``(time, reading)`` pairs that
+    :meth:`taken` hands back by time, for the warm-up and (:class:`RoundReadings`) the timed rounds.
+
+    ``thread=False`` starts no thread: whoever drives the device calls :meth:`sample` (a test, a simulated GPU in
+    its own time). ``now``: the clock the readings are placed on. A backend that fails stops the readings
+    (``error`` says why); the thread also stops itself after :data:`ROUNDS_SILENT_S` with no work seen ending
+    (:meth:`_last_seen`), and on :meth:`close` (or leaving a ``with`` block).
+
+    >>> from accounting.telemetry.readings import Reading
+    >>> class Backend:
+    ...     def read(self, *, edge):
+    ...         return Reading(0.0, clock_mhz=1455.0)
+    >>> ticks = iter(range(10))
+    >>> with DeviceReadings(Backend(), thread=False, now=lambda: next(ticks)) as readings:
+    ...     readings.sample()
+    >>> [(when, reading.clock_mhz) for when, reading in readings.taken(0, 5)]
+    [(1, 1455.0)]
+    """
+
+    def __init__(self, backend, *, interval_s: float = ROUND_INTERVAL_S, now=time.perf_counter, thread: bool = True):
+        self.backend = backend
+        self.interval_s = interval_s
+        self._now = now
+        self._begun = now()
+        self._samples = []
+        self._error = None
+        self._error_at = None
+        self._stop = threading.Event()
+        self._thread = None
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="device-readings", daemon=True)
+            self._thread.start()
+
+    def now(self) -> float:
+        """The time on the readings' clock."""
+        return self._now()
+
+    @property
+    def error(self) -> str | None:
+        """Why the readings stopped early (the backend failed), or ``None``."""
+        return self._error
+
+    def sample(self) -> None:
+        """Read the device now (the thread's reading; without a thread, the caller's)."""
+        if self._error is not None:
+            return
+        try:
+            reading = self.backend.read(edge=False)
+        except Exception as error:  # noqa: BLE001 - a failing backend ends the recording, never the timing
+            self._error, self._error_at = f"{type(error).__name__}: {error}", self._now()
+            return
+        self._samples.append((self._now(), reading))
+
+    def taken(self, after: float, until: float) -> list:
+        """The ``(time, reading)`` pairs read after ``after`` and up to ``until``, in order."""
+        return [(when, reading) for when, reading in list(self._samples) if after < when <= until]
+
+    def _last_seen(self) -> float:
+        """When work was last seen ending (here: when the readings began)."""
+        return self._begun
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self._error is not None or self._now() - self._last_seen() > ROUNDS_SILENT_S:
+                return
+            self.sample()
+
+    def close(self) -> None:
+        """Stop the thread; the readings taken stay."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+
+class RoundReadings(DeviceReadings):
     """Reads ``backend`` during the timed rounds; pass :meth:`teardown` as pytest-benchmark ``pedantic``'s teardown.
 
     ``warmup_rounds``: the calls ``pedantic`` makes before the timed ones (the first timed round begins when the
     last of them ends); ``rounds``: the timed rounds (teardowns beyond them, as pytest-benchmark's profiling
-    calls, are not counted). ``thread=False`` starts no thread: whoever drives the device calls :meth:`sample`
-    (a test, a simulated GPU in its own time). ``now``: the clock readings and round ends are placed on.
+    calls, are not counted). ``interval_s``, ``now`` and ``thread`` as :class:`DeviceReadings`' (the round ends
+    are placed on ``now`` too).
 
     >>> from accounting.telemetry.readings import Reading
     >>> class Backend:
@@ -127,40 +224,14 @@ class RoundReadings:
 
     def __init__(self, backend, *, warmup_rounds: int, rounds: int, interval_s: float = ROUND_INTERVAL_S,
                  now=time.perf_counter, thread: bool = True):
-        self.backend = backend
         self.warmup_rounds = warmup_rounds
         self.rounds = rounds
-        self.interval_s = interval_s
-        self._now = now
         self._calls = 0
-        self._begun = now()
-        self._ends = []
-        self._samples = []
-        self._error = None
-        self._error_at = None
-        self._stop = threading.Event()
-        self._thread = None
-        if thread:
-            self._thread = threading.Thread(target=self._run, name="round-telemetry", daemon=True)
-            self._thread.start()
+        self._ends = []  # before the thread starts: it reads them
+        super().__init__(backend, interval_s=interval_s, now=now, thread=thread)
 
-    def sample(self) -> None:
-        """Read the device now (the thread's reading; without a thread, the caller's)."""
-        if self._error is not None:
-            return
-        try:
-            reading = self.backend.read(edge=False)
-        except Exception as error:  # noqa: BLE001 - a failing backend ends the recording, never the timing
-            self._error, self._error_at = f"{type(error).__name__}: {error}", self._now()
-            return
-        self._samples.append((self._now(), reading))
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            last = self._ends[-1] if self._ends else self._begun
-            if self._error is not None or self._now() - last > ROUNDS_SILENT_S:
-                return
-            self.sample()
+    def _last_seen(self) -> float:
+        return self._ends[-1] if self._ends else self._begun
 
     def teardown(self, *args, **kwargs) -> None:  # noqa: ARG002 - pedantic passes the target's arguments
         """Mark the end of a round (nothing is read here: see the module docstring)."""
@@ -172,12 +243,6 @@ class RoundReadings:
             self._ends.append(self._now())
             if timed == self.rounds:
                 self.close()
-
-    def close(self) -> None:
-        """Stop the thread (the rounds are over); the readings taken stay."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
 
     def _nearest(self, at: float, first: float, last: float):
         """The reading taken during the timed rounds (``first``..``last``) nearest in time to ``at``."""
