@@ -140,8 +140,10 @@ def predict_seconds(known: MatmulMeasurement, m: int, k: int, n: int, expected_w
 
     A call's time scales with FLOPs. Without ``expected_wall_s`` the whole measurement is
     scaled so. With it (``expected_wall_s(seconds_per_call)``: the timer's own rule for how
-    long it spends on a shape, see :class:`accounting.report.measure.MatmulTimer`), the rest
-    of the known wall time is taken as setup (making operands), scaled by their element count.
+    long it spends on a shape, in wall time — on a GPU each timed call's spin, flush and
+    synchronize included, see :meth:`accounting.report.measure.MatmulTimer.expected_wall_s`),
+    the rest of the known wall time is taken as setup (making operands), scaled by their
+    element count.
 
     >>> known = MatmulMeasurement("float32", 512, 512, 512, 2 * 512**3, 0.01, 0.0, 5, wall_s=0.2)
     >>> predict_seconds(known, 1024, 1024, 1024)
