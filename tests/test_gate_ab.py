@@ -275,6 +275,7 @@ def test_the_command_passes_unchanged_code(tmp_path, cli_runner, capsys, monkeyp
 @pytest.mark.parametrize("options, message", [
     (["--start-pairs", "5", "--max-pairs", "3"], "--start-pairs 5 is above --max-pairs 3"),
     (["--max-pairs", "0"], "argument --max-pairs: must be a positive integer, got '0'"),
+    (["--budget", "10x"], "argument --budget: must be a positive duration such as 600, 600s, 10m or 1h, got '10x'"),
 ])
 def test_bad_pair_counts_are_one_line_errors(tmp_path, cli_runner, capsys, monkeypatch, options, message):
     base = tmp_path / "base"
@@ -336,3 +337,14 @@ def test_a_regression_with_a_stray_is_still_convicted(tmp_path, config):
     assert verdict.decision is Decision.REGRESSION
     assert verdict.comparison.ratio == pytest.approx(math.exp(np.mean(
         [value for _, value in _log_ratios(A_VALUES, b_values, verdict.pairs)])), rel=1e-9)
+
+
+def test_the_plan_option_runs_the_start_pairs_only_and_prints_the_plan(tmp_path, cli_runner, capsys, monkeypatch):
+    (tmp_path / "base").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(cli.SUMMARY_ENV, raising=False)
+    cli_runner.plan = {"A": {MATMUL: A_VALUES}, "B": {MATMUL: [value * 1.3 for value in A_VALUES]}}
+    status, out, err = run_main(["gate", "ab", "--baseline-dir", "base", "--plan", "--threshold", "0.05", "--",
+                                 "-m", "cpu"], capsys)
+    assert status == 0 and "(6 pytest processes)" in out  # 3 start pairs, then the plan: no verdict can fail yet
+    assert "plan: the first pairs' log ratios spread by" in err and "Note: --plan: only the start pairs" in out
