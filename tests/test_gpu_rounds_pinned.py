@@ -67,6 +67,7 @@ def test_short_lists_bad_numbers_and_no_window_read_as_unknown():
 def test_a_window_record_is_one_stretch_over_all_rounds_and_no_record_is_none():
     found = rounds_telemetry(window(1624.0, 367.0, ["sw_power_cap"], ["busy: gpu1", "throttled: x"]), 20)
     assert not found.per_round and found.rounds == 20 and len(found.stretches) == 1
+    assert not found.read_during  # a window over all rounds has no per-round readings, during or after
     stretch = found.stretches[0]
     assert (stretch.first, stretch.last, stretch.clock_mhz, stretch.power_w) == (1, 20, 1624.0, 367.0)
     assert stretch.reasons == ("sw_power_cap",) and stretch.other_memory_bytes is None
