@@ -166,3 +166,18 @@ def test_the_records_that_the_guard_must_read_part_by_part_are_not_all_quiet():
     assert recorded_disturbances({"before": LOADED_BEFORE, "after": LOADED_AFTER, "host_cpu": _host_cpu(0.0)}) == []
     assert recorded_disturbances({"before": LOADED_BEFORE, "after": QUIET, "own_before": 1.2}) == []
     assert recorded_disturbances({"before": QUIET, "after": LOADED_AFTER, "own_after": 1.2}) == []
+
+
+def test_without_the_load_rules_a_loaded_run_is_kept_and_a_throttled_one_still_is_not():
+    """``gate ab`` balances load across its pairs: only the other rules set its runs aside."""
+    from accounting.gate.guard import recorded_disturbances, run_load
+
+    cpu = {"busy_s": 16.0, "steal_s": 0.0, "own_s": 10.0, "wall_s": 10.0, "cpus": 2}  # others: 6 CPU s in 10 s
+    loaded = {"before": {"throttle_reasons": []}, "after": {"throttle_reasons": []}, "host_cpu": cpu}
+    assert recorded_disturbances(loaded) and recorded_disturbances(loaded, load=False) == []
+    assert run_load(loaded) == pytest.approx((cpu["busy_s"] - cpu["own_s"]) / cpu["wall_s"])
+    throttled = dict(loaded, after={"throttle_reasons": ["hw_slowdown"]})
+    assert recorded_disturbances(throttled, load=False) == ["throttled after the run (hw_slowdown)"]
+    averaged = {"before": {"load_average_1m": 3.0, "logical_cpus": 2}, "after": None, "own_before": 0.5}
+    assert recorded_disturbances(averaged) and recorded_disturbances(averaged, load=False) == []
+    assert run_load(averaged) == pytest.approx(3.0 - 0.5)

@@ -157,3 +157,21 @@ def test_a_plan_names_a_budget_that_would_cover_what_the_threshold_needs():
     assert tight.budget_needed_s == pytest.approx(30.0 + tight.pairs * 10.0)
     wide = plan(0.06, 0.05, seconds_per_pair=10.0, budget_s=tight.budget_needed_s, used_s=30.0)
     assert wide.fits and f"--budget {math.ceil(tight.budget_needed_s / 60)}m" in tight.text()
+
+
+def test_the_verdict_replays_the_looks_as_the_vectorised_test_does():
+    """``decide`` on one benchmark: a regression exactly when its bet reaches 1/α before the futility bet reaches
+    1/level (a decision, once made, stands), on 120 jobs of 30 pairs from the recorded noise, half unchanged and half
+    slowed by twice the threshold."""
+    from accounting.gate.sequential import FUTILITY_LEVEL
+
+    centre = math.log1p(THRESHOLD)
+    ratios = synthetic_jobs(np.random.default_rng(13), in_order=False)[:120, :30]
+    ratios[60:] += 2 * centre
+    slower = wealth(ratios, centre) >= 1 / ALPHA
+    same = wealth(ratios, centre, direction=-1) >= 1 / FUTILITY_LEVEL
+    first_slower = np.where(slower.any(axis=1), slower.argmax(axis=1), 99)
+    first_same = np.where(same.any(axis=1), same.argmax(axis=1), 99)
+    expected = np.where(first_slower < first_same, "regression", np.where(first_same < 99, "no change", "inconclusive"))
+    found = [decide({"mm": list(enumerate(row, start=1))}, {"mm": THRESHOLD})["mm"].decision for row in ratios]
+    assert found == expected.tolist() and {"regression", "no change"} <= set(found)
