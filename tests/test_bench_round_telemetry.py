@@ -21,6 +21,7 @@ from accounting.bench.round_telemetry import (
     DeviceReadings,
     warm_to_working_clock,
 )
+from accounting.errors import AccountingTypeError
 from accounting.hardware.devices import DeviceInfo
 from accounting.telemetry.readings import Reading
 from tests.support.fake_nvml import FakeTime
@@ -233,6 +234,13 @@ def test_a_failing_backend_stops_the_warm_up_and_says_so():
     warm = warm_to_working_clock(call, readings)
     assert len(calls) == 3 and warm["settled"] is None and warm["clock_mhz_settled"] == 900.0
     assert warm["error"] == "warm-up readings stopped: RuntimeError: GPU is lost"
+
+
+def test_a_read_function_is_no_reading_during_the_calls():
+    """A function the warm-up would call after each call reads the idle edge: it is refused, naming what came."""
+    read = lambda: Reading(0.0, clock_mhz=1980.0)  # noqa: E731
+    with pytest.raises(AccountingTypeError, match=r"^readings must be a DeviceReadings .*, not function <function"):
+        warm_to_working_clock(lambda: None, read)
 
 
 def test_the_readings_thread_reads_while_a_call_runs_and_stops_when_closed():

@@ -44,6 +44,7 @@ import time
 
 import torch
 
+from accounting.errors import AccountingTypeError
 from accounting.telemetry.gpu import open_gpu_backend
 from accounting.telemetry.readings import GPU_INTERVAL_S, NoBackend
 
@@ -86,6 +87,9 @@ def warm_to_working_clock(call, readings, *, max_s: float = WARM_MAX_S) -> dict:
     Where the device gives no clock (a reading without one) or nothing is read before ``max_s``, ``settled`` is
     ``None``; a backend that fails stops the warm-up (``error`` says why).
     """
+    if not isinstance(readings, DeviceReadings):
+        raise AccountingTypeError(f"readings must be a DeviceReadings (the device read while the calls run), "
+                                  f"not {type(readings).__name__} {readings!r}")
     started = ended = readings.now()
     calls, clocks, last_at = 0, [], -math.inf
     settled, no_clock = None, False
