@@ -4,8 +4,12 @@
   storage as a baseline run, raw rounds and load-guard readings included.
 - ``check -- PYTEST_ARGS``: run them once, compare with the last ``--baselines`` saved runs of
   this hardware, re-measure the inconclusive ones in up to ``--max-extra-runs`` fresh
-  processes (only those benchmarks), then print the verdict. The current runs are not saved
-  as baselines (a regression must not become the new normal); ``--keep`` keeps them.
+  processes (only those benchmarks), then print the verdict; with ``--budget 10m``, re-measure
+  by time instead (:mod:`accounting.gate.budget`), and say so when the machine stayed too loaded.
+  The current runs are not saved as baselines (a regression must not become the new normal);
+  ``--keep`` keeps them.
+- ``ab --baseline-dir DIR -- PYTEST_ARGS``: interleaved A/B pairs within ``--budget``, decided by a
+  test valid at every look (:mod:`accounting.gate.ab`, :mod:`accounting.gate.sequential`).
 - ``compare CURRENT.json...``: the same verdict for runs you made yourself
   (``pytest --benchmark-save-data --benchmark-json=CURRENT.json``), without re-measuring.
 - ``history``: the change points of every benchmark in the saved runs of this hardware, each
