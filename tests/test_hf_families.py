@@ -134,7 +134,7 @@ TOLERANCE = 0.05
 # small models' attention 4-8 times their width, which no published size has).
 MEMORY_SIZES = dict(layers=2, width=64, heads=4, kv_heads=2, head_width=16, ffn_width=160, vocabulary=256,
                     positions=32)
-MEMORY_CASES = [("fp32", "none"), ("bf16-autocast", "none"), ("bf16-autocast", "full"), ("bf16-master", "full")]
+MEMORY_CASES = [("fp32", "none"), ("fp32", "full"), ("bf16-autocast", "none"), ("bf16-autocast", "full"), ("bf16-master", "full")]
 
 
 def _memory_case(family: str, precision: str, recompute: str, attention: str = "eager"):

@@ -524,10 +524,27 @@ def transformer_activations(
 
 # ---- the rest of a step: what is alive besides model states at each phase ----------------
 
-_MLP_WORKING = 1.4
-"""Gradients of the MLP's intermediate tensors alive at once in one block's backward, in tensors of
-the MLP's width (μ·T·f each; with experts T·k·f): the largest working set of a block's backward.
-Measured (studies/training_memory_families.py) at 1.1-1.5 across GPT-2, Llama and Mixtral blocks."""
+_AUTOCAST_MLP_WORKING = 1.4
+"""Under autocast: gradients of the MLP's intermediate tensors alive at once in the bottom block's backward,
+in tensors of the MLP's width, fitted (measured 1.1-1.5 across GPT-2, Llama and Mixtral blocks) with every
+gradient but the embedding's counted as alive and the block's whole recomputed activations less its weight
+copies: the peak there falls later than the MLP's backward, where each weight's bf16 gradient is cast to fp32."""
+
+
+def _bottom_block_is_dense(config: TransformerConfig) -> bool:
+    """Whether the first block (the last one backward reaches) has a dense MLP: no experts, or dense first blocks."""
+    return config.experts == 1 or config.dense_layers > 0
+
+
+def _bottom_mlp_width(config: TransformerConfig, tokens: int, formats: ActivationFormats) -> int:
+    """Bytes of one tensor of the bottom block's MLP width: μ·T·f, or with experts the routed tokens'
+    μ·T·k·f (in the weights' dtype under autocast, which the grouped matmul is not lowered by)."""
+    if _bottom_block_is_dense(config):
+        return formats.matmul * tokens * config.dense_ffn_width
+    element = formats.weights if formats.autocast else formats.matmul
+    return element * tokens * config.experts_per_token * config.ffn_width
+
+
 _ADAMW_TEMPORARIES = 2
 """Parameter-sized temporaries of a single-tensor (for-loop) Adam/AdamW update, the CPU default:
 ``exp_avg_sq.sqrt()`` and its quotient by the bias correction, alive together for the largest tensor."""
@@ -554,30 +571,62 @@ def late_gradient_parameters(config: TransformerConfig) -> int:
     return token + (config.max_positions * config.width if config.learned_positions else 0)
 
 
+def pending_block_gradient_parameters(config: TransformerConfig, formats: ActivationFormats | None = None) -> int:
+    """Parameters of the bottom block whose gradients do not exist yet at the peak of its recomputed
+    backward: the peak falls in its MLP's backward (the activation's gradients), after the MLP's output
+    projection (and the norm after it, where there is one) made theirs and before the gate, up, router,
+    attention and the norms before each made theirs. Under autocast (none: see
+    :data:`_AUTOCAST_MLP_WORKING`) the peak falls later, past the fp32 casts of the weights' gradients.
+
+    >>> from accounting import TransformerConfig
+    >>> config = TransformerConfig(layers=2, width=4, heads=2, sequence_length=3, vocabulary=10)
+    >>> pending_block_gradient_parameters(config) == config.layer_parameter_count - (4 * 16 + 4)
+    True
+    """
+    if formats is not None and formats.autocast:
+        return 0
+    dense = _bottom_block_is_dense(config)
+    block = config.dense_layer_parameter_count if dense and config.experts > 1 else config.layer_parameter_count
+    f = config.dense_ffn_width if dense else config.ffn_width
+    down = (config.width * f + (config.width if config.bias else 0)) * (1 if dense else config.experts)
+    post = config.norm_parameter_count if config.norm_placement != "pre" else 0
+    return block - down - post
+
+
 def block_backward_bytes(
     config: TransformerConfig, batch_size: int, formats: ActivationFormats, activations: ActivationBytes
 ) -> int:
-    """Bytes besides model states and gradients at the bottom block's backward under recomputation:
-    its checkpointed input, its recomputed activations, the incoming gradient and the MLP's working set.
+    """Bytes besides model states and gradients at the peak of the bottom block's backward under
+    recomputation: its checkpointed input, its recomputed activations, the incoming gradient and the
+    MLP's working set, in the MLP's backward where the activation's gradients are made.
+
+    There the output projection has freed its saved input (the MLP's last intermediate) and the gradient
+    it returned, of the MLP's width, is alive beside the gradients of the activation's inputs: two more
+    for SwiGLU (the gate's and the up projection's, from the product rule), one for GELU — one tensor of
+    the MLP's width per MLP matrix (measured with the live-tensor tracker: three for SwiGLU at the
+    product's backward). The gradients alive then are in
+    :func:`pending_block_gradient_parameters`.
 
     >>> from accounting import TransformerConfig
     >>> config = TransformerConfig(layers=2, width=4, heads=2, sequence_length=3, vocabulary=10)
     >>> full = transformer_activations(config, 1, ActivationFormats(4, 4, 4), recompute="full")
-    >>> block_backward_bytes(config, 1, ActivationFormats(4, 4, 4), full) - full.layer  # 48 + 48 + round(1.4*4*3*16)
-    365
+    >>> block_backward_bytes(config, 1, ActivationFormats(4, 4, 4), full) - full.layer  # 48 + 48 - 192 + 2*192
+    288
     """
     tokens = batch_size * config.sequence_length
-    if config.experts > 1 and config.dense_layers == 0:
-        working = round(_MLP_WORKING * formats.matmul * tokens * config.experts_per_token * config.ffn_width)
-    else:  # the bottom block's MLP is a dense one (of dense_ffn_width, which is ffn_width without experts)
-        working = round(_MLP_WORKING * formats.matmul * tokens * config.dense_ffn_width)
+    width = _bottom_mlp_width(config, tokens, formats)
     incoming = formats.stream * tokens * config.width
-    # Under autocast the measured peak falls later in the block's backward (each weight's bf16 gradient
-    # is cast to fp32 there), after saved tensors about the size of its weight copies were freed: the
-    # copies are left out. Fitted to the measurements, not derived (docs/model-mfu-and-training-memory.md).
     bottom = activations.layer if activations.bottom is None else activations.bottom
-    dense = config.experts > 1 and config.dense_layers > 0
-    recomputed = bottom - weight_copy_bytes(config, formats, dense)
+    recomputed = bottom
+    if formats.autocast:
+        # The weight copies are left out and the output projection's input kept; see _AUTOCAST_MLP_WORKING.
+        dense = config.experts > 1 and config.dense_layers > 0
+        recomputed -= weight_copy_bytes(config, formats, dense)
+        routed = config.dense_ffn_width if _bottom_block_is_dense(config) else config.experts_per_token * config.ffn_width
+        working = round(_AUTOCAST_MLP_WORKING * formats.matmul * tokens * routed)
+    else:
+        recomputed -= width  # the output projection's input, freed by its backward
+        working = config.mlp_matrices * width
     if config.norm_placement != "pre":  # the norm after the MLP is backpropagated, and freed, before the MLP
         recomputed -= _post_norm(config, tokens, formats)
     return activations.checkpoint + recomputed + incoming + working

@@ -47,6 +47,7 @@ from accounting.model.activations import (  # the policies live there; imported 
     block_backward_bytes,
     largest_unit,
     late_gradient_parameters,
+    pending_block_gradient_parameters,
     transformer_activations,
     update_bytes,
 )
@@ -467,7 +468,8 @@ def transformer_training_memory(
     update = round(memory.gradients * widened / policy.bytes_of("gradients")) + update_bytes(config, policy.bytes_of("optimizer_state"), memory.optimizer)
     backward = 0
     if recompute == "full":
-        early = config.parameter_count - late_gradient_parameters(config)
+        early = config.parameter_count - late_gradient_parameters(config) \
+            - pending_block_gradient_parameters(config, formats)
         backward = round(gradient_bytes * early) + block_backward_bytes(config, batch_size, formats, activations)
     gathered = 0
     if sharding_stage(sharding) == "zero3" and devices > 1:
