@@ -1,20 +1,14 @@
 """A GPU benchmark's rounds as the fixture records them and the gate reads them; the settings the gate compares.
 
 The truths: the fake NVML's scripted clock and throttle mask, set round by round (what the device would report);
-the record the fixture writes must come back through the gate's reader as the same rounds, in order; a clock that
-never settles must not be called settled, and the warm-up must stop at its limit.
+the record the fixture writes must come back through the gate's reader as the same rounds, in order (the warm-up's
+rules, a clock that never settles among them: tests/test_bench_round_telemetry.py).
 """
 
 import pytest
 import torch
 
-from accounting.bench.round_telemetry import (
-    SETTLE_READINGS,
-    WARM_MAX_S,
-    RoundReadings,
-    open_round_backend,
-    warm_to_working_clock,
-)
+from accounting.bench.round_telemetry import RoundReadings, open_round_backend
 from accounting.gate.decide import judge
 from accounting.gate.gpu_rounds import clock_note, rounds_disturbances, rounds_telemetry
 from accounting.gate.render import rows
@@ -105,38 +99,6 @@ def test_a_backend_that_fails_stops_the_record_and_says_after_which_round():
     record = recorder.record()
     assert record["clock_mhz"] == [1980.0, 1980.0]
     assert record["error"] == "round readings stopped after round 2: RuntimeError: GPU is lost"
-
-
-def test_warm_up_stops_once_the_clock_has_settled():
-    clock = FakeTime(0.0)
-    ramp = iter([345.0, 900.0, 1500.0, 1980.0, 1980.0, 1980.0, 1980.0])
-    calls = []
-
-    def call():
-        calls.append(1)
-        clock.t += 0.025
-
-    warm = warm_to_working_clock(call, lambda: Reading(clock.t, clock_mhz=next(ramp)), now=clock)
-    assert warm["settled"] is True and warm["clock_mhz_first"] == 345.0 and warm["clock_mhz_settled"] == 1980.0
-    assert len(calls) == 3 + SETTLE_READINGS  # the three ramp readings, then three at the working clock
-    assert warm["seconds"] == pytest.approx(0.025 * len(calls))
-
-
-def test_warm_up_gives_up_on_a_clock_that_never_settles():
-    clock = FakeTime(0.0)
-    swing = [1980.0, 1410.0]
-
-    def call():
-        clock.t += 0.05
-
-    warm = warm_to_working_clock(call, lambda: Reading(clock.t, clock_mhz=swing[int(clock.t / 0.05) % 2]), now=clock)
-    assert warm["settled"] is False and WARM_MAX_S <= warm["seconds"] < WARM_MAX_S + 0.1
-
-
-def test_warm_up_without_a_clock_makes_one_call_and_claims_nothing():
-    calls = []
-    warm = warm_to_working_clock(lambda: calls.append(1), lambda: Reading(0.0))
-    assert calls == [1] and warm["settled"] is None and warm["clock_mhz_first"] is None
 
 
 def test_the_cpu_opens_no_round_backend():
