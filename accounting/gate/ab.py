@@ -350,8 +350,7 @@ def gate_ab(runner_a, runner_b, config, *, start_pairs: int = DEFAULT_START_PAIR
     notes = [f"A/B: {len(pairs)} interleaved pair(s) of fresh processes, A = the baseline tree, B = the current tree; "
              f"{used:.0f} s of the {_budget_text(budget_s)}"
              + (f" ({100 * used / budget_s:.0f} %)" if budget_s else "") + " used"]
-    if load_guard:
-        notes.append(load_note(pairs) or "load: not read (no CPU time or load average recorded)")
+    notes.append(load_note(pairs) or "load: not read (no CPU time or load average recorded)")
     if plan_only:
         notes.append("--plan: only the start pairs were run; the plan above says what a job needs")
     if the_plan is not None and (plan_only or (result.suspects and not the_plan.fits)):
