@@ -25,6 +25,9 @@ One module per job:
 - :mod:`~accounting.gate.plot` — the history of each benchmark as a PNG;
 - :mod:`~accounting.gate.measure` — running pytest: baselines, current runs, re-measurements;
 - :mod:`~accounting.gate.ab` — interleaved A/B: the base revision and this one in alternating processes;
+- :mod:`~accounting.gate.sequential` — ab's sequential test: bets on the pairs' log ratios, an always-valid p and
+  interval, a closed test across the matrix;
+- :mod:`~accounting.gate.budget` — the time budget: parsing it, predicting the next round, the plan;
 - :mod:`~accounting.gate.changepoints` — the change points of one benchmark's run series (binary segmentation,
   each split permutation-tested; numpy only);
 - :mod:`~accounting.gate.history` — the saved history per benchmark: its change points and the runs that started them;
