@@ -7,6 +7,8 @@ step: a trace and a formula must agree where both exist.
 
 import json
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +18,7 @@ from accounting import AccountingError, TransformerConfig, transformer_training_
 from accounting.model.flops import transformer_flops
 from accounting.plan.traced import trace_step
 from tests.support.cli_runs import run_main
-from tests.support.hf_models import hf_config, model_from_config_json
+from tests.support.hf_models import FAMILIES, MOE_FAMILIES, NEWER_FAMILIES, hf_config, model_from_config_json
 
 # gpt_neox (Pythia): parallel attention and MLP, partial rotary, biases everywhere: no formula family reads it.
 NEOX = {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
@@ -38,17 +40,31 @@ def test_a_model_type_the_formulas_do_not_read_is_traced_and_says_so(tmp_path, c
     assert "a trace cannot know the attention kernel a real device runs" in out
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "gemma2", "phi3", "olmo2"])
+# On meta, torch's grouped matmul (the experts' default implementation) takes bf16 only: the mixtures of experts
+# are traced in bf16, the dense families in fp32.
+TRACED_PRECISION = {family: "bf16" if family in MOE_FAMILIES else "fp32" for family in FAMILIES + NEWER_FAMILIES}
+# Saved activations of the meta trace of these mixtures fall short of the formula, which the CPU step confirms
+# (tests/test_hf_families.py): the trace of their routed experts keeps 10-15 % less (measured 0.895 Mixtral,
+# 0.853 DeepSeek-V2, 0.862 DeepSeek-V3); their parameters, FLOPs and peaks agree.
+TRACE_KEEPS_LESS = {"mixtral", "deepseek_v2", "deepseek_v3"}
+
+
+@pytest.mark.parametrize("family", FAMILIES + NEWER_FAMILIES)
 def test_traced_and_formula_answers_agree(family):
-    """Parameters and FLOPs exactly; saved activations and the fp32 AdamW step's peak within 5 %."""
+    """Every family the formulas read: parameters and FLOPs exactly; saved activations and the AdamW
+    step's peak within 5 %."""
+    precision = TRACED_PRECISION[family]
     config_json = hf_config(family, **({} if family == "gpt2" else {"head_width": 16})).to_dict()
-    traced = trace_step(config_json, batch_size=2, sequence_length=32, precision="fp32")
+    traced = trace_step(config_json, batch_size=2, sequence_length=32, precision=precision)
     config = TransformerConfig.from_hf(config_json, sequence_length=32)
-    memory = transformer_training_memory(config, 2, "adamw", "fp32", attention="eager")
+    memory = transformer_training_memory(config, 2, "adamw", precision, attention="eager")
     assert traced.parameters == config.parameter_count
     assert traced.flops == transformer_flops(config, 2).training
-    assert traced.memory.activations == pytest.approx(memory.activations, rel=0.05)
     assert traced.peak == pytest.approx(memory.peak, rel=0.05)
+    if family in TRACE_KEEPS_LESS:
+        assert 0.8 < traced.memory.activations / memory.activations < 0.95
+    else:
+        assert traced.memory.activations == pytest.approx(memory.activations, rel=0.05)
 
 
 def test_a_master_copy_is_added_to_the_traced_peak():
@@ -57,10 +73,14 @@ def test_a_master_copy_is_added_to_the_traced_peak():
     assert traced.peak == traced.memory.peak + traced.master_bytes
 
 
-def test_without_transformers_the_error_names_the_extra(monkeypatch):
+def test_without_transformers_the_error_names_an_extra_that_installs_it(monkeypatch):
+    """The extra the message names is declared in pyproject.toml and installs transformers (nothing else)."""
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(AccountingError, match=r"tracing it needs transformers.*pip install 'accounting\[test\]'"):
+    with pytest.raises(AccountingError, match=r"tracing it needs transformers.*pip install 'accounting\[\w+\]'") as error:
         trace_step(NEOX)
+    extra = error.value.args[0].rsplit("accounting[", 1)[1].split("]")[0]
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert [requirement.split(">")[0] for requirement in project["optional-dependencies"][extra]] == ["transformers"]
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -34,8 +34,8 @@ from accounting.model.hf_config import read_config_json
 from accounting.model.traced_step import TracedStepMemory, traced_training_step_memory
 from accounting.memory import storage_dtype
 
-EXTRA = "test"
-"""The extra of this package that installs ``transformers`` (``pip install 'accounting[test]'``)."""
+EXTRA = "hf"
+"""The extra of this package that installs ``transformers`` (``pip install 'accounting[hf]'``)."""
 
 UNKNOWABLE = ("the attention kernel a real device runs (traced eager: every s x s score matrix kept)",
               "allocator rounding and caching", "autocast (traced in the weights' dtype)")
@@ -74,7 +74,7 @@ class TracedModel:
 
 def _transformers(model_type):
     try:
-        import transformers  # deferred: an optional package (the test extra), only a traced plan needs it
+        import transformers  # deferred: an optional package (the hf extra), only a traced plan needs it
     except ImportError:
         raise AccountingError(
             f"model_type {model_type!r} is not one from_hf reads, and tracing it needs transformers, which is not "
