@@ -9,6 +9,7 @@ CPU's own choice (its flash kernel).
 """
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 transformers = pytest.importorskip("transformers")
 
 from accounting import TransformerConfig, transformer_training_memory
+from accounting.model import attention_kernels
 from accounting.model.attention_kernels import AttentionDevice
 from studies.training_memory_families import hf_model, measure_model
 
@@ -133,3 +135,34 @@ def test_dropout_is_part_of_the_kernel_choice():
                                                           attention="sdpa-math").activations
     without = transformer_training_memory(gpt2, 2, "adamw", "bf16", attention="sdpa", device="cpu")
     assert without.attention == "sdpa-flash"
+
+
+# ---- grouped-query calls whose K and V arrive repeated -----------------------------------------
+
+WIDE_HEADS = dataclasses.replace(LLAMA, head_width=288, value_head_width=288, sequence_length=32)
+
+
+def _measure_sdpa(config: TransformerConfig, precision: str = "fp32"):
+    torch.manual_seed(0)
+    return measure_model(hf_model("llama", config, "sdpa"), config, precision, "none", BATCH)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-master"])
+def test_heads_wider_than_256_get_key_and_value_repeated(precision):
+    """Hugging Face passes enable_gqa only for heads up to 256 wide (use_gqa_in_sdpa): at 288 it repeats K and
+    V to every query head, and SDPA saves them so; the saved bytes to the byte but HF's label copy."""
+    measured = _measure_sdpa(WIDE_HEADS, precision)
+    predicted = transformer_training_memory(WIDE_HEADS, BATCH, "adamw", precision, attention="sdpa")
+    assert measured.activations - predicted.activations == LABEL_COPY * BATCH * WIDE_HEADS.sequence_length + SCALARS
+
+
+def test_a_torch_without_enable_gqa_gets_key_and_value_repeated(monkeypatch):
+    """As on torch < 2.5: the package told SDPA takes no enable_gqa, Hugging Face made to repeat K and V (what
+    it must do there); the saved bytes to the byte but HF's label copy, and more than with enable_gqa."""
+    with_gqa = transformer_training_memory(LLAMA, BATCH, "adamw", "fp32", attention="sdpa").activations
+    monkeypatch.setattr(attention_kernels, "SDPA_TAKES_ENABLE_GQA", False)
+    monkeypatch.setattr(transformers.integrations.sdpa_attention, "use_gqa_in_sdpa", lambda *args: False)
+    measured = _measure_sdpa(LLAMA)
+    predicted = transformer_training_memory(LLAMA, BATCH, "adamw", "fp32", attention="sdpa")
+    assert measured.activations - predicted.activations == LABEL_COPY * BATCH * LLAMA.sequence_length + SCALARS
+    assert predicted.activations > with_gqa

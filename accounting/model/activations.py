@@ -38,7 +38,10 @@ import math
 from dataclasses import dataclass
 
 from accounting._checks import check_choice, check_positive_size
-from accounting.model.attention_kernels import SDPA_KERNELS, SdpaCall, SdpaKernel, choose_sdpa_kernel
+from accounting.model import attention_kernels  # SDPA_TAKES_ENABLE_GQA read at call time: tests set it
+from accounting.model.attention_kernels import (
+    SDPA_KERNELS, SdpaCall, SdpaKernel, choose_sdpa_kernel, without_enable_gqa,
+)
 from accounting.errors import AccountingTypeError
 from accounting.memory import storage_dtype
 from accounting.model.config import GELUS, TransformerConfig
@@ -57,6 +60,10 @@ _SDPA_DROPOUT = 0.1  # the dropout probability the kernel is chosen for with dro
 RECOMPUTES = ("none", "full")
 """``full``: every block checkpointed (``torch.utils.checkpoint``, non-reentrant; Hugging Face's
 ``gradient_checkpointing_enable``), keeping only its input until backward recomputes it."""
+
+_HF_GQA_MAX_HEAD_WIDTH = 256
+"""Hugging Face passes ``enable_gqa`` only where the key and value heads are as wide and at most this wide
+(``transformers.integrations.sdpa_attention.use_gqa_in_sdpa``): wider heads get K and V repeated."""
 
 _FP32, _INT64, _MASK = 4, 8, 1  # bytes of fp32 internals (norm statistics, softmax, loss), indices, bool masks
 
@@ -281,7 +288,8 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
     ``allow_fp16_bf16_reduction_math_sdp``). V is kept as the storage it is a view of: the fused QKV
     output (``fused_projections``, Phi-3), the latent's up-projection of keys and values (DeepSeek). A
     ``masked`` call (a sliding-window block: Hugging Face passes the mask and no ``enable_gqa``) takes
-    K and V repeated to every query head.
+    K and V repeated to every query head, and so does every grouped-query call on a torch without
+    ``enable_gqa`` (before 2.5) or with heads wider than 256 (:func:`attention_call`).
 
     >>> config = TransformerConfig(layers=1, width=8, heads=2, kv_heads=1, sequence_length=4, vocabulary=10,
     ...                            norm="rmsnorm", mlp="swiglu")
@@ -293,7 +301,7 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
     tokens = s * batch
     q, kv = tokens * config.attention_width, tokens * config.kv_width
     out, values = tokens * config.value_width, tokens * config.kv_heads * config.value_head_width
-    if masked and config.kv_heads != config.heads:
+    if _repeats_kv(config, masked) and config.kv_heads != config.heads:
         kv, values = q, out
     elif config.latent_attention:
         values = tokens * config.heads * (config.head_width - config.rope_head_width + config.value_head_width)
@@ -386,18 +394,35 @@ def weight_copy_bytes(config: TransformerConfig, formats: ActivationFormats, den
     return formats.matmul * (config.attention_matmul_parameter_count + mlp)
 
 
+def _repeats_kv(config: TransformerConfig, masked: bool) -> bool:
+    """Whether the block's SDPA call gets K and V repeated to every query head as it runs: a masked call
+    (Hugging Face passes no ``enable_gqa`` with a mask), heads wider than Hugging Face passes it for, or a
+    torch whose SDPA takes no ``enable_gqa`` (:data:`accounting.model.attention_kernels.SDPA_TAKES_ENABLE_GQA`)."""
+    hf_gqa = not masked and config.head_width == config.value_head_width <= _HF_GQA_MAX_HEAD_WIDTH
+    return not (hf_gqa and attention_kernels.SDPA_TAKES_ENABLE_GQA)
+
+
 def attention_call(config: TransformerConfig, batch_size: int, formats: ActivationFormats, dropout: bool,
                    local: bool = False) -> SdpaCall:
-    """The ``scaled_dot_product_attention`` call of one block: causal, no mask, grouped-query heads
-    passed with ``enable_gqa`` (as Hugging Face's models call it), in the matmuls' dtype. A ``local``
+    """The ``scaled_dot_product_attention`` call of one block as it runs: causal, no mask, grouped-query
+    heads passed with ``enable_gqa`` (as Hugging Face's models call it), in the matmuls' dtype. A ``local``
     block whose window is shorter than the sequence passes its sliding-window mask instead (SDPA
-    takes no window: Hugging Face builds the mask), which keeps flash-style kernels out."""
+    takes no window: Hugging Face builds the mask), which keeps flash-style kernels out. Where Hugging Face
+    repeats K and V instead of passing ``enable_gqa`` (a mask; heads wider than 256), and on a torch
+    without it, the call has K and V at every query head.
+
+    >>> config = TransformerConfig(layers=1, width=64, heads=4, kv_heads=2, head_width=288, sequence_length=8,
+    ...                            vocabulary=10)
+    >>> attention_call(config, 1, activation_formats("bf16"), dropout=False).kv_heads  # 288 > 256: repeated
+    4
+    """
     masked = local and config.sliding_window is not None and config.sliding_window < config.sequence_length
-    return SdpaCall(
+    call = SdpaCall(
         formats.matmul_dtype, batch=batch_size, heads=config.heads, kv_heads=config.kv_heads,
         sequence=config.sequence_length, head_width=config.head_width, value_width=config.value_head_width,
         dropout=_SDPA_DROPOUT if dropout else 0.0, causal=not masked, mask=masked,
     )
+    return without_enable_gqa(call) if _repeats_kv(config, masked) else call
 
 
 def resolve_attention(config: TransformerConfig, batch_size: int, formats: ActivationFormats, attention: str,
