@@ -6,7 +6,10 @@ The truth: ``sum(p.numel())`` of the model (small on the CPU, published sizes on
 the models' publishers state on their cards.
 """
 
+import json
+
 import pytest
+import torch
 
 transformers = pytest.importorskip("transformers")
 
@@ -14,12 +17,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError, TransformerConfig, transformer_training_memory
 from accounting.model.flops import transformer_flops
+from accounting.model.hf_config import GEMMA3_TEXT_DEFAULTS, not_counted
 from studies.training_memory_families import measure_model
 from tests.support.hf_models import (
     MOE_FAMILIES, NEWER_FAMILIES, WINDOW, build_hf_model, hf_config, model_from_config_json, random_token_ids,
     training_step,
 )
-from tests.support.published_configs import PUBLISHED
+from tests.support.cli_runs import run_main
+from tests.support.published_configs import PUBLISHED, PUBLISHED_MULTIMODAL
 from tests.test_hf_config import OLD_PRETRAINED_DEFAULTS
 
 
@@ -186,3 +191,61 @@ def test_a_saved_config_reads_back_from_its_file_with_keys_older_versions_wrote(
     from_dict = TransformerConfig.from_hf(saved.to_dict())
     assert TransformerConfig.from_hf(tmp_path) == TransformerConfig.from_hf(str(tmp_path / "config.json")) == from_dict
     assert TransformerConfig.from_hf(saved.to_dict() | OLD_PRETRAINED_DEFAULTS) == from_dict
+
+
+# ---- Gemma 3's multimodal checkpoints: the text model of text_config, the rest named ----
+
+def _multimodal(name):
+    """(the config.json, Gemma3ForConditionalGeneration built by transformers from it on meta)."""
+    config_json, _ = PUBLISHED_MULTIMODAL[name]
+    return config_json, model_from_config_json(config_json)
+
+
+@pytest.mark.parametrize("name", PUBLISHED_MULTIMODAL)
+def test_a_multimodal_gemma3_is_planned_as_its_text_model_and_says_what_is_left_out(name):
+    """The text count is Gemma3ForCausalLM's of the text config transformers fills in; the vision tower and the
+    projector not counted are named with their counts; the three add up to the checkpoint."""
+    config_json, model = _multimodal(name)
+    with torch.device("meta"):
+        text_model = transformers.Gemma3ForCausalLM(model.config.text_config)
+    config = TransformerConfig.from_hf(config_json)
+    assert config.parameter_count == numel(text_model)
+    assert (config.layers, config.heads, config.kv_heads, config.vocabulary, config.sliding_layers) == (
+        model.config.text_config.num_hidden_layers, model.config.text_config.num_attention_heads,
+        model.config.text_config.num_key_value_heads, model.config.text_config.vocab_size,
+        model.config.text_config.layer_types.count("sliding_attention"))
+    left_out = not_counted(config_json)
+    assert (left_out.vision_tower, left_out.projector) == (numel(model.model.vision_tower),
+                                                          numel(model.model.multi_modal_projector))
+    total = PUBLISHED_MULTIMODAL[name][1] or numel(model)
+    assert config.parameter_count + left_out.vision_tower + left_out.projector == total
+
+
+def test_the_text_config_defaults_filled_in_are_transformers_own():
+    defaults = transformers.Gemma3TextConfig()
+    assert {key: getattr(defaults, key) for key in GEMMA3_TEXT_DEFAULTS} == GEMMA3_TEXT_DEFAULTS
+
+
+def test_a_multimodal_gemma3_plan_names_what_it_does_not_count(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PUBLISHED_MULTIMODAL["gemma-3-4b"][0]))
+    status, out, _ = run_main(["plan", "--config", str(path), "--sequence-length", "4096"], capsys)
+    assert status in (0, 1)
+    assert "not counted: the vision tower (416,866,032 parameters) and the multimodal projector (2,950,272)" in out
+    assert f"{TransformerConfig.from_hf(path).parameter_count:,} parameters" in out
+
+
+_GEMMA3_VISION_HEAD = PUBLISHED_MULTIMODAL["gemma-3-4b"][0]["vision_config"] | {"vision_use_head": True}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"audio_config": {}}, "'audio_config' is not known for model_type 'gemma3'"),
+    ({"text_config": {"model_type": "gemma2"}}, "text_config has model_type 'gemma2'"),
+    ({"vision_config": _GEMMA3_VISION_HEAD}, "vision_use_head true"),
+])
+def test_what_a_multimodal_gemma3_cannot_place_is_an_error(change, message):
+    with pytest.raises(AccountingError, match=message):
+        not_counted(PUBLISHED_MULTIMODAL["gemma-3-4b"][0] | change)
+    if "vision" not in str(change):
+        with pytest.raises(AccountingError, match=message):
+            TransformerConfig.from_hf(PUBLISHED_MULTIMODAL["gemma-3-4b"][0] | change)

@@ -19,7 +19,8 @@ from Llama's, read by the same formulas:
 - ``qwen3``: a head-width RMSNorm on Q and on K; ``qwen3_moe``: the same attention, experts of
   ``moe_intermediate_size`` (``num_experts``), dense MLPs of ``intermediate_size`` in
   ``mlp_only_layers`` and off ``decoder_sparse_step``, no shared expert;
-- ``gemma2``, ``gemma3_text``: four norms a block (before and after attention and MLP), a GeGLU MLP,
+- ``gemma2``, ``gemma3_text`` (and the ``text_config`` of a multimodal ``gemma3``, whose vision tower and
+  projector are not counted): four norms a block (before and after attention and MLP), a GeGLU MLP,
   tied embeddings, local layers by ``layer_types`` (or ``sliding_window_pattern``); Gemma 2's
   soft-capped scores and logits, Gemma 3's head-width Q/K norms;
 - ``deepseek_v2``, ``deepseek_v3``: multi-head latent attention (``q_lora_rank``, null: a plain Q
@@ -189,7 +190,7 @@ FAMILIES = {
                     at_default={"attention_bias": False}),
 }
 FAMILIES["deepseek_v3"] = replace(FAMILIES["deepseek_v2"], kv_default=128)
-MODEL_TYPES = tuple(_HARMLESS) + tuple(FAMILIES)
+MODEL_TYPES = tuple(_HARMLESS) + tuple(FAMILIES) + ("gemma3",)  # gemma3: its text_config (text_config_json)
 # Model types transformers builds itself: their published files' auto_map (remote code) is not what runs.
 _NATIVE_DESPITE_AUTO_MAP = frozenset({"phi3", "deepseek_v2", "deepseek_v3"})
 # Checkpoint formats of block-scaled weights a training plan counts unquantized (see the module docstring).
@@ -458,13 +459,106 @@ def _local_fields(config: dict, local: str | None, layers: int) -> dict:
     return {"sliding_window": window, "sliding_layers": sliding} if sliding else {}
 
 
+# Gemma 3's multimodal checkpoints (model_type "gemma3") nest the text model in "text_config" and leave out the
+# sizes that equal Gemma3TextConfig's class defaults, which transformers fills in: they are filled the same way.
+# source: transformers 5.24, models/gemma3/configuration_gemma3.py (Gemma3TextConfig.__init__; the same since 4.50).
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
+    "query_pre_attn_scalar": 256, "sliding_window": 4096,
+}
+# The multimodal checkpoint's own keys beyond the text model: image token ids and the image's token count (the
+# projector pools to it: no weights). "vision_config" describes the vision tower, which is not counted.
+_GEMMA3_COMPOSITE = frozenset({"text_config", "vision_config", "boi_token_index", "eoi_token_index",
+                               "image_token_index", "mm_tokens_per_image", "tie_word_embeddings"})
+# SigLIP's class defaults the published vision configs rely on (transformers 5.24, models/siglip).
+_SIGLIP_DEFAULTS = {"num_channels": 3, "vision_use_head": True}
+
+
+def text_config_json(source) -> dict:
+    """The text model's ``config.json`` keys: a multimodal Gemma 3 (``model_type`` ``"gemma3"``) gives its
+    ``text_config`` with Gemma3TextConfig's defaults filled in where the file leaves them out
+    (:data:`GEMMA3_TEXT_DEFAULTS`); any other config is returned as it is.
+
+    >>> text_config_json({"model_type": "gemma3", "text_config": {"hidden_size": 2560}})["num_attention_heads"]
+    8
+    """
+    config = read_config_json(source)
+    if config.get("model_type") != "gemma3":
+        return config
+    for key in config:
+        if key not in _GEMMA3_COMPOSITE and key not in _HARMLESS_ANYWHERE and key not in _HARMLESS_AT_DEFAULT:
+            raise AccountingError(
+                f"config.json key {key!r} is not known for model_type 'gemma3': it may change the parameter or"
+                " FLOP count, which would then be wrong"
+            )
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise AccountingError(f"config.json of model_type 'gemma3' has no text_config object, got {text!r}")
+    if text.get("model_type", "gemma3_text") != "gemma3_text":
+        raise AccountingError(f"gemma3's text_config has model_type {text['model_type']!r}, not 'gemma3_text'")
+    filled = {key: value for key, value in GEMMA3_TEXT_DEFAULTS.items() if text.get(key) is None}
+    tied = {"tie_word_embeddings": config["tie_word_embeddings"]} if "tie_word_embeddings" in config else {}
+    return {**text, **filled, **tied, "model_type": "gemma3_text"}
+
+
+def _siglip_parameters(vision: dict) -> int:
+    """Parameters of a SigLIP vision tower (Gemma 3's): a patch convolution with bias, a position table of
+    one row per patch, blocks of four biased h × h attention projections, two LayerNorms and a biased MLP
+    h → f → h, and a final LayerNorm (and, with ``vision_use_head``, an attention-pooling head: refused)."""
+    if not isinstance(vision, dict):
+        raise AccountingError(f"gemma3's vision_config must be an object, got {vision!r}")
+    settings = _SIGLIP_DEFAULTS | vision
+    if settings["vision_use_head"]:
+        raise AccountingError("gemma3's vision_config has vision_use_head true: Gemma 3 builds its tower without it")
+    h, f = _size(settings, "hidden_size"), _size(settings, "intermediate_size")
+    patch, image = _size(settings, "patch_size"), _size(settings, "image_size")
+    channels, layers = _size(settings, "num_channels"), _size(settings, "num_hidden_layers")
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    block = 4 * (h * h + h) + 2 * 2 * h + (h * f + f) + (f * h + h)
+    return embeddings + layers * block + 2 * h
+
+
+@dataclass(frozen=True)
+class NotCounted:
+    """Parts of a checkpoint a plan of its text model leaves out, with their parameter counts."""
+
+    vision_tower: int
+    projector: int
+
+    def __str__(self) -> str:
+        return (f"the text model; not counted: the vision tower ({self.vision_tower:,} parameters) and the"
+                f" multimodal projector ({self.projector:,})")
+
+
+def not_counted(source) -> NotCounted | None:
+    """What a plan of this config leaves out: for a multimodal Gemma 3, its SigLIP vision tower and the
+    projector from the tower's width to the text model's (a matrix and an RMSNorm of the tower's width);
+    ``None`` for a text model.
+
+    >>> vision = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "patch_size": 2,
+    ...           "image_size": 4, "vision_use_head": False}
+    >>> not_counted({"model_type": "gemma3", "text_config": {"hidden_size": 32}, "vision_config": vision}).projector
+    264
+    """
+    config = read_config_json(source)
+    if config.get("model_type") != "gemma3":
+        return None
+    text = text_config_json(config)
+    vision = config.get("vision_config")
+    tower = _siglip_parameters(vision)
+    width = _size(vision, "hidden_size")
+    return NotCounted(tower, width * _size(text, "hidden_size") + width)
+
+
 def config_fields(source, sequence_length: int | None = None) -> dict:
     """Keyword arguments of ``TransformerConfig`` for a ``config.json`` (a dict or a path).
 
     ``sequence_length`` replaces the model's longest (``max_position_embeddings``, or GPT-2's
-    ``n_positions``, which also stays the size of GPT-2's position table).
+    ``n_positions``, which also stays the size of GPT-2's position table). A multimodal Gemma 3 gives its
+    text model's (:func:`text_config_json`; :func:`not_counted` says what is left out).
     """
-    config = read_config_json(source)
+    config = text_config_json(source)
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         known = ", ".join(repr(name) for name in MODEL_TYPES)

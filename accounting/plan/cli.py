@@ -19,7 +19,7 @@ from accounting.plan.compute import PlanSettings, make_plan
 from accounting.plan.devices import known_devices, plan_device
 from accounting.plan.render import plan_document, render_plan, render_traced
 from accounting.plan.traced import trace_step
-from accounting.model.hf_config import MODEL_TYPES, read_config_json
+from accounting.model.hf_config import MODEL_TYPES, not_counted, read_config_json
 from accounting.model.sharding import SHARDINGS
 from accounting.model.training_memory import OPTIMIZERS, PRECISION_POLICIES, precision_policy
 from accounting.model.config import TransformerConfig
@@ -134,11 +134,12 @@ def _model(args) -> tuple[TransformerConfig, str]:
     if args.config is not None:
         try:
             config = TransformerConfig.from_hf(args.config, sequence_length=args.sequence_length)
+            left_out = not_counted(args.config)
         except OSError as error:
             raise AccountingError(f"--config {args.config!r} cannot be read: {error.strerror or error}") from None
         except AccountingError as error:
             raise AccountingError(f"--config {args.config!r}: {error}") from None
-        return config, args.config
+        return config, args.config if left_out is None else f"{args.config}: {left_out}"
     return model_size(args.model, seq=args.sequence_length).config, f"--model {args.model}"
 
 

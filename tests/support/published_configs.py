@@ -310,3 +310,34 @@ PUBLISHED = {
         None,
     ),
 }
+
+_GEMMA3_VISION = {
+    "hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+    "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False,
+}
+_GEMMA3_COMPOSITE = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3", "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": _GEMMA3_VISION,
+}
+PUBLISHED_MULTIMODAL = {
+    # Gemma 3's multimodal checkpoints: the text model nested in text_config, which leaves out the sizes equal to
+    # Gemma3TextConfig's defaults (4b: its 8 heads, 4 key/value heads, vocabulary 262,208, head_dim 256), beside
+    # a SigLIP vision tower. source: https://huggingface.co/google/gemma-3-4b-pt/blob/main/config.json and
+    # https://huggingface.co/google/gemma-3-12b-pt/blob/main/config.json (written here from their published
+    # shape); count: the Hub's safetensors total, text model, vision tower and projector together.
+    "gemma-3-4b": (
+        _GEMMA3_COMPOSITE | {"text_config": {
+            "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}},
+        4_300_079_472,
+    ),
+    "gemma-3-12b": (
+        _GEMMA3_COMPOSITE | {"text_config": {
+            "hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text", "num_attention_heads": 16,
+            "num_hidden_layers": 48, "num_key_value_heads": 8, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024}},
+        12_187_325_040,
+    ),
+}
