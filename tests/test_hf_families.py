@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import AccountingError, TransformerConfig, transformer_training_memory
+from accounting.live_memory import LiveTensorBytes
 from accounting.model.flops import transformer_flops
 from accounting.model.hf_config import GEMMA3_TEXT_DEFAULTS, not_counted
 from studies.training_memory_families import measure_model
@@ -139,7 +140,8 @@ TOLERANCE = 0.05
 # small models' attention 4-8 times their width, which no published size has).
 MEMORY_SIZES = dict(layers=2, width=64, heads=4, kv_heads=2, head_width=16, ffn_width=160, vocabulary=256,
                     positions=32)
-MEMORY_CASES = [("fp32", "none"), ("fp32", "full"), ("bf16-autocast", "none"), ("bf16-autocast", "full"), ("bf16-master", "full")]
+MEMORY_CASES = [("fp32", "none"), ("fp32", "full"), ("bf16-autocast", "none"), ("bf16-autocast", "full"),
+                ("bf16-master", "full")]
 
 
 def _memory_case(family: str, precision: str, recompute: str, attention: str = "eager"):
@@ -249,3 +251,79 @@ def test_what_a_multimodal_gemma3_cannot_place_is_an_error(change, message):
     if "vision" not in str(change):
         with pytest.raises(AccountingError, match=message):
             TransformerConfig.from_hf(PUBLISHED_MULTIMODAL["gemma-3-4b"][0] | change)
+
+
+# ---- DeepSeek's multi-token-prediction modules: counted when asked for ----
+
+def test_deepseek_v3_with_its_mtp_module_counts_what_the_report_describes():
+    """DeepSeek-V3 report, section 2.2: each module is the shared embedding and head, a projection 2h -> h, two
+    RMSNorms and one transformer block; the block is the model's own expert block as transformers builds it."""
+    config_json = PUBLISHED["deepseek-v3"][0]
+    main, with_mtp = TransformerConfig.from_hf(config_json), TransformerConfig.from_hf(config_json, mtp=True)
+    h = config_json["hidden_size"]
+    block = numel(model_from_config_json(config_json | {"num_hidden_layers": 4}).model.layers[-1])  # an expert block
+    module = 2 * h * h + 2 * h + block
+    assert with_mtp.mtp_modules == config_json["num_nextn_predict_layers"] == 1
+    assert with_mtp.parameter_count - main.parameter_count == with_mtp.mtp_parameter_count == module
+    # The Hub's 685B: the main model, the module, and the copies of the embedding, the head and the head's norm the
+    # checkpoint stores in its layer 61 (shared in training), besides FP8 scales (under 0.1B).
+    stored = with_mtp.parameter_count + 2 * config_json["vocab_size"] * h + h
+    assert 684e9 < stored < 685e9
+
+
+def _mtp_module(model):
+    """One multi-token-prediction module of the small DeepSeek-V3 model as the report describes it, made of
+    transformers' own parts: RMSNorms of the embedding and of the last hidden state, a projection 2h -> h of
+    their concatenation, one DeepSeek-V3 block (an expert block), and a norm before the model's shared head."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek  # the model's own block and norm
+
+    settings, state = model.config, torch.random.get_rng_state()
+    torch.manual_seed(0)
+    block = deepseek.DeepseekV3DecoderLayer(settings, layer_idx=settings.num_hidden_layers).train()
+    norms = [deepseek.DeepseekV3RMSNorm(settings.hidden_size) for _ in range(3)]
+    projection = torch.nn.Linear(2 * settings.hidden_size, settings.hidden_size, bias=False)
+    torch.random.set_rng_state(state)
+    return block, norms, projection
+
+
+def _step_with_mtp(model, token_ids, module=None):
+    """The loss of ``model`` on ``token_ids``, and with ``module`` (:func:`_mtp_module`) its loss too."""
+    out = model(input_ids=token_ids, labels=token_ids, output_hidden_states=module is not None)
+    if module is None:
+        return out.loss
+    block, (embedding_norm, hidden_norm, head_norm), projection = module
+    x = projection(torch.cat([embedding_norm(model.model.embed_tokens(token_ids)),
+                              hidden_norm(out.hidden_states[-1])], dim=-1))
+    positions = torch.arange(token_ids.shape[1]).unsqueeze(0)
+    y = block(x, attention_mask=None, position_embeddings=model.model.rotary_emb(x, positions),
+              position_ids=positions)
+    logits = model.lm_head(head_norm(y[0] if isinstance(y, tuple) else y))
+    return out.loss + torch.nn.functional.cross_entropy(logits.flatten(0, 1), token_ids.flatten())
+
+
+def test_mtp_adds_the_modules_flops_and_saved_activations():
+    """Its projection, its block and the shared head again, over as many tokens as the model: the step's FLOPs
+    exactly; what the module's forward saves within 5 % (the live-tensor tracker, with and without it)."""
+    model, config = build_hf_model("deepseek_v3", sequence_length=32)
+    with_mtp = TransformerConfig.from_hf(model.config.to_dict() | {"num_nextn_predict_layers": 1},
+                                         sequence_length=32, mtp=True)
+    token_ids, module = random_token_ids(config, batch_size=2), _mtp_module(model)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        _step_with_mtp(model, token_ids, module).backward()
+    assert counter.get_total_flops() == transformer_flops(with_mtp, batch_size=2).training
+    saved = {}
+    for mtp in (False, True):
+        with LiveTensorBytes() as live:
+            loss = _step_with_mtp(model, token_ids, module if mtp else None)
+            saved[mtp] = live.current
+            del loss
+    predicted = [transformer_training_memory(c, 2, "adamw", "fp32").activations for c in (config, with_mtp)]
+    assert saved[True] - saved[False] == pytest.approx(predicted[1] - predicted[0], rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("config_json", [PUBLISHED["qwen3-8b"][0], hf_config("deepseek_v3").to_dict()
+                                         | {"num_nextn_predict_layers": 0}])
+def test_mtp_without_modules_to_count_is_an_error(config_json):
+    with pytest.raises(AccountingError, match="names no multi-token-prediction modules"):
+        TransformerConfig.from_hf(config_json, mtp=True)

@@ -147,3 +147,30 @@ def test_the_documented_plans_are_what_the_command_prints(argv, printed, status,
 
 def test_the_doc_shows_a_plan_that_does_not_fit_and_one_that_does():
     assert sorted(run.values[2] for run in documented_runs()) == [0, 1]
+
+
+def test_mtp_plans_deepseek_v3_with_its_prediction_module(config_file, capsys):
+    """The plan with --mtp is the library's plan of the config read with mtp=True, and says what it counted."""
+    from tests.support.published_configs import PUBLISHED
+
+    path = config_file(PUBLISHED["deepseek-v3"][0])
+    argv = ["plan", "--config", path, "--sequence-length", "4096", "--devices", "64", "--sharding", "zero3",
+            "--recompute", "full"]
+    _, plain, _ = run_main([*argv, "--json"], capsys)
+    _, with_mtp, _ = run_main([*argv, "--mtp", "--json"], capsys)
+    config = TransformerConfig.from_hf(path, sequence_length=4096, mtp=True)
+    settings = PlanSettings(devices=64, sharding="zero3", recompute="full")
+    expected = plan_document(make_plan(config, plan_device("H100 SXM", "bfloat16"), settings), path)
+    assert json.loads(with_mtp) == expected
+    assert json.loads(with_mtp)["model"]["parameters"] - json.loads(plain)["model"]["parameters"] \
+        == config.mtp_parameter_count > 0
+    _, text, _ = run_main([*argv, "--mtp"], capsys)
+    assert f"1 multi-token-prediction module ({config.mtp_parameter_count:,} parameters, counted)" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "gpt2-small", "--mtp"], "--model names none"),
+])
+def test_mtp_without_modules_is_refused_by_name(argv, message, capsys):
+    status, _, err = run_main(["plan", *argv], capsys)
+    assert status == 2 and message in err

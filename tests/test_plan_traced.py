@@ -76,7 +76,8 @@ def test_a_master_copy_is_added_to_the_traced_peak():
 def test_without_transformers_the_error_names_an_extra_that_installs_it(monkeypatch):
     """The extra the message names is declared in pyproject.toml and installs transformers (nothing else)."""
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(AccountingError, match=r"tracing it needs transformers.*pip install 'accounting\[\w+\]'") as error:
+    needs = r"tracing it needs transformers.*pip install 'accounting\[\w+\]'"
+    with pytest.raises(AccountingError, match=needs) as error:
         trace_step(NEOX)
     extra = error.value.args[0].rsplit("accounting[", 1)[1].split("]")[0]
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]

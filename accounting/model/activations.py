@@ -519,11 +519,19 @@ def transformer_activations(
         local = index < config.sliding_layers
         key = (local_attention if local else attention, index < dense_layers, local and windowed)
         counts[key] = counts.get(key, 0) + 1
+    if config.mtp_modules:  # each multi-token-prediction module's block: the last block's kind, global attention
+        key = (attention, config.experts == 1, False)
+        counts[key] = counts.get(key, 0) + config.mtp_modules
     sizes = {key: block(*key) for key in counts}
     bottom = sizes[next(iter(counts))]
     blocks = sum(counts[key] * sizes[key] for key in counts)
     layer = max(sizes.values())
     outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
+    # Each multi-token-prediction module also saves the RMSNorms of the embedding and of the hidden state, the
+    # 2h-wide concatenation its projection reads, and again the output head's norm and the loss's log-probabilities.
+    outside += config.mtp_modules * (
+        2 * _rms_statistics(config, tokens * h, tokens, sigma) + mu * tokens * 2 * h
+        + _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary)
     if config.logit_softcap:  # tanh(logits / c) saves its output, in the logits' dtype
         outside += mu * tokens * config.vocabulary
     if formats.autocast:
@@ -543,8 +551,8 @@ def transformer_activations(
         # SDPA saves the sliding-window mask it is passed: one tensor all the local blocks share.
         outside += formats.weights * batch * s * s
         mask += formats.weights * batch * s * s
-    return ActivationBytes(config.layers, recompute, layer, outside, checkpoint, mask, attention, kernel, blocks,
-                           local_kernel, bottom)
+    return ActivationBytes(config.layers + config.mtp_modules, recompute, layer, outside, checkpoint, mask, attention,
+                           kernel, blocks, local_kernel, bottom)
 
 
 # ---- the rest of a step: what is alive besides model states at each phase ----------------
@@ -645,9 +653,9 @@ def block_backward_bytes(
     recomputed = bottom
     if formats.autocast:
         # The weight copies are left out and the output projection's input kept; see _AUTOCAST_MLP_WORKING.
-        dense = config.experts > 1 and config.dense_layers > 0
-        recomputed -= weight_copy_bytes(config, formats, dense)
-        routed = config.dense_ffn_width if _bottom_block_is_dense(config) else config.experts_per_token * config.ffn_width
+        recomputed -= weight_copy_bytes(config, formats, config.experts > 1 and config.dense_layers > 0)
+        routed = config.dense_ffn_width if _bottom_block_is_dense(config) \
+            else config.experts_per_token * config.ffn_width
         working = round(_AUTOCAST_MLP_WORKING * formats.matmul * tokens * routed)
     else:
         recomputed -= width  # the output projection's input, freed by its backward
@@ -668,5 +676,6 @@ def update_bytes(config: TransformerConfig, state_bytes: int, optimizer: str) ->
 def largest_unit(config: TransformerConfig) -> int:
     """Parameters of the largest unit FSDP gathers when it wraps each block: a block, or the root
     (embeddings, final norm, an untied unembedding)."""
-    root = config.parameter_count - config.blocks_parameter_count
-    return max(config.layer_parameter_count, config.dense_layer_parameter_count, root)
+    root = config.parameter_count - config.blocks_parameter_count - config.mtp_parameter_count
+    module = config.mtp_parameter_count // config.mtp_modules if config.mtp_modules else 0
+    return max(config.layer_parameter_count, config.dense_layer_parameter_count, root, module)

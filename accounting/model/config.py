@@ -115,6 +115,10 @@ class TransformerConfig:
       c·tanh(x / c) (Gemma 2): elementwise work that saves tensors for backward.
     - ``active_embeddings`` (:data:`ACTIVE_EMBEDDINGS`): the convention :attr:`active_parameter_count`
       follows for the embeddings.
+    - ``mtp_modules``: multi-token-prediction modules trained beside the model (DeepSeek-V3's
+      ``num_nextn_predict_layers``), each a projection 2h → h of the normed embedding and normed hidden
+      state, their two norms and one block of the last block's kind; the embedding and the output head
+      are the model's own, shared (:attr:`mtp_parameter_count`).
 
     Every ``None`` is replaced by its value when the config is made, so ``config.head_width``
     is always a number.
@@ -159,6 +163,7 @@ class TransformerConfig:
     logit_softcap: bool = False
     active_embeddings: str = "both"
     fused_projections: bool = False
+    mtp_modules: int = 0
 
     def __post_init__(self):
         for name in ("layers", "width", "heads", "sequence_length", "vocabulary", "experts", "experts_per_token"):
@@ -175,7 +180,7 @@ class TransformerConfig:
         check_choice(self.norm_placement, NORM_PLACEMENTS, "norm_placement")
         check_choice(self.qk_norm, QK_NORMS, "qk_norm")
         check_choice(self.active_embeddings, ACTIVE_EMBEDDINGS, "active_embeddings")
-        for name in ("shared_experts", "dense_layers", "sliding_layers"):
+        for name in ("shared_experts", "dense_layers", "sliding_layers", "mtp_modules"):
             check_size(getattr(self, name), name)
         for name in ("q_lora_rank", "kv_lora_rank", "rope_head_width", "value_head_width", "dense_ffn_width",
                      "sliding_window"):
@@ -273,20 +278,22 @@ class TransformerConfig:
         return self.layers - self.dense_layers if self.experts > 1 else 0
 
     @classmethod
-    def from_hf(cls, config, sequence_length: int | None = None) -> "TransformerConfig":
+    def from_hf(cls, config, sequence_length: int | None = None, *, mtp: bool = False) -> "TransformerConfig":
         """The config of a Hugging Face ``config.json`` (a dict, or the path of the file).
 
         Reads model types ``gpt2``, ``llama``, ``mistral``, ``qwen2`` and ``mixtral`` without
         importing ``transformers``; a key it does not know, or a setting it cannot model, is
         an error naming it (see :mod:`accounting.model.hf_config`). ``sequence_length`` defaults to
-        the model's ``max_position_embeddings`` (``n_positions`` for GPT-2).
+        the model's ``max_position_embeddings`` (``n_positions`` for GPT-2). ``mtp``: count the
+        multi-token-prediction modules a DeepSeek config names (``num_nextn_predict_layers``), which
+        ``transformers`` does not build but a training run with them carries (``mtp_modules``).
 
         >>> config = TransformerConfig.from_hf({"model_type": "gpt2", "n_layer": 12, "n_embd": 768,
         ...     "n_head": 12, "n_positions": 1024, "vocab_size": 50257}, sequence_length=256)
         >>> config.parameter_count, config.sequence_length, config.max_positions
         (124439808, 256, 1024)
         """
-        return cls(**hf_config.config_fields(config, sequence_length))
+        return cls(**hf_config.config_fields(config, sequence_length, mtp=mtp))
 
     # ---- widths ----------------------------------------------------------------------
 
@@ -444,9 +451,28 @@ class TransformerConfig:
 
     @property
     def blocks_active_matmul_parameter_count(self) -> int:
-        """Weights of every block that one token multiplies."""
+        """Weights of every block that one token multiplies (the multi-token-prediction modules' too)."""
         return (self.layers - self.dense_layers) * self.layer_active_matmul_parameter_count \
-            + self.dense_layers * self.dense_layer_matmul_parameter_count
+            + self.dense_layers * self.dense_layer_matmul_parameter_count \
+            + self.mtp_modules * (self.layer_active_matmul_parameter_count + self._mtp_projection)
+
+    @property
+    def _mtp_projection(self) -> int:
+        return 2 * self.width * self.width
+
+    @property
+    def mtp_parameter_count(self) -> int:
+        """The multi-token-prediction modules' parameters (``mtp_modules``; DeepSeek-V3 report, section 2.2):
+        each a projection 2h → h without bias, an RMSNorm of the embedding and one of the hidden state,
+        and one block (an expert block with experts: DeepSeek-V3's follows its 58 expert blocks); the
+        embedding and the output head are shared with the model, not counted again.
+
+        >>> config = TransformerConfig(layers=2, width=8, heads=2, sequence_length=4, vocabulary=10, bias=False,
+        ...     norm="rmsnorm", mlp="swiglu", learned_positions=False, mtp_modules=1)
+        >>> config.mtp_parameter_count == 2 * 8 * 8 + 2 * 8 + config.layer_parameter_count
+        True
+        """
+        return self.mtp_modules * (self._mtp_projection + 2 * self.norm_parameter_count + self.layer_parameter_count)
 
     @property
     def embedding_parameter_count(self) -> int:
@@ -477,7 +503,8 @@ class TransformerConfig:
     def active_parameters(self, embeddings: str = "both") -> int:
         """:attr:`active_parameter_count` under either convention of :data:`ACTIVE_EMBEDDINGS`."""
         check_choice(embeddings, ACTIVE_EMBEDDINGS, "embeddings")
-        idle = self.sparse_layers * (self.experts - self.experts_per_token) * self.expert_parameter_count
+        expert_blocks = self.sparse_layers + (self.mtp_modules if self.experts > 1 else 0)
+        idle = expert_blocks * (self.experts - self.experts_per_token) * self.expert_parameter_count
         lookup = self.embedding_parameter_count if embeddings == "unembedding" and not self.tied_embeddings else 0
         return self.parameter_count - idle - lookup
 
@@ -490,4 +517,5 @@ class TransformerConfig:
             + self.blocks_parameter_count
             + self.norm_parameter_count
             + unembedding
+            + self.mtp_parameter_count
         )

@@ -113,7 +113,7 @@ class TransformerFlops:
         """N: weights that multiply a token's activations — with experts, only the
         ``experts_per_token`` it is routed to — and the unembedding only if ``embeddings``."""
         config = self.config
-        unembedding = config.unembedding_parameter_count if self.embeddings else 0
+        unembedding = config.unembedding_parameter_count * (1 + config.mtp_modules) if self.embeddings else 0
         return config.blocks_active_matmul_parameter_count + unembedding
 
 
@@ -176,7 +176,8 @@ def transformer_flops(
     check_choice(causal, CAUSAL_CONVENTIONS, "causal")
     tokens = batch * config.sequence_length
     heads, d, t = config.heads, config.head_width, config.sequence_length
-    vocabulary = [(tokens, config.width, config.vocabulary)] if embeddings else []
+    # The shared output head runs once for the model and once for each multi-token-prediction module.
+    vocabulary = [(tokens, config.width, config.vocabulary)] * (1 + config.mtp_modules) if embeddings else []
     scores = _matmul_with_gradients((batch, heads, t, d), (batch, heads, d, t))
     mix = _matmul_with_gradients((batch, heads, t, t), (batch, heads, t, config.value_head_width))
     # Every attention count is a multiple of 4 (2 per multiply-add, and 2 for forward's or backward's pair).
@@ -186,7 +187,15 @@ def transformer_flops(
     forward = sum(linear_flops(*shape) for shape in vocabulary)
     backward = sum(linear_flops(*shape, "backward") for shape in vocabulary)
     dense_layers = config.dense_layers if config.experts > 1 else config.layers
-    for layers, dense in ((config.layers - dense_layers, False), (dense_layers, True)):
+    # A multi-token-prediction module: its projection 2h → h and one block of the last block's kind, over as
+    # many tokens as the model (Megatron-LM's implementation rolls the sequence, keeping its length).
+    mtp = config.mtp_modules
+    projection = [(tokens, 2 * config.width, config.width)] * mtp
+    forward += sum(linear_flops(*shape) for shape in projection)
+    backward += sum(linear_flops(*shape, "backward") for shape in projection)
+    blocks = ((config.layers - dense_layers + mtp, False), (dense_layers, True)) if config.experts > 1 \
+        else ((0, False), (dense_layers + mtp, True))
+    for layers, dense in blocks:
         linears = _linears(config, tokens, dense)
         forward += layers * (sum(linear_flops(*shape) for shape in linears) + attention_forward)
         backward += layers * (sum(linear_flops(*shape, "backward") for shape in linears) + attention_backward)

@@ -551,12 +551,24 @@ def not_counted(source) -> NotCounted | None:
     return NotCounted(tower, width * _size(text, "hidden_size") + width)
 
 
-def config_fields(source, sequence_length: int | None = None) -> dict:
+def _mtp_modules(config: dict, model_type: str) -> int:
+    """``num_nextn_predict_layers`` of a DeepSeek config: the multi-token-prediction modules a run trains."""
+    count = config.get("num_nextn_predict_layers")
+    if model_type not in ("deepseek_v2", "deepseek_v3") or not count:
+        raise AccountingError(
+            f"mtp asked for, but model_type {model_type!r} names no multi-token-prediction modules"
+            f" (num_nextn_predict_layers is {count!r})"
+        )
+    return check_positive_size(count, "num_nextn_predict_layers")
+
+
+def config_fields(source, sequence_length: int | None = None, *, mtp: bool = False) -> dict:
     """Keyword arguments of ``TransformerConfig`` for a ``config.json`` (a dict or a path).
 
     ``sequence_length`` replaces the model's longest (``max_position_embeddings``, or GPT-2's
     ``n_positions``, which also stays the size of GPT-2's position table). A multimodal Gemma 3 gives its
-    text model's (:func:`text_config_json`; :func:`not_counted` says what is left out).
+    text model's (:func:`text_config_json`; :func:`not_counted` says what is left out). ``mtp``: count
+    DeepSeek's ``num_nextn_predict_layers`` multi-token-prediction modules (``mtp_modules``).
     """
     config = text_config_json(source)
     model_type = config.get("model_type")
@@ -573,4 +585,8 @@ def config_fields(source, sequence_length: int | None = None) -> dict:
     fields["tied_embeddings"] = _flag(config, "tie_word_embeddings", tied)
     if sequence_length is not None:
         fields["sequence_length"] = sequence_length
+    if not isinstance(mtp, bool):
+        raise AccountingTypeError(f"mtp must be True or False, got {mtp!r}")
+    if mtp:
+        fields["mtp_modules"] = _mtp_modules(config, model_type)
     return fields

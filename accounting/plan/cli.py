@@ -113,6 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--recompute", choices=RECOMPUTES, default="none",
                         help="full: every block keeps only its input and recomputes the rest in backward. "
                              "Default: %(default)s")
+    parser.add_argument("--mtp", action="store_true",
+                        help="with --config of DeepSeek-V3: count the multi-token-prediction modules "
+                             "(num_nextn_predict_layers) a run trains beside the model; transformers does not "
+                             "build them")
     parser.add_argument("--mfu", metavar="FRACTION", type=_fraction("--mfu", zero=False), default=DEFAULT_MFU,
                         help="model FLOPs utilisation the run is assumed to reach. Default: %(default)s")
     parser.add_argument("--headroom", metavar="FRACTION", type=_fraction("--headroom", zero=True),
@@ -133,13 +137,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _model(args) -> tuple[TransformerConfig, str]:
     if args.config is not None:
         try:
-            config = TransformerConfig.from_hf(args.config, sequence_length=args.sequence_length)
+            config = TransformerConfig.from_hf(args.config, sequence_length=args.sequence_length, mtp=args.mtp)
             left_out = not_counted(args.config)
         except OSError as error:
             raise AccountingError(f"--config {args.config!r} cannot be read: {error.strerror or error}") from None
         except AccountingError as error:
             raise AccountingError(f"--config {args.config!r}: {error}") from None
         return config, args.config if left_out is None else f"{args.config}: {left_out}"
+    if args.mtp:
+        raise AccountingError("--mtp counts the multi-token-prediction modules a --config names; --model names none")
     return model_size(args.model, seq=args.sequence_length).config, f"--model {args.model}"
 
 
@@ -157,6 +163,9 @@ def _traced(args) -> bool:
 def _run_traced(args, parser, stdout) -> int:
     """Trace one device's step of a model the formulas do not describe (:mod:`accounting.plan.traced`)."""
     try:
+        if args.mtp:
+            raise AccountingError("--mtp counts DeepSeek's multi-token-prediction modules, which a traced model"
+                                  " does not have")
         if args.devices != 1 or args.sharding != "ddp" or args.recompute != "none":
             raise AccountingError(
                 f"--config {args.config!r} is traced (its model_type is not one the formulas read): a trace measures "

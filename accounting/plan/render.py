@@ -45,6 +45,9 @@ def describe_model(plan: Plan) -> str:
         experts = f", {c.experts} experts{shared} ({c.experts_per_token} per token){dense}"
     active = (f" ({c.active_parameter_count:,} active per token: {ACTIVE_CONVENTIONS[c.active_embeddings]})"
               if c.experts > 1 else "")
+    if c.mtp_modules:
+        experts += (f", {c.mtp_modules} multi-token-prediction module{'s' if c.mtp_modules > 1 else ''} "
+                    f"({c.mtp_parameter_count:,} parameters, counted)")
     return (f"{c.parameter_count:,} parameters{active}: {c.layers} layers, width {c.width}, {heads}, {c.mlp} MLP "
             f"{c.ffn_width}{experts}, {c.norm}, vocabulary {c.vocabulary}, {c.sequence_length} tokens per sequence")
 
@@ -154,6 +157,7 @@ def plan_document(plan: Plan, source: str) -> dict:
             "mlp": c.mlp, "norm": c.norm, "experts": c.experts, "experts_per_token": c.experts_per_token,
             "vocabulary": c.vocabulary, "sequence_length": c.sequence_length,
             "active_parameters": c.active_parameter_count, "active_embeddings": c.active_embeddings,
+            "mtp_modules": c.mtp_modules, "mtp_parameters": c.mtp_parameter_count,
             "attention_notes": describe_attention(plan),
         },
         "device": {
