@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.live_memory import LiveTensorBytes
+from accounting.live_memory import LiveTensorBytes, measure_step_memory
 from accounting.memory import storage_bytes
 from accounting.model.traced_step import TracedStepMemory, traced_training_step_memory
 from accounting.model.training_memory import optimizer_state_bytes
@@ -254,3 +254,19 @@ class ReadsItsInput(nn.Module):
 def test_bad_input_is_named(model, batch, options, error, message):
     with pytest.raises(error, match=message):
         traced_training_step_memory(model, batch, **options)
+
+
+def test_saved_is_what_the_forward_left_for_backward_even_when_the_peak_is_later():
+    """``saved``: the tensors autograd kept when backward began, the live tracker's forward activations less the
+    loss; a wide loss-side temporary puts the peak in backward, after part of them was freed."""
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    batch = torch.ones(32, 64)
+
+    def loss_fn(output, _batch):
+        return output.exp().sum()
+
+    traced = traced_training_step_memory(model, batch, loss_fn=loss_fn, optimizer=None, device="cpu")
+    measured = measure_step_memory(list(model.parameters()), lambda: loss_fn(model(batch), batch),
+                                   lambda loss: loss.backward())
+    assert traced.saved == measured.activations - torch.float32.itemsize  # the scalar loss is not saved
+    assert traced.phase == "backward" and traced.activations < traced.saved

@@ -72,7 +72,9 @@ class TracedStepMemory:
 
     ``peak`` is their sum; ``phase`` is where the peak fell (``"forward"``, ``"backward"`` or
     ``"optimizer step"``); ``after_step``: bytes alive once the step is done and its gradients
-    kept; ``device``: where the model's parameters live.
+    kept; ``device``: where the model's parameters live. ``saved``: what autograd had saved when
+    backward began, the forward's activations (``activations`` is the part of them still alive at the
+    peak, less when the peak falls inside backward).
     """
 
     device: str
@@ -85,6 +87,7 @@ class TracedStepMemory:
     activations: int
     temporaries: int
     after_step: int
+    saved: int = 0
 
     @property
     def peak(self) -> int:
@@ -93,7 +96,7 @@ class TracedStepMemory:
 
     def __str__(self) -> str:
         rows = [f"training step traced on {self.device}: peak {readable_bytes(self.peak)} in the {self.phase}"]
-        for field in fields(self)[2:-1]:
+        for field in fields(self)[2:-2]:
             rows.append(f"  {field.name.replace('_', ' '):<18} {readable_bytes(getattr(self, field.name))}")
         return "\n".join(rows)
 
@@ -330,16 +333,25 @@ def _breakdown(tracer: _StepTracer, parts: dict, marks: list, device: str) -> Tr
         current += tracer.log[position][0]
         if current > peak:
             peak, peak_at = current, position + 1
-    alive: dict[int, int] = {}
-    for size, serial in tracer.log[:peak_at]:
-        if size > 0:
-            alive[serial] = size
-        else:
-            alive.pop(serial, None)
+    alive = _alive(tracer.log[:peak_at])
+    backward_at = dict(marks).get(BACKWARD, len(tracer.log))
+    saved = sum(size for serial, size in _alive(tracer.log[:backward_at]).items()
+                if serial in tracer.saved and serial not in parts)
     totals = dict.fromkeys(("parameters", "buffers", "optimizer_state", "inputs", "gradients", "activations",
                             "temporaries"), 0)
     for serial, size in alive.items():
         part = parts.get(serial) or ("activations" if serial in tracer.saved else "temporaries")
         totals[part] += size
     phase = ([name for name, position in marks if position < peak_at] or [FORWARD])[-1]
-    return TracedStepMemory(device=device, phase=phase, after_step=tracer.current, **totals)
+    return TracedStepMemory(device=device, phase=phase, after_step=tracer.current, saved=saved, **totals)
+
+
+def _alive(log) -> dict[int, int]:
+    """Bytes of each storage (by serial) a prefix of the tracer's log leaves alive."""
+    alive: dict[int, int] = {}
+    for size, serial in log:
+        if size > 0:
+            alive[serial] = size
+        else:
+            alive.pop(serial, None)
+    return alive
