@@ -281,8 +281,8 @@ class TrainingMemory:
 
     - the start of backward: saved ``activations`` plus ``transient`` bytes alive next to them;
     - the update: ``gradients`` plus the optimizer's temporaries (``update``);
-    - with recomputation, the bottom block's backward (``backward``): nearly every gradient,
-      the block's recomputed activations and its working set.
+    - with recomputation, the bottom block's backward (``backward``): the gradients made by then,
+      the block's recomputed activations and its MLP's working set.
 
     ``gathered``: under ZeRO-3/FSDP, the full parameters and gradients of the unit in flight,
     on top of every phase. ``total`` adds everything, the bound when gradients are kept
@@ -428,9 +428,11 @@ def transformer_training_memory(
 
     ``transient``: the loss's two fp32 (tokens × V) gradients as backward starts. ``update``: the
     optimizer's temporaries (Adam/AdamW for-loop: two fp32 tensors of the largest parameter) and,
-    with a master copy, the fp32 copies of the gradients. ``backward`` (``recompute="full"``): every
-    gradient but the embedding's, beside the bottom block's input, recomputed activations, incoming
-    gradient and working set (:func:`accounting.model.activations.block_backward_bytes`).
+    with a master copy, the fp32 copies of the gradients. ``backward`` (``recompute="full"``): in the
+    bottom block's MLP backward, every gradient but the embedding's and those of the block's parts not yet
+    reached (:func:`accounting.model.activations.pending_block_gradient_parameters`), beside the block's input,
+    recomputed activations, incoming gradient and working set
+    (:func:`accounting.model.activations.block_backward_bytes`).
     ``gathered`` (ZeRO-3/FSDP), assuming one unit in flight, as FSDP wraps each block: the full
     parameters and gradients of the largest unit (a block, or the root's embeddings and norm).
     ``attention="sdpa"`` counts the kernel SDPA runs on ``device`` (see
