@@ -6,7 +6,7 @@ second of two real AdamW steps of each family's ``transformers`` model, built fr
 shaped like the real ones) with the library's default implementations (grouped-mm experts), its
 ``TransformerConfig`` read from that config by ``TransformerConfig.from_hf``: the bytes the
 forward saved, and the step's peak with weights, gradients, master weights and optimizer
-state. Targets: both within 5 %, for GPT-2, Llama, Qwen2 and Mixtral shapes, fp32, bf16 under
+state. Targets: both within 5 %, for GPT-2, Llama, Mistral, Qwen2 and Mixtral shapes, fp32, bf16 under
 autocast and bf16 with an fp32 master copy, with and without recomputing every block
 (``activation_checkpointing_enable``).
 """
@@ -22,7 +22,7 @@ from studies.training_memory_families import POLICIES, RECOMPUTES, measure_model
 from tests.support.hf_models import hf_config
 
 TOLERANCE = 0.05
-FAMILIES = ("gpt2", "llama", "qwen2", "mixtral")
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "mixtral")
 SIZES = dict(layers=2, width=64, heads=4, kv_heads=2, ffn_width=160, vocabulary=256, positions=32)
 EXPERT_SIZES = dict(ffn_width=96, experts=4, experts_per_token=2)
 BATCH_SIZE = 2
