@@ -27,8 +27,8 @@ from Llama's, read by the same formulas:
   projection; ``kv_lora_rank``; ``qk_nope_head_dim`` + ``qk_rope_head_dim`` per head for scores,
   ``v_head_dim`` for values), ``n_routed_experts`` of ``moe_intermediate_size`` with
   ``n_shared_experts`` shared, the first ``first_k_dense_replace`` blocks dense. The
-  multi-token-prediction module (``num_nextn_predict_layers``) is not built by ``transformers``,
-  and not counted; the routers' correction biases are buffers;
+  multi-token-prediction modules (``num_nextn_predict_layers``) are not built by ``transformers``,
+  and counted only when asked (``mtp=True``: ``mtp_modules``); the routers' correction biases are buffers;
 - ``gpt_oss``: biases on every projection, the experts and the router, a learned sink per head,
   local layers by ``layer_types``;
 - ``phi3`` (Phi-3, Phi-4): fused QKV and gate-up matrices (the same counts), ``sliding_window``
