@@ -627,7 +627,8 @@ def pending_block_gradient_parameters(config: TransformerConfig, formats: Activa
 
 
 def block_backward_bytes(
-    config: TransformerConfig, batch_size: int, formats: ActivationFormats, activations: ActivationBytes
+    config: TransformerConfig, batch_size: int, formats: ActivationFormats, activations: ActivationBytes,
+    gelu: str | None = None,
 ) -> int:
     """Bytes besides model states and gradients at the peak of the bottom block's backward under
     recomputation: its checkpointed input, its recomputed activations, the incoming gradient and the
@@ -635,10 +636,10 @@ def block_backward_bytes(
 
     There the output projection has freed its saved input (the MLP's last intermediate) and the gradient
     it returned, of the MLP's width, is alive beside the gradients of the activation's inputs: two more
-    for SwiGLU (the gate's and the up projection's, from the product rule), one for GELU — one tensor of
-    the MLP's width per MLP matrix (measured with the live-tensor tracker: three for SwiGLU at the
-    product's backward). The gradients alive then are in
-    :func:`pending_block_gradient_parameters`.
+    where the activation ends in a product (SwiGLU's gate and up; gpt-oss's; the tanh formula of an
+    ``"unfused"`` GELU, 0.5·x times 1 + tanh(...)), one for a fused GELU (measured with the live-tensor
+    tracker at the product's backward: three tensors of the MLP's width). The gradients alive then are in
+    :func:`pending_block_gradient_parameters`. ``gelu``: as for :func:`transformer_activations`.
 
     >>> from accounting import TransformerConfig
     >>> config = TransformerConfig(layers=2, width=4, heads=2, sequence_length=3, vocabulary=10)
@@ -659,7 +660,8 @@ def block_backward_bytes(
         working = round(_AUTOCAST_MLP_WORKING * formats.matmul * tokens * routed)
     else:
         recomputed -= width  # the output projection's input, freed by its backward
-        working = config.mlp_matrices * width
+        fused_gelu = config.mlp == "gelu" and (config.gelu if gelu is None else gelu) == "fused"
+        working = (2 if fused_gelu else 3) * width
     if config.norm_placement != "pre":  # the norm after the MLP is backpropagated, and freed, before the MLP
         recomputed -= _post_norm(config, tokens, formats)
     return activations.checkpoint + recomputed + incoming + working

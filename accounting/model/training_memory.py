@@ -472,7 +472,7 @@ def transformer_training_memory(
     if recompute == "full":
         early = config.parameter_count - late_gradient_parameters(config) \
             - pending_block_gradient_parameters(config, formats)
-        backward = round(gradient_bytes * early) + block_backward_bytes(config, batch_size, formats, activations)
+        backward = round(gradient_bytes * early) + block_backward_bytes(config, batch_size, formats, activations, gelu)
     gathered = 0
     if sharding_stage(sharding) == "zero3" and devices > 1:
         gathered = largest_unit(config) * (policy.bytes_of("weights") + policy.bytes_of("gradients"))
