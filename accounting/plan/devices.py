@@ -54,9 +54,9 @@ TORCH_CAPACITIES = {
     # source: torch.cuda.get_device_properties(0).total_memory on this project's H200 (NVIDIA H200, 141 GB
     # HBM3e), recorded in tests/data/hosts/nvidia-h200/sdpa-kernels-and-sustained-window.json (props).
     "H200 SXM": (150_109_880_320, "torch's total_memory, recorded on an H200"),
-    # source: torch's device properties on an H100 80GB HBM3 print total_memory=81089MB (MiB; nvidia-smi shows
-    # 81,559 MiB, the driver's reserve included): 85.03 GB. Not yet recorded on this project's hosts: the figure
-    # is to the MiB, from reports of the card, and should be replaced by a recording of one.
+    # source: torch's _CudaDeviceProperties as users print them for an H100 80GB HBM3 in public issue threads:
+    # total_memory=81082MB, 81089MB and 81090MB (MiB, by driver; nvidia-smi shows 81,559 MiB, the driver's reserve
+    # included), 85.02-85.03 GB. Not yet recorded on this project's hosts: replace it with a recording of one.
     "H100 SXM": (81_089 * 2**20, "torch's total_memory of an H100 80GB HBM3"),
 }
 """(bytes, source) of the memory torch reports on a peak-table row's card, where known."""
