@@ -55,8 +55,8 @@ DTYPE_OF = {"bf16": "bfloat16", "fp16": "float16", "tf32": "tf32", "fp8": "float
 
 
 def verdict(record: dict) -> dict:
-    """The record's verdict fields (it may carry more, such as the clock it was judged at)."""
-    return {key: record[key] for key in ("ok", "reason", "ceiling_flops_per_s")}
+    """The record's verdict fields, less the clock it was judged at (the clock it was given: checked here)."""
+    return {key: value for key, value in record.items() if key != "clock_mhz"}
 
 
 def printed(peak: float) -> tuple[float, int]:
@@ -137,6 +137,7 @@ def test_a_check_that_cannot_be_made_says_why_and_is_not_a_verdict(info, dtype, 
     note = physical_check_note(info.compute_capability, dtype, multiprocessors=info.multiprocessors)
     assert note == f"physical check not made: {why}"
     record = physical_check_record(info, dtype, 1e18, 1980.0)
+    assert record["clock_mhz"] == 1980.0
     assert verdict(record) == {"ok": None, "reason": note, "ceiling_flops_per_s": None}
 
 
@@ -145,6 +146,7 @@ def test_a_record_not_made_for_a_cpu_a_missing_clock_or_a_missing_figure_says_wh
     assert verdict(physical_check_record(cpu, "float32", 1e11, 3000.0)) == {
         "ok": None, "reason": "physical check not made: not a GPU", "ceiling_flops_per_s": None}
     for clock in (None, 0.0):
+        assert physical_check_record(H200, "bf16", 700e12, clock)["clock_mhz"] == clock
         assert verdict(physical_check_record(H200, "bf16", 700e12, clock)) == {
             "ok": None, "reason": "physical check not made: no clock reading in the window", "ceiling_flops_per_s": None}
     for figure in (None, 0.0):
@@ -156,6 +158,7 @@ def test_a_record_not_made_for_a_cpu_a_missing_clock_or_a_missing_figure_says_wh
 def test_a_record_that_was_made_carries_the_ceiling_at_the_clock_and_the_verdict():
     ceiling = 132 * 2 * WHITEPAPER_FMA[(9, 0)]["bfloat16"] * 1455e6
     passed = physical_check_record(H200, "bfloat16", 685e12, 1455.0)
+    assert passed["clock_mhz"] == 1455.0  # the clock the figure was judged at
     assert verdict(passed) == {"ok": True, "reason": None, "ceiling_flops_per_s": pytest.approx(ceiling, rel=1e-12)}
     failed = physical_check_record(H200, "bfloat16", 793.1e12, 1350.0)
     assert failed["ok"] is False and failed["reason"].startswith(f"{IMPOSSIBLE}: 793.1 TFLOP/s > 132 SMs")
