@@ -2,9 +2,9 @@
 clock rule's bounds, and what the screen keeps, notes and reports per side.
 
 Truths: the rules as the gate states them (a throttle reason other than the power cap disturbs; another process
-over the memory limit on the device disturbs, a busy sibling GPU does not; a clock more than the tolerance outside the baseline runs'
-range disturbs unless the power cap explains it), on readings shaped like the recorded H200's (1410–1980 MHz,
-``sw_power_cap`` at full load), and nvml.h's reason names.
+over the memory limit on the device disturbs, a busy sibling GPU does not; a clock more than the tolerance
+outside the baseline runs' range disturbs unless the power cap explains it), on readings shaped like the
+recorded H200's (1410–1980 MHz, ``sw_power_cap`` at full load), and nvml.h's reason names.
 """
 
 import math
