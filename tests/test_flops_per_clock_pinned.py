@@ -148,7 +148,8 @@ def test_a_record_not_made_for_a_cpu_a_missing_clock_or_a_missing_figure_says_wh
     for clock in (None, 0.0):
         assert physical_check_record(H200, "bf16", 700e12, clock)["clock_mhz"] == clock
         assert verdict(physical_check_record(H200, "bf16", 700e12, clock)) == {
-            "ok": None, "reason": "physical check not made: no clock reading in the window", "ceiling_flops_per_s": None}
+            "ok": None, "reason": "physical check not made: no clock reading in the window",
+            "ceiling_flops_per_s": None}
     for figure in (None, 0.0):
         assert verdict(physical_check_record(H200, "bf16", figure, 1455.0)) == {
             "ok": None, "reason": "physical check not made: no figure", "ceiling_flops_per_s": None}

@@ -46,7 +46,8 @@ def recorded_windows() -> list[dict]:
     for window in recorded["sustained_windows"]:
         reasons = [name for bit, name in NVML_REASON_BITS.items() if window["throttle"] & bit]
         windows.append({"backend": "nvml", "samples": window["samples"], "clock_mhz_median": window["clock_median"],
-                        "clock_mhz_max": window["clock_max"], "clock_mhz_early": window["clock_median"], "clock_mhz_late": window["clock_median"],
+                        "clock_mhz_max": window["clock_max"], "clock_mhz_early": window["clock_median"],
+                        "clock_mhz_late": window["clock_median"],
                         "power_w_median": window["power_median"], "power_limit_w": recorded["power_limit_w"],
                         "throttle_reasons": reasons, "seconds": window["seconds"], "tflops": window["tflops"]})
     return windows
@@ -93,7 +94,8 @@ def test_power_at_the_fraction_of_the_enforced_limit_is_saturated_and_just_below
     limit = WINDOWS[0]["power_limit_w"]
     at = {**WINDOWS[0], "throttle_reasons": [], "power_w_median": SATURATION_POWER_FRACTION * limit}
     below = {**at, "power_w_median": SATURATION_POWER_FRACTION * limit - 0.5}
-    assert saturation_evidence(at) == f"power {at['power_w_median']:.0f} W ≥ {SATURATION_POWER_FRACTION} × the enforced limit 700 W"
+    assert saturation_evidence(at) == (f"power {at['power_w_median']:.0f} W ≥ {SATURATION_POWER_FRACTION} × the "
+                                       "enforced limit 700 W")
     assert saturation_evidence(below) is None
     assert withheld_because(below, seconds=2.0) == (
         f"not power-saturated: {below['power_w_median']:.0f} W < {SATURATION_POWER_FRACTION} × the enforced limit "
