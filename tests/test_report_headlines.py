@@ -271,6 +271,7 @@ def fake_timing(monkeypatch):
     monkeypatch.setattr(measuring, "matmul_case", lambda dtype, m, k, n, device: Case(m, k, n))
     monkeypatch.setattr(measuring, "time_fn", fake_time_fn)
     monkeypatch.setattr(measuring, "time_back_to_back", fake_back_to_back)
+    monkeypatch.setattr(measuring, "flops_mismatch", lambda flops, counted: None)  # the fake products compute nothing
     monkeypatch.setattr(run.measuring, "measure_bandwidth", lambda info: BandwidthMeasurement(2**29, 0.01, 0.0, 10))
     monkeypatch.setattr(measuring.MatmulTimer, "sleep", lambda self, seconds: simulated.advance(seconds))
     monkeypatch.setattr(measuring, "Sampler", lambda device, measure_clock: SimulatedSampler(device, simulated))

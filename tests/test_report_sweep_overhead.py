@@ -171,3 +171,25 @@ def test_a_sweep_of_small_shapes_keeps_each_shape_within_its_plan_and_ends_withi
     assert len(rows) >= 5 * len(dtypes), "most of the sweep's shapes were planned"
     worst = max(rows, key=lambda done: done.wall_s / planned[done.shape])
     assert worst.wall_s <= TIME_SAFETY * planned[worst.shape], worst
+
+
+def test_the_sweeps_flops_are_still_checked_against_the_counter():
+    """A fast shape's first warm-up call is counted by FlopCounterMode, as time_fn counts it: a case whose stated FLOPs
+    disagree with the counter is reported, and one whose FLOPs agree is not."""
+    import dataclasses
+    import warnings as warning_module
+
+    from accounting.flop_count import FlopsMismatchWarning
+    from accounting.hardware.devices import detect_device
+    from accounting.report.measure import MatmulTimer
+    from accounting.timing import matmul_case
+
+    def doubled(*args, **options):
+        case = matmul_case(*args, **options)
+        return dataclasses.replace(case, flops=2 * case.flops)
+
+    with pytest.warns(FlopsMismatchWarning):
+        MatmulTimer(detect_device("cpu"), target_s=0.001, case_factory=doubled)("float32", 64, 64, 64)
+    with warning_module.catch_warnings():
+        warning_module.simplefilter("error", FlopsMismatchWarning)
+        MatmulTimer(detect_device("cpu"), target_s=0.001)("float32", 64, 64, 64)

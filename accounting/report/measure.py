@@ -15,11 +15,13 @@ import contextlib
 import math
 import statistics
 import time
+import warnings
 
 import torch
 
 from accounting._checks import check_non_negative, check_positive, check_positive_size, check_size
 from accounting.errors import AccountingError
+from accounting.flop_count import FlopsMismatchWarning, count_flops, flops_mismatch
 from accounting.hardware.clocks import synchronize
 from accounting.hardware.devices import DeviceInfo, free_memory_bytes, release_cached_memory
 from accounting.hardware.peaks import last_level_cache_bytes
@@ -276,7 +278,13 @@ class MatmulTimer:
         before = time.perf_counter()
         case.fn()
         synchronize(device)
-        for _ in range(self._warmup(time.perf_counter() - before)):
+        warmups = self._warmup(time.perf_counter() - before)
+        if warmups:
+            # The first warm-up call counted (as time_fn counts it): the case's FLOPs checked against FlopCounterMode.
+            mismatch = flops_mismatch(case.flops, count_flops(case.fn))
+            if mismatch:
+                warnings.warn(mismatch, FlopsMismatchWarning, stacklevel=3)
+        for _ in range(max(0, warmups - 1)):
             case.fn()
         synchronize(device)
         return case
