@@ -35,7 +35,7 @@ outputs (they differ under autocast: fp32 stream, bf16 matmuls).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting._checks import check_choice, check_positive_size
 from accounting.model import attention_kernels  # SDPA_TAKES_ENABLE_GQA read at call time: tests set it
@@ -450,6 +450,75 @@ def resolve_attention(config: TransformerConfig, batch_size: int, formats: Activ
     return kernel.label, kernel
 
 
+@dataclass(frozen=True)
+class BlockParts:
+    """What one block saves for backward, by where it lives when the block is split over ranks.
+
+    ``norms``: the norms' own saves (inputs, fp32 copies, statistics, normalised tensors; the norms after
+    each sublayer), along the sequence at the stream's width; ``inputs``: the norm outputs the attention's
+    and the MLP's first linear layers save (their input, of the stream's width); ``attention``: Q, K, V, what
+    the attention kernel keeps, the merged heads, the Q/K norms and the attention dropout, all by head;
+    ``latent``: multi-head latent attention's latents (norms and normed latents); ``mlp``: a dense MLP's or
+    the shared experts' intermediates; ``experts``: the routed experts' and the router's; ``weight_copies``:
+    autocast's copies of the block's matrices; ``dropout``: the masks of the dropouts on the residual stream.
+
+    >>> config = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
+    >>> parts = block_activation_parts(config, 1, ActivationFormats(4, 4, 4), "eager", True, False)
+    >>> parts.total, parts.norms, parts.inputs
+    (888, 144, 96)
+    """
+
+    norms: int
+    inputs: int
+    attention: int
+    latent: int
+    mlp: int
+    experts: int
+    weight_copies: int
+    dropout: int
+
+    @property
+    def total(self) -> int:
+        return (self.norms + self.inputs + self.attention + self.latent + self.mlp + self.experts
+                + self.weight_copies + self.dropout)
+
+
+def block_activation_parts(
+    config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str, dense: bool, masked: bool,
+    *, dropout: bool = False, gelu: str | None = None,
+) -> BlockParts:
+    """:class:`BlockParts` of one block of ``config`` on ``batch`` sequences, ``attention`` a resolved kind
+    (``"eager"``, ``"sdpa-flash"``…: :func:`resolve_attention`), ``dense`` one of a mixture of experts'
+    dense blocks, ``masked`` a sliding-window block passed its mask; ``dropout`` and ``gelu`` as for
+    :func:`transformer_activations`, whose blocks are these parts' totals."""
+    gelu = config.gelu if gelu is None else gelu
+    s, h, mu = config.sequence_length, config.width, formats.matmul
+    tokens = s * batch
+    # Linear layers reading a norm's output (each saves its own copy under autocast): Q, K and V (one
+    # fused matrix, or the two latents' down-projections), gate and up (fused, or GELU's one), the
+    # router and the shared experts' gate and up (the experts' grouped matmul is not autocast).
+    qkv_consumers = 1 if config.fused_projections or not _llama_style(config) else 2 if config.latent_attention else 3
+    dense_mlp_consumers = 1 if config.mlp == "gelu" or config.fused_projections else 2
+    expert_mlp_consumers = 1 + (dense_mlp_consumers if config.shared_experts else 0)
+    mlp_consumers = expert_mlp_consumers if config.experts > 1 and not dense else dense_mlp_consumers
+    norms = _block_norms(config, tokens, formats, qkv_consumers, mlp_consumers)
+    # Whatever the placement, the attention and the MLP each read one tensor of the stream's width.
+    inputs = _norm_input(config, tokens, formats, qkv_consumers) + _norm_input(config, tokens, formats, mlp_consumers)
+    attention_bytes = _attention(config, batch, formats, attention, masked) + _qk_norms(config, tokens, formats)
+    mlp = _mlp(config, tokens, formats, gelu, dense)
+    experts = 0
+    if config.experts > 1 and not dense:
+        experts = _mlp(replace(config, shared_experts=0), tokens, formats, gelu)
+    stream_dropout = 0
+    if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
+        scores = config.heads * s * s * batch
+        attention_bytes += {"eager": mu * scores + _MASK * scores,
+                            "sdpa-math": _math_width(formats) * scores + _MASK * scores}.get(attention, 0)
+        stream_dropout = _MASK * 2 * tokens * h
+    return BlockParts(norms - inputs, inputs, attention_bytes, _latent_attention(config, tokens, formats),
+                      mlp - experts, experts, weight_copy_bytes(config, formats, dense), stream_dropout)
+
+
 def transformer_activations(
     config: TransformerConfig,
     batch_size: int,
@@ -483,29 +552,9 @@ def transformer_activations(
     attention, kernel = resolve_attention(config, batch, formats, asked, device, dropout)
     s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream
     tokens = s * batch
-    # Linear layers reading a norm's output (each saves its own copy under autocast): Q, K and V (one
-    # fused matrix, or the two latents' down-projections), gate and up (fused, or GELU's one), the
-    # router and the shared experts' gate and up (the experts' grouped matmul is not autocast).
-    qkv_consumers = 1 if config.fused_projections or not _llama_style(config) else 2 if config.latent_attention else 3
-    dense_mlp_consumers = 1 if config.mlp == "gelu" or config.fused_projections else 2
-    expert_mlp_consumers = 1 + (dense_mlp_consumers if config.shared_experts else 0)
 
     def block(kind: str, dense: bool, masked: bool) -> int:
-        mlp_consumers = expert_mlp_consumers if config.experts > 1 and not dense else dense_mlp_consumers
-        saved = (
-            _block_norms(config, tokens, formats, qkv_consumers, mlp_consumers)
-            + _attention(config, batch, formats, kind, masked)
-            + _qk_norms(config, tokens, formats)
-            + _latent_attention(config, tokens, formats)
-            + _mlp(config, tokens, formats, gelu, dense)
-            + weight_copy_bytes(config, formats, dense)
-        )
-        if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
-            scores = config.heads * s * s * batch
-            attention_dropout = {"eager": mu * scores + _MASK * scores,
-                                 "sdpa-math": _math_width(formats) * scores + _MASK * scores}.get(kind, 0)
-            saved += attention_dropout + _MASK * 2 * tokens * h
-        return saved
+        return block_activation_parts(config, batch, formats, kind, dense, masked, dropout=dropout, gelu=gelu).total
 
     local_attention, local_kernel = attention, None
     if config.sliding_layers:
