@@ -320,6 +320,12 @@ def sdpa_saved_bytes(config: TransformerConfig, batch: int, formats: ActivationF
 def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str,
                masked: bool = False) -> int:
     """Q, K, V and the attention output; with eager attention or SDPA's math kernel, the (s × s) weights."""
+    return sum(_attention_parts(config, batch, formats, attention, masked))
+
+
+def _attention_parts(config: TransformerConfig, batch: int, formats: ActivationFormats, attention: str,
+                     masked: bool = False) -> tuple[int, int]:
+    """:func:`_attention` as (what grows with the tokens, the (s × s) attention weights')."""
     s, heads, mu = config.sequence_length, config.heads, formats.matmul
     tokens = s * batch
     if attention in SDPA_ATTENTIONS:
@@ -327,7 +333,8 @@ def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats
         # output is laid out so that the merged heads are a view of what it saved, unless the call
         # was masked (measured on the CPU's flash kernel: the merge then copies).
         merged = mu * tokens * config.value_width if attention == "sdpa-math" or masked else 0
-        return sdpa_saved_bytes(config, batch, formats, attention, masked) + merged
+        weights = _math_width(formats) * heads * s * s * batch if attention == "sdpa-math" else 0
+        return sdpa_saved_bytes(config, batch, formats, attention, masked) + merged - weights, weights
     # Eager: contiguous copies of Q, K and V for the batched matmuls (K and V repeated to every
     # query head), the merged heads for the output projection, and the softmax output: in fp32 for
     # Llama (softmax(dtype=float32), then cast), in the activations' dtype for GPT-2 and for gpt-oss's
@@ -340,9 +347,9 @@ def _attention(config: TransformerConfig, batch: int, formats: ActivationFormats
     qkv = mu * tokens * (2 * config.attention_width + 2 * config.value_width)
     if config.attention_sinks:
         rows = heads * s * batch
-        return qkv + softmax * (scores + rows) + cast * scores + _INT64 * rows
+        return qkv + softmax * rows + _INT64 * rows, softmax * scores + cast * scores
     softcap = mu * scores if config.attention_softcap else 0
-    return qkv + (softmax + cast) * scores + softcap
+    return qkv, (softmax + cast) * scores + softcap
 
 
 def _latent_attention(config: TransformerConfig, tokens: int, formats: ActivationFormats) -> int:
@@ -457,20 +464,23 @@ class BlockParts:
     ``norms``: the norms' own saves (inputs, fp32 copies, statistics, normalised tensors; the norms after
     each sublayer), along the sequence at the stream's width; ``inputs``: the norm outputs the attention's
     and the MLP's first linear layers save (their input, of the stream's width); ``attention``: Q, K, V, what
-    the attention kernel keeps, the merged heads, the Q/K norms and the attention dropout, all by head;
+    the attention kernel keeps besides (s × s) tensors, the merged heads, the Q/K norms, all by head;
+    ``scores``: the (s × s) attention weights eager attention and SDPA's math kernel keep, and the attention
+    dropout's output and mask;
     ``latent``: multi-head latent attention's latents (norms and normed latents); ``mlp``: a dense MLP's or
     the shared experts' intermediates; ``experts``: the routed experts' and the router's; ``weight_copies``:
     autocast's copies of the block's matrices; ``dropout``: the masks of the dropouts on the residual stream.
 
     >>> config = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
     >>> parts = block_activation_parts(config, 1, ActivationFormats(4, 4, 4), "eager", True, False)
-    >>> parts.total, parts.norms, parts.inputs
-    (888, 144, 96)
+    >>> parts.total, parts.norms, parts.inputs, parts.scores
+    (888, 144, 96, 72)
     """
 
     norms: int
     inputs: int
     attention: int
+    scores: int
     latent: int
     mlp: int
     experts: int
@@ -479,7 +489,7 @@ class BlockParts:
 
     @property
     def total(self) -> int:
-        return (self.norms + self.inputs + self.attention + self.latent + self.mlp + self.experts
+        return (self.norms + self.inputs + self.attention + self.scores + self.latent + self.mlp + self.experts
                 + self.weight_copies + self.dropout)
 
 
@@ -504,18 +514,19 @@ def block_activation_parts(
     norms = _block_norms(config, tokens, formats, qkv_consumers, mlp_consumers)
     # Whatever the placement, the attention and the MLP each read one tensor of the stream's width.
     inputs = _norm_input(config, tokens, formats, qkv_consumers) + _norm_input(config, tokens, formats, mlp_consumers)
-    attention_bytes = _attention(config, batch, formats, attention, masked) + _qk_norms(config, tokens, formats)
+    attention_bytes, scores = _attention_parts(config, batch, formats, attention, masked)
+    attention_bytes += _qk_norms(config, tokens, formats)
     mlp = _mlp(config, tokens, formats, gelu, dense)
     experts = 0
     if config.experts > 1 and not dense:
         experts = _mlp(replace(config, shared_experts=0), tokens, formats, gelu)
     stream_dropout = 0
     if dropout:  # fused attention keeps its dropout's random state, not a mask of the scores
-        scores = config.heads * s * s * batch
-        attention_bytes += {"eager": mu * scores + _MASK * scores,
-                            "sdpa-math": _math_width(formats) * scores + _MASK * scores}.get(attention, 0)
+        weights = config.heads * s * s * batch
+        scores += {"eager": mu * weights + _MASK * weights,
+                   "sdpa-math": _math_width(formats) * weights + _MASK * weights}.get(attention, 0)
         stream_dropout = _MASK * 2 * tokens * h
-    return BlockParts(norms - inputs, inputs, attention_bytes, _latent_attention(config, tokens, formats),
+    return BlockParts(norms - inputs, inputs, attention_bytes, scores, _latent_attention(config, tokens, formats),
                       mlp - experts, experts, weight_copy_bytes(config, formats, dense), stream_dropout)
 
 
