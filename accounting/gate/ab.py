@@ -21,9 +21,9 @@ module does that:
   the user's arguments as given (collecting the whole suite); the later ones collect just the
   benchmarks the first pair ran, by node id;
 - **the verdict holds its false-alarm rate over every look** (:mod:`accounting.gate.sequential`):
-  each pair gives one log ratio per benchmark, and a bet on those ratios convicts a benchmark
-  when it is surely slower than its threshold at α = 0.01 family-wise over the whole matrix,
-  however many pairs were looked at; it clears one (*no change*, the futility stop) when its
+  each pair gives one log ratio per benchmark, and bets on those ratios convict a benchmark
+  when it is surely slower at α = 0.01 family-wise over the whole matrix and slower than its
+  threshold with one-sided 90 % confidence, however many pairs were looked at; it clears one (*no change*, the futility stop) when its
   always-valid interval ends below the threshold, so unchanged benchmarks stop costing pairs.
   The rest of the row (values, work, memory, clocks, outliers named) is
   :func:`accounting.gate.decide.judge`'s, with A's runs as the baseline and B's as the current;
@@ -206,11 +206,11 @@ def _sequential_verdict(verdict: Verdict, figures, *, alpha: float, metric: str)
     decision = Decision(figures.decision)
     percent = f"{verdict.threshold * 100:g} %"
     if decision is Decision.REGRESSION:
-        reason = (f"{figures.ratio:.3g}× slower after {figures.pairs} pairs: surely more than {percent} "
-                  f"(p = {figures.p_slower:.2g} ≤ {alpha:g} over every look)")
+        reason = (f"{figures.ratio:.3g}× slower after {figures.pairs} pairs (p = {figures.p_slower:.2g} ≤ {alpha:g} "
+                  f"over every look), by more than {percent} (lower bound {figures.low:.3g}×)")
     elif decision is Decision.IMPROVEMENT:
-        reason = (f"{1 / figures.ratio:.3g}× faster after {figures.pairs} pairs "
-                  f"(p = {figures.p_faster:.2g} ≤ {alpha:g} over every look)")
+        reason = (f"{1 / figures.ratio:.3g}× faster after {figures.pairs} pairs (p = {figures.p_faster:.2g} ≤ "
+                  f"{alpha:g} over every look), by more than {percent}")
     elif decision is Decision.NO_CHANGE:
         reason = f"a slowdown of {percent} is excluded after {figures.pairs} pairs (upper bound {figures.high:.3g}×)"
     else:

@@ -98,9 +98,9 @@ def _first_crossing(paths: np.ndarray, limit: float) -> np.ndarray:
 
 
 def pairs_needed(spread: float, threshold: float, *, alpha: float = ALPHA) -> int | None:
-    """Pairs after which, 95 % of the time, a slowdown of twice ``threshold`` is convicted and unchanged code is
-    cleared (*no change*), by the sequential test at ``alpha``, where pairs' log ratios spread by ``spread``
-    (their standard deviation). ``None``: more than :data:`PLAN_MAX_PAIRS`.
+    """Pairs after which, 95 % of the time, a slowdown of twice ``threshold`` is convicted (slower at ``alpha``,
+    beyond the threshold at :data:`FUTILITY_LEVEL`, at one look) and unchanged code is cleared (*no change*), by
+    the sequential test, where pairs' log ratios spread by ``spread`` (their standard deviation). ``None``: more than :data:`PLAN_MAX_PAIRS`.
 
     >>> pairs_needed(0.02, 0.05) < pairs_needed(0.09, 0.05)   # more noise, more pairs
     True
@@ -111,7 +111,8 @@ def pairs_needed(spread: float, threshold: float, *, alpha: float = ALPHA) -> in
         raise AccountingError(f"threshold must be a fraction in (0, 1), got {threshold!r}")
     noise = max(spread, 1e-6) * np.random.default_rng(SEED).standard_normal((PLAN_JOBS, PLAN_MAX_PAIRS))
     centre = math.log1p(threshold)
-    convict = _first_crossing(wealth(2 * centre + noise, centre), 1 / alpha)
+    slowed = 2 * centre + noise
+    convict = _first_crossing(np.minimum(wealth(slowed, 0.0) * alpha, wealth(slowed, centre) * FUTILITY_LEVEL), 1.0)
     clear = _first_crossing(wealth(noise, centre, direction=-1), 1 / FUTILITY_LEVEL)
     needed = int(max(np.quantile(convict, POWER, method="higher"), np.quantile(clear, POWER, method="higher")))
     return needed if needed <= PLAN_MAX_PAIRS else None
