@@ -530,6 +530,56 @@ def block_activation_parts(
                       mlp - experts, experts, weight_copy_bytes(config, formats, dense), stream_dropout)
 
 
+@dataclass(frozen=True)
+class OutsideParts:
+    """What a forward saves outside its blocks, by part: ``norm`` (the final norm's own saves: input copy,
+    statistics, normalised tensor), ``head_input`` (its output, which the output head saves), ``logits``
+    (the loss's fp32 log-probabilities and a soft cap's tanh: one value per token and vocabulary entry),
+    ``mtp`` (multi-token-prediction modules' own), ``unembedding_copy`` (autocast's copy of the output
+    head), ``positions`` (rotary cos and sin tables), ``dropout`` (the embedding dropout's mask).
+
+    >>> config = TransformerConfig(layers=1, width=4, heads=2, sequence_length=3, vocabulary=10)
+    >>> outside_activation_parts(config, 1, ActivationFormats(4, 4, 4)).total  # 4*12 + 8*3 + 4*12 + 4*30
+    240
+    """
+
+    norm: int
+    head_input: int
+    logits: int
+    mtp: int
+    unembedding_copy: int
+    positions: int
+    dropout: int
+
+    @property
+    def total(self) -> int:
+        return (self.norm + self.head_input + self.logits + self.mtp + self.unembedding_copy + self.positions
+                + self.dropout)
+
+
+def outside_activation_parts(config: TransformerConfig, batch: int, formats: ActivationFormats,
+                             dropout: bool = False) -> OutsideParts:
+    """:class:`OutsideParts` of a forward of ``config`` on ``batch`` sequences (``dropout`` as for
+    :func:`transformer_activations`, whose ``outside`` is their total with any sliding-window mask)."""
+    s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream
+    tokens = s * batch
+    head_input = _norm_input(config, tokens, formats, 1)
+    logits = _FP32 * tokens * config.vocabulary
+    # Each multi-token-prediction module also saves the RMSNorms of the embedding and of the hidden state, the
+    # 2h-wide concatenation its projection reads, and again the output head's norm and the loss's log-probabilities.
+    mtp = config.mtp_modules * (
+        2 * _rms_statistics(config, tokens * h, tokens, sigma) + mu * tokens * 2 * h
+        + _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary)
+    if config.logit_softcap:  # tanh(logits / c) saves its output, in the logits' dtype
+        logits += mu * tokens * config.vocabulary
+    copy = mu * config.unembedding_parameter_count if formats.autocast else 0  # the unembedding's weight copy
+    positions = 0
+    if _llama_style(config) and not config.learned_positions:
+        positions = 2 * sigma * s * (config.rope_head_width or config.head_width)  # rotary cos and sin tables
+    return OutsideParts(_norm(config, tokens, formats, 1) - head_input, head_input, logits, mtp, copy, positions,
+                        _MASK * tokens * h if dropout else 0)
+
+
 def transformer_activations(
     config: TransformerConfig,
     batch_size: int,
@@ -561,7 +611,7 @@ def transformer_activations(
         raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
     asked = attention
     attention, kernel = resolve_attention(config, batch, formats, asked, device, dropout)
-    s, h, mu, sigma = config.sequence_length, config.width, formats.matmul, formats.stream
+    s, h, sigma = config.sequence_length, config.width, formats.stream
     tokens = s * batch
 
     def block(kind: str, dense: bool, masked: bool) -> int:
@@ -586,20 +636,7 @@ def transformer_activations(
     bottom = sizes[next(iter(counts))]
     blocks = sum(counts[key] * sizes[key] for key in counts)
     layer = max(sizes.values())
-    outside = _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary
-    # Each multi-token-prediction module also saves the RMSNorms of the embedding and of the hidden state, the
-    # 2h-wide concatenation its projection reads, and again the output head's norm and the loss's log-probabilities.
-    outside += config.mtp_modules * (
-        2 * _rms_statistics(config, tokens * h, tokens, sigma) + mu * tokens * 2 * h
-        + _norm(config, tokens, formats, 1) + _FP32 * tokens * config.vocabulary)
-    if config.logit_softcap:  # tanh(logits / c) saves its output, in the logits' dtype
-        outside += mu * tokens * config.vocabulary
-    if formats.autocast:
-        outside += mu * config.unembedding_parameter_count  # the unembedding's weight copy
-    if _llama_style(config) and not config.learned_positions:
-        outside += 2 * sigma * s * (config.rope_head_width or config.head_width)  # rotary cos and sin tables
-    if dropout:
-        outside += _MASK * tokens * h
+    outside = outside_activation_parts(config, batch, formats, dropout).total
     # A checkpointed block keeps its input; eager attention's additive mask (batch, 1, s, s) in the
     # weights' dtype is an input of every block, kept once for each kind of layer (full and sliding).
     checkpoint = sigma * tokens * h
