@@ -61,18 +61,17 @@ them. A group lies within a node when its stride × size is at most ``node_size`
 >>> from accounting.model.parallel.layout import ParallelLayout
 >>> config = TransformerConfig(layers=4, width=64, heads=4, sequence_length=32, vocabulary=100)
 >>> rows = step_traffic(config, 2, ParallelLayout(devices=8, tensor=2, pipeline=2))
->>> [(row.axis, row.collective, row.part, row.calls) for row in rows][:3]
-[('tensor', 'all-gather', 'blocks', 8), ('tensor', 'reduce-scatter', 'blocks', 8), ('tensor', 'reduce-scatter', 'embedding', 1)]
+>>> [(row.axis, row.collective, row.part, row.calls) for row in rows][:2]
+[('tensor', 'all-gather', 'blocks', 8), ('tensor', 'reduce-scatter', 'blocks', 8)]
 """
 
-import math
 from dataclasses import dataclass
 
 from accounting._checks import check_choice, check_positive_size
-from accounting.errors import AccountingTypeError
 from accounting.model.activations import precision_policy
 from accounting.model.config import TransformerConfig
-from accounting.model.parallel.layout import HSDP, ParallelLayout, check_layout_for_model
+from accounting.model.parallel.layout import HSDP, ParallelLayout
+from accounting.model.parallel.states import check_config_and_layout, stage_parameters
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
 """What the backward recomputes: nothing, a selective policy (no matmul, so no collective), every block."""
@@ -130,71 +129,24 @@ def _row(axis, collective, group, calls, buffer, within, part, stage=None) -> Ax
     return AxisTraffic(axis, collective, group, calls, moved, within, part, buffer, stage)
 
 
+def _stage_blocks(held) -> tuple[int, int]:
+    """(blocks, blocks with routed experts) of one stage's :class:`StageParameters` (its MTP modules counted
+    as blocks): every unit FSDP gathers but the root."""
+    blocks = held.units[:-1]
+    return len(blocks), sum(1 for _, experts in blocks if experts)
+
+
 def busiest_rank_blocks(config: TransformerConfig, layout: ParallelLayout) -> int:
-    """Blocks the busiest pipeline rank holds: ⌈layers / (P·V)⌉ per chunk, V chunks (multi-token-prediction
-    modules left out).
+    """Blocks the busiest pipeline rank holds (:func:`accounting.model.parallel.states.stage_layers`'s split:
+    the blocks in P·V chunks, the earlier chunks one longer where they do not divide; the last stage's
+    multi-token-prediction modules counted as blocks).
 
     >>> from accounting.model.config import TransformerConfig
     >>> config = TransformerConfig(layers=10, width=64, heads=4, sequence_length=32, vocabulary=100)
     >>> busiest_rank_blocks(config, ParallelLayout(devices=4, pipeline=4))
     3
     """
-    return math.ceil(config.layers / layout.stages) * layout.virtual_stages
-
-
-def _expert_blocks(config: TransformerConfig, blocks: int) -> int:
-    """Of ``blocks`` blocks, those whose MLP is routed experts (all but the dense layers, spread evenly)."""
-    if config.experts == 1:
-        return 0
-    return math.ceil(blocks * config.sparse_layers / config.layers)
-
-
-@dataclass(frozen=True)
-class RankParameters:
-    """Parameter elements one rank of a stage holds: ``blocks`` (its blocks' dense parts), ``outer`` (the
-    embedding, the final norm and the output head its stage holds), ``experts`` (its routed experts'),
-    over ``block_count`` blocks of which ``expert_blocks`` have routed experts."""
-
-    blocks: int
-    outer: int
-    experts: int
-    block_count: int
-    expert_blocks: int
-
-    @property
-    def dense(self) -> int:
-        return self.blocks + self.outer
-
-
-def rank_parameters(config: TransformerConfig, layout: ParallelLayout, stage: int) -> RankParameters:
-    """The parameters one rank of ``stage`` holds (the busiest stage's number of blocks).
-
-    Matrices and biases of attention, dense and shared MLPs divided T ways, norms and the router whole;
-    routed experts E·ETP ways; the embedding on stage 0 and the output head (with the final norm) on
-    the last, each divided T ways (a tied matrix on both when P > 1, as Megatron keeps it).
-
-    >>> from accounting.model.config import TransformerConfig
-    >>> config = TransformerConfig(layers=4, width=64, heads=4, sequence_length=32, vocabulary=100)
-    >>> rank_parameters(config, ParallelLayout(), 0).dense == config.parameter_count
-    True
-    """
-    blocks = busiest_rank_blocks(config, layout)
-    expert_blocks = _expert_blocks(config, blocks)
-    norms = config.norms_per_layer * config.norm_parameter_count
-    attention = config.attention_parameter_count
-    dense_blocks = blocks - expert_blocks
-    dense = dense_blocks * ((attention + config.dense_mlp_parameter_count) // layout.tensor + norms)
-    dense += expert_blocks * ((attention + config.shared_expert_parameter_count) // layout.tensor + norms
-                              + config.router_parameter_count)
-    experts = expert_blocks * config.experts // layout.expert * config.expert_parameter_count // layout.expert_tensor
-    last = layout.pipeline - 1
-    outer = 0
-    if stage == 0:
-        outer += config.embedding_parameter_count // layout.tensor
-    if stage == last:
-        head = 0 if config.tied_embeddings and last == 0 else config.unembedding_parameter_count
-        outer += head // layout.tensor + config.norm_parameter_count
-    return RankParameters(dense, outer, experts, blocks, expert_blocks)
+    return max(_stage_blocks(held)[0] for held in stage_parameters(config, layout))
 
 
 def _within(stride: int, size: int, node_size: int) -> bool:
@@ -244,19 +196,17 @@ def step_traffic(config: TransformerConfig, micro_batch: int, layout: ParallelLa
     ``micro_batch``: sequences per micro-batch on one data-parallel rank; ``micro_batches`` (m): per
     optimizer step per pipeline. Rows of parts only one stage holds name it (``stage``).
     """
-    if not isinstance(config, TransformerConfig):
-        raise AccountingTypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-    if not isinstance(layout, ParallelLayout):
-        raise AccountingTypeError(f"layout must be a ParallelLayout, got {type(layout).__name__}")
+    check_config_and_layout(config, layout)
     b = check_positive_size(micro_batch, "micro_batch")
     m = check_positive_size(micro_batches, "micro_batches")
     check_choice(recompute, RECOMPUTE_POLICIES, "recompute")
-    check_layout_for_model(config, layout)
     policy = precision_policy(precision)
     e = policy.bytes_of("activations")
     t, p, c, x = layout.tensor, layout.pipeline, layout.context, layout.expert
     tokens = b * config.sequence_length // c
-    blocks = busiest_rank_blocks(config, layout)
+    held = stage_parameters(config, layout)
+    blocks = max(_stage_blocks(stage)[0] for stage in held)
+    expert_blocks = max(_stage_blocks(stage)[1] for stage in held)
     again = 1 if recompute == "full" else 0
     rows = _tensor_rows(config, layout, tokens, e, m, recompute, blocks)
     if c > 1:
@@ -265,7 +215,7 @@ def step_traffic(config: TransformerConfig, micro_batch: int, layout: ParallelLa
         rows.append(_row("context", SEND, c, calls, chunk, _within(t, c, layout.node_size), "keys and values"))
     if x > 1:
         routed = tokens // t * config.experts_per_token * config.width * e
-        calls = (2 + 2 + 2 * again) * _expert_blocks(config, blocks) * m
+        calls = (2 + 2 + 2 * again) * expert_blocks * m
         inside = _within(layout.expert_tensor, x, layout.node_size)
         rows.append(_row("expert", ALL_TO_ALL, x, calls, routed, inside, "dispatch and combine"))
     if p > 1:
@@ -274,17 +224,18 @@ def step_traffic(config: TransformerConfig, micro_batch: int, layout: ParallelLa
         sends = 2 * m * v if p > 2 else m * (2 * v - 1)
         rows.append(_row("pipeline", SEND, 2, sends, boundary, _within(t * c * layout.data, p, layout.node_size),
                          "activations"))
-    rows += _data_rows(config, layout, policy, m)
+    rows += _data_rows(held, layout, policy, m)
     return tuple(rows)
 
 
 def _sharded_rows(kind, stage_name, group, shard_group, stride, units, policy, m, node_size, stage):
     """Rows of one kind of state (``""``: dense, ``"expert "``) over its data-parallel ``group``
-    (ZeRO-3's over ``shard_group``); ``units``: (elements of one FSDP unit, units) pairs."""
-    if group == 1:
+    (ZeRO-3's over ``shard_group``); ``units``: (elements of one FSDP unit, units, gathers a micro-batch)."""
+    units = [(elements, count, gathers) for elements, count, gathers in units if elements and count]
+    if group == 1 or not units:
         return []
     weights, gradients = policy.bytes_of("weights"), policy.bytes_of("gradients")
-    total = sum(elements * count for elements, count in units)
+    total = sum(elements * count for elements, count, _ in units)
     inside = _within(stride, group, node_size)
     name_g, name_w = f"{kind}gradients", f"{kind}weights"
     if stage_name == "ddp":
@@ -296,9 +247,7 @@ def _sharded_rows(kind, stage_name, group, shard_group, stride, units, policy, m
     rows = []
     shard_inside = _within(stride, shard_group, node_size)
     replicas = group // shard_group
-    for (elements, count), gathers in zip(units, (2, 1)):
-        if not elements or not count:
-            continue
+    for elements, count, gathers in units:
         rows += [_row("data", ALL_GATHER, shard_group, gathers * m * count, elements * weights, shard_inside, name_w,
                       stage),
                  _row("data", REDUCE_SCATTER, shard_group, m * count, elements * gradients, shard_inside, name_g,
@@ -309,7 +258,15 @@ def _sharded_rows(kind, stage_name, group, shard_group, stride, units, policy, m
     return rows
 
 
-def _data_rows(config, layout, policy, m) -> list[AxisTraffic]:
+def _units(sizes, gathers) -> list[tuple[int, int, int]]:
+    """(elements, how many units of that size, gathers a micro-batch) of a list of unit sizes."""
+    counts: dict[int, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    return [(size, count, gathers) for size, count in counts.items()]
+
+
+def _data_rows(held, layout, policy, m) -> list[AxisTraffic]:
     """Each stage's data-parallel rows. ZeRO-3 gathers per unit, as FSDP2 wraps a model (torchtitan): one unit
     a block, gathered for the forward and again for the backward, and the root's (the embedding, final norm
     and head), not re-sharded after the forward (FSDP2's root keeps them for the backward): once a micro-batch."""
@@ -321,15 +278,14 @@ def _data_rows(config, layout, policy, m) -> list[AxisTraffic]:
     zero3 = stage_name == "zero3"
     shard = layout.sharding_degree if zero3 else group
     expert_shard = layout.expert_sharding_degree if zero3 else layout.expert_data
-    for stage in range(layout.pipeline):
-        held = rank_parameters(config, layout, stage)
-        named = stage if layout.pipeline > 1 else None
-        units = [(-(-held.blocks // held.block_count), held.block_count), (held.outer, 1)]
-        rows += _sharded_rows("", stage_name, group, shard, layout.tensor, units, policy, m, layout.node_size, named)
-        if held.experts:
-            units = [(held.experts // held.expert_blocks, held.expert_blocks), (0, 0)]
-            rows += _sharded_rows("expert ", stage_name, layout.expert_data, expert_shard,
-                                  layout.expert * layout.expert_tensor, units, policy, m, layout.node_size, named)
+    for stage in held:
+        named = stage.stage if layout.pipeline > 1 else None
+        blocks, (root, _) = stage.units[:-1], stage.units[-1]
+        dense = _units([dense for dense, _ in blocks], 2) + [(root, 1, 1)]
+        rows += _sharded_rows("", stage_name, group, shard, layout.tensor, dense, policy, m, layout.node_size, named)
+        experts = _units([experts for _, experts in blocks], 2)
+        rows += _sharded_rows("expert ", stage_name, layout.expert_data, expert_shard,
+                              layout.expert * layout.expert_tensor, experts, policy, m, layout.node_size, named)
     return rows
 
 
