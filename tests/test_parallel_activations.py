@@ -1,0 +1,363 @@
+"""Activations per rank of a parallel layout (accounting/model/parallel/activations.py), against independent truths:
+
+- the single-device count (``transformer_training_memory``) for a layout of all-1 degrees, exactly;
+- torch's own tensor and sequence parallelism (``parallelize_module`` with torchtitan's Llama plan, loss
+  parallel) run on a fake process group of 2 ranks in this one process: the bytes autograd saves on a rank
+  of a Hugging Face Llama block and of its final norm, output head and loss;
+- the pipeline schedules' order of forwards and backwards per stage (torch's own interleaved 1F1B action
+  lists; GPipe and 1F1B enumerated), the micro-batches alive at most;
+- Korthikanti et al. 2022's per-layer formulas (arXiv:2205.05198, Table 2) derived from the package's own
+  count of a GPT-2-style block, with the one difference named.
+"""
+
+import warnings
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accounting import TransformerConfig
+from accounting.errors import AccountingError
+from accounting.model.activations import activation_formats, late_gradient_parameters, \
+    pending_block_gradient_parameters
+from accounting.model.parallel.activations import (
+    chunk_blocks, korthikanti_layer_activations, micro_batches_in_flight, stage_activations, stage_blocks,
+)
+from accounting.model.parallel.layout import ParallelLayout
+from accounting.model.training_memory import transformer_training_memory
+from tests.support.hf_models import FAMILIES, NEWER_FAMILIES, build_hf_model, hf_config
+from tests.support.strategies_training import transformer_configs
+
+ONE = ParallelLayout()
+
+
+# ---- all-1 degrees: the single-device count ----------------------------------------------
+
+
+def _assert_single_device(config, batch, precision, recompute, attention="eager", dropout=False):
+    (stage,) = stage_activations(config, batch, ONE, precision, attention=attention, recompute=recompute,
+                                 dropout=dropout)
+    memory = transformer_training_memory(config, batch, "adamw", precision, dropout, attention=attention,
+                                         recompute=recompute)
+    assert (stage.saved, stage.transient) == (memory.activations, memory.transient)
+    gradients = 0
+    if recompute == "full":  # backward's gradients are the model states' part, not the activations'
+        early = config.parameter_count - late_gradient_parameters(config) \
+            - pending_block_gradient_parameters(config, activation_formats(precision))
+        gradients = round(memory.gradients / config.parameter_count * early)
+    assert stage.backward == memory.backward - gradients
+    assert stage.buffers == {} and stage.in_flight == 1 and stage.blocks == config.layers
+
+
+@settings(max_examples=25)
+@given(config=transformer_configs(max_layers=3), batch=st.integers(1, 3),
+       precision=st.sampled_from(["fp32", "bf16-mixed", "bf16-autocast"]), recompute=st.sampled_from(["none", "full"]),
+       dropout=st.booleans())
+def test_all_one_layout_is_the_single_device_count(config, batch, precision, recompute, dropout):
+    _assert_single_device(config, batch, precision, recompute, dropout=dropout)
+
+
+@pytest.mark.parametrize("family", FAMILIES + NEWER_FAMILIES)
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_all_one_layout_is_the_single_device_count_for_each_family(family, recompute):
+    config = TransformerConfig.from_hf(hf_config(family).to_dict())
+    for precision in ("bf16-mixed", "bf16-autocast"):
+        for attention in ("eager", "sdpa"):
+            _assert_single_device(config, 2, precision, recompute, attention)
+
+
+# ---- tensor and sequence parallelism, measured on a fake process group ----------------------
+
+T = 2
+SIZES = dict(width=64, heads=4, kv_heads=2, ffn_width=96, vocabulary=128, positions=32)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    """A 2-rank world in this process (torch's fake process group): collectives return tensors of the right
+    shapes and move nothing; each DTensor's local shard is rank 0's real one."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=T)
+        yield init_device_mesh("cpu", (T,))
+    dist.destroy_process_group()
+
+
+def _saved_bytes(run, existing):
+    """Bytes of the distinct storages autograd saves while ``run()`` runs (a DTensor's: its local shard's),
+    those of ``existing`` tensors (parameters, rotary tables) left out."""
+    from torch.distributed.tensor import DTensor
+
+    def local(tensor):
+        return tensor._local_tensor if isinstance(tensor, DTensor) else tensor
+
+    before = {local(tensor).untyped_storage()._cdata for tensor in existing}
+    saved = {}
+
+    def pack(tensor):
+        storage = local(tensor).untyped_storage()
+        if storage._cdata not in before:
+            saved[storage._cdata] = storage.nbytes()
+        return tensor
+
+    with warnings.catch_warnings(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        warnings.simplefilter("ignore")
+        run()
+    return sum(saved.values())
+
+
+def _block_plan(sequence_parallel):
+    """torchtitan's Llama block plan (torchtitan/models/llama3/infra/parallelize.py), on Hugging Face's names."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, \
+        SequenceParallel
+
+    colwise = {f"{module}.{name}": ColwiseParallel()
+               for module, names in (("self_attn", "qkv"), ("mlp", ("gate", "up"))) for name in
+               ([f"{n}_proj" for n in names])}
+    if not sequence_parallel:
+        return colwise | {"self_attn.o_proj": RowwiseParallel(), "mlp.down_proj": RowwiseParallel()}
+    return colwise | {
+        "input_layernorm": SequenceParallel(),
+        "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                        desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+        "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+        "post_attention_layernorm": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+    }
+
+
+def _one_block(layout, attention, config, batch, precision="bf16", **options):
+    """One block's bytes on a rank: a stage's forward with two blocks less one with one."""
+    two, one = (stage_activations(replace(config, layers=layers), batch, layout, precision, attention=attention,
+                                  **options)[0] for layers in (2, 1))
+    return two.per_micro_batch - one.per_micro_batch
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("sequence_parallel", [True, False], ids=["sp", "no-sp"])
+def test_block_on_a_rank_is_what_torch_tensor_parallelism_saves(mesh, attention, sequence_parallel):
+    """Exact: torch's plan saves the all-gathered input of Q/K/V and of gate/up (the default,
+    ``linear_inputs="gathered"``), Megatron's convention (``"sharded"``) saves it divided and counts less."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    model, config = build_hf_model("llama", layers=1, **SIZES)
+    model.config._attn_implementation = attention
+    model = model.to(torch.bfloat16)
+    layer, batch, s = model.model.layers[0], 2, config.sequence_length
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallelize_module(layer, mesh, _block_plan(sequence_parallel))
+    x = torch.randn(batch, s // T if sequence_parallel else s, config.width, dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = model.model.rotary_emb(x, torch.arange(s)[None].expand(batch, s))
+    measured = _saved_bytes(lambda: layer(x, position_embeddings=(cos, sin)), [*layer.parameters(), cos, sin])
+
+    layout = ParallelLayout(devices=T, tensor=T, sequence_parallel=sequence_parallel)
+    assert measured == _one_block(layout, attention, config, batch)
+    single = _one_block(ONE, attention, config, batch)
+    assert measured < single  # and the split is real
+    if sequence_parallel:
+        sharded = _one_block(layout, attention, config, batch, linear_inputs="sharded")
+        # Megatron keeps the gathered input's 1/T: each of the two gathered inputs (s·b·h) counted 1/T.
+        assert measured - sharded == 2 * 2 * batch * s * config.width * (T - 1) // T
+
+
+def test_head_and_loss_on_a_rank_are_what_loss_parallel_saves(mesh):
+    """The final norm (sequence-parallel), the output head (columns: the vocabulary) and torch's
+    vocabulary-parallel cross-entropy (``loss_parallel``) on rank 0: the last stage's part outside its blocks."""
+    import torch.nn.functional as F
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel, loss_parallel, parallelize_module
+
+    model, config = build_hf_model("llama", layers=1, **SIZES)
+    model = model.to(torch.bfloat16)
+    batch, s = 2, config.sequence_length
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallelize_module(model, mesh, {
+            "model.norm": SequenceParallel(),
+            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+        })
+    x = torch.randn(batch, s // T, config.width, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, config.vocabulary, (batch, s))
+
+    def run():
+        with loss_parallel():
+            logits = model.lm_head(model.model.norm(x))
+            F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+    measured = _saved_bytes(run, [*model.parameters(), labels])
+    layout = ParallelLayout(devices=T, tensor=T)
+    stage = stage_activations(config, batch, layout, "bf16", attention="eager")[0]
+    rotary = 2 * 2 * s * config.head_width  # the cos and sin tables, bf16
+    predicted = stage.per_micro_batch - _one_block(layout, "eager", config, batch) - rotary
+    assert measured == pytest.approx(predicted, abs=4)  # the loss's fp32 total weight, a scalar, not counted
+
+
+# ---- pipeline schedules: micro-batches in flight --------------------------------------------
+
+
+def _most_alive(order, weight=1):
+    """The most forwards not yet backpropagated along a rank's order of "F" and "B" actions."""
+    alive = most = 0
+    for action in order:
+        alive += 1 if action == "F" else -1
+        most = max(most, alive)
+    return Fraction(most, weight)
+
+
+def _torch_interleaved_order(pipeline, chunks, micro_batches, rank):
+    """torch's ``ScheduleInterleaved1F1B`` actions on ``rank`` (its own computation, no stages or processes)."""
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
+
+    schedule = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)
+    schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = pipeline, chunks, micro_batches
+    schedule.number_of_rounds = max(1, micro_batches // pipeline)
+    schedule.microbatches_per_round = micro_batches // schedule.number_of_rounds
+    actions = [action for action in schedule._calculate_single_rank_operations(rank) if action is not None]
+    assert {action.computation_type for action in actions} == {_ComputationType.FORWARD,
+                                                               _ComputationType.FULL_BACKWARD}
+    return ["F" if action.computation_type == _ComputationType.FORWARD else "B" for action in actions]
+
+
+@pytest.mark.parametrize("pipeline,chunks", [(2, 2), (2, 3), (3, 2), (4, 2), (4, 3)])
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_interleaved_in_flight_is_torchs_schedule(pipeline, chunks, rounds):
+    micro_batches = rounds * pipeline
+    layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule="interleaved-1f1b", virtual_stages=chunks)
+    for rank in range(pipeline):
+        order = _torch_interleaved_order(pipeline, chunks, micro_batches, rank)
+        assert order.count("F") == order.count("B") == micro_batches * chunks
+        assert micro_batches_in_flight(layout, rank, micro_batches) == _most_alive(order, chunks)
+
+
+@pytest.mark.parametrize("pipeline", [1, 2, 3, 5])
+@pytest.mark.parametrize("micro_batches", [1, 2, 4, 7])
+def test_gpipe_and_1f1b_in_flight_by_enumeration(pipeline, micro_batches):
+    """GPipe: every forward, then every backward; 1F1B (PipeDream-flush): the stages after this one warm up
+    with a forward each, then one forward and one backward, then the backwards left."""
+    for rank in range(pipeline):
+        gpipe = ["F"] * micro_batches + ["B"] * micro_batches
+        warmup = min(pipeline - rank - 1, micro_batches)
+        one_f_one_b = ["F"] * warmup + ["F", "B"] * (micro_batches - warmup) + ["B"] * warmup
+        for schedule, order in (("gpipe", gpipe), ("1f1b", one_f_one_b)):
+            layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule=schedule)
+            assert micro_batches_in_flight(layout, rank, micro_batches) == _most_alive(order)
+
+
+@pytest.mark.parametrize("pipeline,chunks", [(2, 2), (4, 2), (8, 4)])
+def test_interleaved_first_stage_is_korthikantis_count(pipeline, chunks):
+    """Section 4.2.3: the first stage holds P micro-batches' worth, times 1 + (P − 1)/(P·V) when interleaved."""
+    layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule="interleaved-1f1b", virtual_stages=chunks)
+    expected = pipeline * (1 + Fraction(pipeline - 1, pipeline * chunks))
+    assert micro_batches_in_flight(layout, 0, 4 * pipeline) == expected
+
+
+@pytest.mark.parametrize("layers,pipeline,chunks", [(8, 2, 1), (8, 2, 2), (10, 4, 1), (7, 3, 2), (12, 4, 3)])
+def test_every_block_on_one_stage_in_chunks_of_nearly_equal_size(layers, pipeline, chunks):
+    layout = ParallelLayout(devices=pipeline, pipeline=pipeline, virtual_stages=chunks,
+                            schedule="interleaved-1f1b" if chunks > 1 else "1f1b")
+    stages = stage_blocks(layers, layout)
+    assert sorted(index for stage in stages for index in stage) == list(range(layers))
+    sizes = [len(chunk) for chunk in chunk_blocks(layers, pipeline * chunks)]
+    assert max(sizes) - min(sizes) <= 1
+    for rank, stage in enumerate(stages):  # rank p holds chunks p, p + P, …: each chunk's blocks are consecutive
+        chunks_held = [chunk for chunk in chunk_blocks(layers, pipeline * chunks)][rank::pipeline]
+        assert stage == tuple(index for chunk in chunks_held for index in chunk)
+
+
+def test_first_1f1b_stage_holds_pipeline_micro_batches_and_the_last_the_loss():
+    config = TransformerConfig.from_hf(hf_config("llama", layers=4).to_dict())
+    layout = ParallelLayout(devices=8, tensor=2, pipeline=4)
+    stages = stage_activations(config, 2, layout, micro_batches=8)
+    assert [stage.in_flight for stage in stages] == [4, 3, 2, 1]
+    assert all(stage.saved == stage.in_flight * stage.per_micro_batch for stage in stages)
+    assert [stage.transient > 0 for stage in stages] == [False, False, False, True]
+    logits = config.sequence_length * 2 * config.vocabulary // 2  # vocabulary-parallel: half the vocabulary
+    assert stages[-1].transient == 2 * 4 * logits
+
+
+# ---- Korthikanti et al. 2022, Table 2, from the package's count of a GPT-2-style block -------------
+
+
+S, B, H, A = 64, 2, 64, 4
+GPT = TransformerConfig(layers=1, width=H, heads=A, sequence_length=S, vocabulary=96)  # LayerNorm, GELU, f = 4h
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_korthikanti_table_2_from_our_block(t):
+    """Our count of a GPT-2 block in 16 bits with dropout and eager attention is the paper's plus the two
+    LayerNorms' fp32 mean and reciprocal std (2 × 2 × 4 bytes a token) that the paper leaves out; with
+    sequence parallelism those are divided too. torch's plan saves the all-gathered input of the QKV and
+    first MLP matrices (2 × 2sbh, whole), which Megatron (the paper) keeps divided."""
+    def ours(**options):
+        layout = ParallelLayout(devices=t, tensor=t, sequence_parallel=options.pop("sp", True))
+        return _one_block(layout, "eager", GPT, B, "fp16-mixed", dropout=True, **options)
+
+    def paper(**options):
+        return korthikanti_layer_activations(S, B, H, A, t, **options)
+
+    statistics = 16 * S * B
+    assert ours(sp=False) == paper() + statistics
+    assert ours(linear_inputs="sharded") == paper(sequence_parallel=t > 1) + statistics // t
+    assert ours() == paper(sequence_parallel=t > 1) + statistics // t + 2 * 2 * S * B * H * (t - 1) // t
+    assert ours(recompute="selective", linear_inputs="sharded") \
+        == paper(sequence_parallel=t > 1, recompute="selective") + statistics // t
+    assert ours(sp=False, recompute="selective") == paper(recompute="selective") + statistics
+    assert ours(recompute="full") == paper(sequence_parallel=t > 1, recompute="full")
+
+
+def test_korthikanti_one_device_is_34_sbh_plus_5_as2b():
+    assert korthikanti_layer_activations(S, B, H, A) == 34 * S * B * H + 5 * A * S * S * B
+
+
+# ---- context and expert parallelism, key/value heads ---------------------------------------------
+
+
+def test_context_parallelism_needs_a_fused_attention_kernel():
+    config = TransformerConfig.from_hf(hf_config("llama").to_dict())
+    for attention in ("eager", "sdpa-math"):
+        with pytest.raises(AccountingError, match=f"context parallelism.*{attention}"):
+            stage_activations(config, 1, ParallelLayout(devices=2, context=2), attention=attention)
+
+
+def test_context_parallel_rank_saves_its_chunk_and_buffers_two_kv_blocks():
+    """A fused kernel's saves grow with the tokens: a rank of C holds what one device holds for s / C tokens;
+    the ring's buffers are the K and V of the local chunk being used and the one being received."""
+    config = TransformerConfig.from_hf(hf_config("llama").to_dict())
+    c = 2
+    layout = ParallelLayout(devices=c, context=c)
+    chunk = replace(config, sequence_length=config.sequence_length // c)
+    assert _one_block(layout, "sdpa-flash", config, 2) == _one_block(ONE, "sdpa-flash", chunk, 2)
+    (stage,) = stage_activations(config, 2, layout, "bf16", attention="sdpa-flash")
+    k_and_v = 2 * 2 * chunk.sequence_length * config.kv_width * 2  # bf16 K and V of 2 sequences
+    assert stage.buffers == {"context k/v blocks": 2 * k_and_v}
+
+
+def test_key_value_heads_fewer_than_tensor_ranks_are_replicated():
+    """T = 4 ranks, 2 key/value heads: each rank holds one, as if there were 4."""
+    few, one_each = (TransformerConfig.from_hf(hf_config("llama", kv_heads=k).to_dict()) for k in (2, 4))
+    layout = ParallelLayout(devices=4, tensor=4)
+    assert _one_block(layout, "sdpa-flash", few, 2) == _one_block(layout, "sdpa-flash", one_each, 2)
+    assert _one_block(ONE, "sdpa-flash", few, 2) < _one_block(ONE, "sdpa-flash", one_each, 2)
+
+
+def test_expert_parallel_rank_routes_its_tokens_out_and_back():
+    """Balanced routing: a rank's experts take as many rows as it sends, so its saves do not change with E;
+    its k routed rows of each token go out and come back (dispatch and combine buffers)."""
+    config = TransformerConfig.from_hf(hf_config("mixtral").to_dict())
+    single, = stage_activations(config, 2, ONE, "bf16")
+    split, = stage_activations(config, 2, ParallelLayout(devices=2, expert=2), "bf16")
+    assert split.per_micro_batch == single.per_micro_batch
+    rows = 2 * config.sequence_length * config.experts_per_token
+    assert split.buffers == {"expert dispatch": 2 * rows * config.width, "expert combine": 2 * rows * config.width}
