@@ -16,7 +16,8 @@ from accounting.model.config import TransformerConfig
 from accounting.model.parallel.communication import step_traffic
 from accounting.model.parallel.layout import ParallelLayout
 from accounting.plan.devices import plan_device
-from accounting.plan.layout_time import bubble_fraction, layout_step_time
+from accounting.model.flops import transformer_flops
+from accounting.plan.layout_time import bubble_fraction, layout_step_time, training_flops_per_sequence
 from accounting.plan.links import Links, device_links, read_links
 
 
@@ -153,6 +154,13 @@ def test_compute_divides_over_devices_and_mfu():
         2 * one.compute)
     assert one.tokens_per_second == pytest.approx(one.tokens_per_step / one.total)
     assert one.tokens_per_step == 4 * CONFIG.sequence_length
+
+
+def test_a_steps_flops_are_its_sequences_times_one_sequences():
+    moe = TransformerConfig(layers=4, width=128, heads=8, sequence_length=64, vocabulary=500, mlp="swiglu",
+                            experts=8, experts_per_token=2, ffn_width=64, dense_layers=1, shared_experts=1)
+    for config in (CONFIG, moe):
+        assert training_flops_per_sequence(config) * 48 == transformer_flops(config, batch_size=48).training
 
 
 def _fleet_record(host, scope, ranks, collective, nbytes, seconds):

@@ -31,6 +31,7 @@
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from accounting._checks import check_positive, check_positive_size
 from accounting.errors import AccountingError
@@ -99,6 +100,13 @@ def attention_seconds(config: TransformerConfig, layout: ParallelLayout, micro_b
     return 3 * per_sequence * blocks * micro_batch * micro_batches / flops_per_second
 
 
+@lru_cache(maxsize=64)
+def training_flops_per_sequence(config: TransformerConfig) -> int:
+    """Model FLOPs of one sequence's forward and backward (a step's are this × its sequences: every
+    term of :func:`transformer_flops` is linear in the batch)."""
+    return transformer_flops(config, batch_size=1).training
+
+
 def _data_window(sharding: str, collective: str, compute: float, micro_batches: int) -> float:
     """The compute that hides a data-parallel collective (module docstring)."""
     if sharding == "zero3" or (sharding == "zero2" and collective == "reduce-scatter"):
@@ -133,7 +141,7 @@ def layout_step_time(config: TransformerConfig, layout: ParallelLayout, device: 
                                                            recompute=recompute)
     global_batch = layout.data * m * b
     flops_per_second = device.peak_flops_per_second * rate
-    compute = transformer_flops(config, batch_size=global_batch).training / (layout.devices * flops_per_second)
+    compute = training_flops_per_sequence(config) * global_batch / (layout.devices * flops_per_second)
     attention = attention_seconds(config, layout, b, m, flops_per_second)
     best = None
     for stage in range(layout.pipeline):

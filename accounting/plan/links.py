@@ -53,8 +53,8 @@ DEVICE_LINKS = (
     ("H200 SXM", (450 * GB, "NVLink 4, 900 GB/s per GPU both ways (NVIDIA H200 datasheet)"), NDR),
     ("B200", (900 * GB, "NVLink 5, 1.8 TB/s per GPU both ways (NVIDIA DGX B200 datasheet)"), NDR),
     ("A100 SXM", (300 * GB, "NVLink 3, 600 GB/s per GPU both ways (NVIDIA A100 datasheet)"), HDR),
-    ("MI300X", (448 * GB, "Infinity Fabric, 7 links x 64 GB/s each way (AMD Instinct MI300X datasheet: "
-                          "896 GB/s both ways)"), NDR),
+    ("MI300X", (448 * GB, "Infinity Fabric, 7 links x 64 GB/s each way "
+                          "(AMD Instinct MI300X datasheet: 896 GB/s both ways)"), NDR),
 )
 """Datasheet link bandwidths per device (one direction per GPU)."""
 
@@ -67,7 +67,7 @@ def device_links(name: str) -> Links:
     >>> device_links("T4")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    accounting.errors.AccountingError: no link bandwidths known for 'T4' (known: H100 SXM, ...): give them with --links ...
+    accounting.errors.AccountingError: no link bandwidths known for 'T4' (known: H100 SXM, ...): give them ...
     """
     if not isinstance(name, str):
         raise AccountingTypeError(f"device must be a name such as 'H100 SXM', got {name!r}")

@@ -66,6 +66,7 @@ them. A group lies within a node when its stride × size is at most ``node_size`
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from accounting._checks import check_choice, check_positive_size
 from accounting.model.activations import precision_policy
@@ -129,6 +130,12 @@ def _row(axis, collective, group, calls, buffer, within, part, stage=None) -> Ax
     return AxisTraffic(axis, collective, group, calls, moved, within, part, buffer, stage)
 
 
+@lru_cache(maxsize=512)
+def _held(config: TransformerConfig, layout: ParallelLayout) -> tuple:
+    """:func:`stage_parameters`, kept for the layouts a search asks about again."""
+    return stage_parameters(config, layout)
+
+
 def _stage_blocks(held) -> tuple[int, int]:
     """(blocks, blocks with routed experts) of one stage's :class:`StageParameters` (its MTP modules counted
     as blocks): every unit FSDP gathers but the root."""
@@ -146,7 +153,7 @@ def busiest_rank_blocks(config: TransformerConfig, layout: ParallelLayout) -> in
     >>> busiest_rank_blocks(config, ParallelLayout(devices=4, pipeline=4))
     3
     """
-    return max(_stage_blocks(held)[0] for held in stage_parameters(config, layout))
+    return max(_stage_blocks(held)[0] for held in _held(config, layout))
 
 
 def _within(stride: int, size: int, node_size: int) -> bool:
@@ -204,7 +211,7 @@ def step_traffic(config: TransformerConfig, micro_batch: int, layout: ParallelLa
     e = policy.bytes_of("activations")
     t, p, c, x = layout.tensor, layout.pipeline, layout.context, layout.expert
     tokens = b * config.sequence_length // c
-    held = stage_parameters(config, layout)
+    held = _held(config, layout)
     blocks = max(_stage_blocks(stage)[0] for stage in held)
     expert_blocks = max(_stage_blocks(stage)[1] for stage in held)
     again = 1 if recompute == "full" else 0
