@@ -204,6 +204,90 @@ def test_head_and_loss_on_a_rank_are_what_loss_parallel_saves(mesh):
     assert measured == pytest.approx(predicted, abs=4)  # the loss's fp32 total weight, a scalar, not counted
 
 
+# ---- torchtitan's op-level selective checkpointing, run ------------------------------------------
+
+# torchtitan's _save_list (torchtitan/models/llama3/infra/parallelize.py, as of its published benchmarks), with
+# the CPU's flash kernel standing in for CUDA's: these ops' outputs are kept, every second mm recomputed.
+_SAC_SAVE = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_efficient_attention.default,
+             torch.ops.aten._scaled_dot_product_flash_attention.default,
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+             torch.ops._c10d_functional.reduce_scatter_tensor.default, torch.ops.aten.max.default}
+
+
+def _torchtitan_sac_context():
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == torch.ops.aten.mm.default:
+            counts[mode] += 1
+        save = func in _SAC_SAVE and not (func == torch.ops.aten.mm.default and counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def _local_live_bytes():
+    """The package's live-tensor tracker, each DTensor counted by its local shard (the bytes a rank holds)."""
+    from torch.distributed.tensor import DTensor
+    from torch.utils._pytree import tree_flatten
+
+    from accounting.live_memory import LiveTensorBytes
+
+    def local(tensor):
+        return tensor._local_tensor if isinstance(tensor, DTensor) else tensor
+
+    class LocalLiveBytes(LiveTensorBytes):
+        def _record(self, tensor):
+            super()._record(local(tensor))
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {local(value).untyped_storage()._cdata for value in tree_flatten((args, kwargs))[0]
+                      if isinstance(value, torch.Tensor)}
+            for value in tree_flatten(out)[0]:
+                if isinstance(value, torch.Tensor) and local(value).untyped_storage()._cdata not in inputs:
+                    self._record(value)
+            return out
+
+    return LocalLiveBytes(), local
+
+
+@pytest.mark.parametrize("tensor,sequence_parallel", [(1, False), (T, True), (T, False)], ids=["one", "tp-sp", "tp"])
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_matmul_outputs_policy_is_what_torchtitans_op_level_checkpointing_keeps(mesh, tensor, sequence_parallel,
+                                                                                 attention):
+    """A block under ``checkpoint(..., context_fn=<torchtitan's policy>)``: what stays alive after its forward
+    (its input, the kept ops' outputs) on a rank, exactly."""
+    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.utils.checkpoint import checkpoint
+
+    model, config = build_hf_model("llama", layers=1, **SIZES)
+    model.config._attn_implementation = attention
+    model = model.to(torch.bfloat16)
+    layer, batch, s = model.model.layers[0], 2, config.sequence_length
+    if tensor > 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parallelize_module(layer, mesh, _block_plan(sequence_parallel))
+    tokens = s // tensor if sequence_parallel else s
+    x = torch.randn(batch, tokens, config.width, dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = model.model.rotary_emb(x, torch.arange(s)[None].expand(batch, s))
+    live, local = _local_live_bytes()
+    with warnings.catch_warnings(), live:
+        warnings.simplefilter("ignore")
+        live.track(*(local(parameter) for parameter in layer.parameters()))
+        before = live.current
+        out = checkpoint(layer, x, position_embeddings=(cos, sin), use_reentrant=False,
+                         context_fn=_torchtitan_sac_context)
+        kept = live.current - before - local(out).untyped_storage().nbytes() + x.untyped_storage().nbytes()
+    layout = ParallelLayout(devices=tensor, tensor=tensor, sequence_parallel=sequence_parallel)
+    kind = "sdpa-flash" if attention == "sdpa" else "eager"
+    assert kept == _one_block(layout, kind, config, batch, recompute="selective", selective="matmul-outputs")
+
+
 # ---- pipeline schedules: micro-batches in flight --------------------------------------------
 
 
