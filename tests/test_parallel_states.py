@@ -180,6 +180,18 @@ def test_experts_are_divided_over_their_own_ranks_and_sharded_over_the_rest():
             assert 4 * local_elements(model) == predicted.parameters, f"rank {rank}"
 
 
+def test_hybrid_sharding_divides_the_states_within_a_node_only():
+    # HSDP on 8 ranks of 4 a node: fully_shard over a (replicate, shard) mesh of 2 × 4
+    _, config = build_hf_model("llama", device="meta")
+    layout = ParallelLayout(devices=8, sharding="hsdp", node_size=4)
+    (predicted,) = stage_states(config, layout, "fp32")
+    for rank in (0, 5):
+        with fake_world(rank, 8):
+            model, _ = build_hf_model("llama", device="meta")
+            fully_sharded(model, init_device_mesh("cpu", (2, 4), mesh_dim_names=("replicate", "shard")))
+            assert 4 * local_elements(model) == predicted.parameters, f"rank {rank}"
+
+
 def pipeline_stage(family: str, keep: list[int], first: bool, last: bool, **sizes) -> torch.nn.Module:
     """The modules a pipeline stage keeps of a Hugging Face model, as torchtitan cuts one: its layers, the
     embedding on the first stage, the final norm and the head on the last."""
@@ -195,7 +207,7 @@ def pipeline_stage(family: str, keep: list[int], first: bool, last: bool, **size
 
 @pytest.mark.parametrize("family, layers, pipeline, virtual, tied", [
     ("llama", 4, 2, 1, False),
-    ("llama", 5, 2, 1, False),    # uneven: the first stage one block longer
+    ("llama", 5, 2, 1, False),    # uneven: the last stage one block longer
     ("llama", 4, 2, 1, True),     # the last stage keeps its own copy of the tied embedding
     ("llama", 8, 2, 2, False),    # interleaved: rank p holds chunks p and p + P
     ("deepseek_v3", 3, 3, 1, False),
@@ -205,7 +217,8 @@ def test_each_pipeline_stage_holds_the_modules_it_keeps(family, layers, pipeline
     _, config = build_hf_model(family, device="meta", **sizes)
     schedule = "interleaved-1f1b" if virtual > 1 else "1f1b"
     layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule=schedule, virtual_stages=virtual)
-    chunks = np.array_split(np.arange(layers), pipeline * virtual)
+    lengths = [len(chunk) for chunk in np.array_split(np.arange(layers), pipeline * virtual)][::-1]
+    chunks = np.split(np.arange(layers), np.cumsum(lengths)[:-1])  # the last chunks one block longer
     stages = stage_parameters(config, layout)
     for stage in range(pipeline):
         keep = [int(index) for chunk in chunks[stage::pipeline] for index in chunk]

@@ -12,12 +12,12 @@ parameters, by part, are the model's split the way Megatron-LM and torchtitan sp
   rows on the most loaded rank, torch's ``Shard(0)`` chunking), a learned position table whole; attention
   sinks follow their heads (H / T);
 - **pipeline parallelism** (P, V virtual stages): the blocks are cut into P·V chunks of consecutive blocks,
-  as even as can be, the first L mod (P·V) chunks one block longer (``numpy.array_split``'s and
-  DeepSpeed's uniform partition; Megatron asks for an exact division, the same cut then); the rank of stage
-  p holds chunks p, p + P, …, p + (V − 1)·P. Stage 0 holds the embedding, stage P − 1 the final norm, the
-  output head and the multi-token-prediction modules; with P > 1 the last stage keeps its own copy of a tied
-  embedding (the head) and, with MTP modules, of the embedding, as Megatron-LM does. DeepSeek's dense first
-  blocks therefore fall on stage 0;
+  as even as can be, the last L mod (P·V) chunks one block longer
+  (:func:`accounting.model.parallel.activations.stage_blocks`; Megatron asks for an exact division, the same
+  cut then); the rank of stage p holds chunks p, p + P, …, p + (V − 1)·P. Stage 0 holds the embedding,
+  stage P − 1 the final norm, the output head and the multi-token-prediction modules; with P > 1 the last
+  stage keeps its own copy of a tied embedding (the head) and, with MTP modules, of the embedding, as
+  Megatron-LM does. DeepSeek's dense first blocks therefore fall on stage 0;
 - **expert parallelism** (E, ETP inside each expert): a block's routed experts are divided E ways and each
   expert's matrices ETP ways (column/row, the down bias whole); shared experts and the dense first blocks'
   MLPs are dense MLPs under T.
@@ -51,6 +51,7 @@ from accounting._checks import check_size
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.model.activations import precision_policy
 from accounting.model.config import TransformerConfig
+from accounting.model.parallel.activations import stage_blocks
 from accounting.model.parallel.layout import ParallelLayout, check_layout_for_model
 from accounting.model.sharding import sharded_model_states
 from accounting.model.training_memory import optimizer_state_slots
@@ -81,28 +82,6 @@ def check_config_and_layout(config, layout) -> None:
         for what, width, ways, name in widths:
             if width % ways:
                 raise AccountingError(f"{name} {ways} must divide the {what} {width}")
-
-
-def stage_layers(config: TransformerConfig, layout: ParallelLayout) -> tuple[tuple[int, ...], ...]:
-    """The block indices the rank of each pipeline stage holds (its chunks p, p + P, …, see the module docstring).
-
-    >>> from accounting.model.config import TransformerConfig
-    >>> from accounting.model.parallel.layout import ParallelLayout
-    >>> config = TransformerConfig(layers=10, width=8, heads=2, sequence_length=4, vocabulary=10)
-    >>> stage_layers(config, ParallelLayout(devices=4, pipeline=4))
-    ((0, 1, 2), (3, 4, 5), (6, 7), (8, 9))
-    >>> stage_layers(config, ParallelLayout(devices=2, pipeline=2, schedule="interleaved-1f1b", virtual_stages=2))
-    ((0, 1, 2, 6, 7), (3, 4, 5, 8, 9))
-    """
-    check_config_and_layout(config, layout)
-    base, longer = divmod(config.layers, layout.stages)
-    chunks, start = [], 0
-    for chunk in range(layout.stages):
-        size = base + (chunk < longer)
-        chunks.append(range(start, start + size))
-        start += size
-    return tuple(tuple(index for chunk in chunks[stage::layout.pipeline] for index in chunk)
-                 for stage in range(layout.pipeline))
 
 
 # ---- one rank's share of each piece ---------------------------------------------------
@@ -209,7 +188,8 @@ class StageParameters:
     ``largest_tensor``, the elements of the largest tensor held (what the optimizer's temporaries are sized
     by, as :func:`accounting.model.activations.largest_parameter` counts for one device); ``late_gradients``,
     the elements whose gradients appear only at the very end of the stage's backward (stage 0's embedding
-    when no output head on the same rank made its gradient first; :func:`~accounting.model.activations.late_gradient_parameters`);
+    when no output head on the same rank made its gradient first;
+    :func:`~accounting.model.activations.late_gradient_parameters`);
     ``pending_gradients``, the elements of the stage's bottom block whose gradients do not exist yet at
     the peak of its recomputed backward (:func:`~accounting.model.activations.pending_block_gradient_parameters`,
     outside autocast).
@@ -247,7 +227,7 @@ def stage_parameters(config: TransformerConfig, layout: ParallelLayout) -> tuple
     token = shares.vocabulary_rows * c.width
     positions = c.max_positions * c.width if c.learned_positions else 0
     stages = []
-    for stage, layers in enumerate(stage_layers(config, layout)):
+    for stage, layers in enumerate(stage_blocks(config.layers, layout)):
         parts = dict.fromkeys(PARTS, 0)
         blocks = [shares.block(index) for index in layers]
         parts["blocks"] = sum(dense for dense, _ in blocks)
