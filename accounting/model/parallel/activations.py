@@ -34,7 +34,10 @@ with T = ``layout.tensor``, C = ``layout.context``, s = the sequence:
   which is not on the list).
 
 Pipeline: the blocks divided over P·V chunks (:func:`chunk_blocks`), rank p holding chunks p, p + P, …;
-the embedding on stage 0; the final norm, output head, loss and MTP modules on stage P − 1. Micro-batches in
+the embedding on stage 0; the final norm, output head, loss and MTP modules on stage P − 1. Each micro-batch in
+flight also keeps the stage's input (received; the first block's checkpoint under recomputation) and, as
+``torch.distributed.pipelining`` keeps it to run the backward from, the stage's output (Megatron-LM frees
+the output's data once sent: one residual-stream tensor less per micro-batch). Micro-batches in
 flight at the start of backward (:func:`micro_batches_in_flight`): GPipe m; 1F1B min(P − p, m); interleaved
 1F1B as Megatron-LM and torch schedule it, (2(P − p − 1) + (V − 1)·P + 1) model chunks of one micro-batch
 (at most m·V), i.e. P·(1 + (P − 1)/(P·V)) micro-batches' worth of the rank's blocks on stage 0 (Korthikanti
@@ -364,7 +367,9 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
         if stage == 0:
             held += outside["seq"].dropout
         elif recompute == "none" or (recompute == "selective" and selective == "attention-core"):
-            held += stream  # the stage's input, kept by the schedule for its gradient
+            held += stream  # the stage's input, kept by the schedule for its gradient (else a block's checkpoint)
+        if stage != last:
+            held += stream  # the stage's output, kept by torch's schedule to run its backward from
         if stage == last:
             held += (outside["seq"].norm + outside["tp" if linear_inputs == "gathered" else "seq"].head_input
                      + outside["vocabulary"].logits + outside["tp"].mtp + outside["vocabulary"].unembedding_copy)
