@@ -7,7 +7,9 @@ datasheet's GB (10⁹ bytes); the JSON document holds bytes and FLOPs as integer
 
 from accounting._units import readable_duration
 from accounting.console import table
+from accounting.model.parallel.activations import micro_batches_in_flight, stage_blocks
 from accounting.plan.compute import Plan
+from accounting.plan.layout_time import bubble_fraction
 from accounting.plan.traced import UNKNOWABLE as UNKNOWABLE_TEXT
 
 MEMORY_PARTS = (
@@ -68,7 +70,7 @@ def describe_attention(plan: Plan) -> list[str]:
         window = f"{c.sliding_layers} of {c.layers} blocks attend to the last {c.sliding_window} tokens"
         if c.sliding_window >= c.sequence_length:
             window += f" (no fewer than the {c.sequence_length} of a sequence: counted as global blocks)"
-        elif m.local_attention_kernel is not None:
+        elif getattr(m, "local_attention_kernel", None) is not None:
             window += f"; SDPA is passed their mask: {_kernel_text(plan, m.local_attention_kernel)}"
         notes.append(window)
     return notes
@@ -147,9 +149,9 @@ def render_plan(plan: Plan, source: str) -> str:
     return "\n".join(lines)
 
 
-def plan_document(plan: Plan, source: str) -> dict:
-    """The plan as JSON-ready data: every figure the text shows, bytes and FLOPs as integers."""
-    c, s, d, m = plan.config, plan.settings, plan.device, plan.memory
+def _model_document(plan, source: str) -> dict:
+    """The ``model`` entry of a plan's document: the config's sizes, parameter counts and attention notes."""
+    c = plan.config
     return {
         "model": {
             "source": source, "parameters": c.parameter_count, "layers": c.layers, "width": c.width,
@@ -160,6 +162,14 @@ def plan_document(plan: Plan, source: str) -> dict:
             "mtp_modules": c.mtp_modules, "mtp_parameters": c.mtp_parameter_count,
             "attention_notes": describe_attention(plan),
         },
+    }
+
+
+def plan_document(plan: Plan, source: str) -> dict:
+    """The plan as JSON-ready data: every figure the text shows, bytes and FLOPs as integers."""
+    s, d, m = plan.settings, plan.device, plan.memory
+    return {
+        **_model_document(plan, source),
         "device": {
             "name": d.name, "count": s.devices, "memory_bytes": d.memory_bytes, "memory_source": d.memory_source,
             "usable_bytes": plan.usable_bytes, "headroom": s.headroom, "dtype": d.dtype,
@@ -226,3 +236,213 @@ def render_traced(traced, device, settings, source: str) -> str:
         f"  At MFU {settings.mfu:g} (--mfu): {seconds:.3g} s per step, {traced.tokens / seconds:,.0f} tokens/s per device",
     ]
     return "\n".join(lines)
+
+
+# ---- a plan over a parallel layout --------------------------------------------------------------------
+
+RANK_PARTS = (
+    ("parameters", "this rank's share of the weights"),
+    ("gradients", ""),
+    ("optimizer", "master weights and optimizer state"),
+    ("gathered", "ZeRO-3/FSDP: the full weights and gradients of the unit in flight"),
+    ("activations", "saved for backward, of every micro-batch in flight"),
+    ("transient", "the loss's gradients (last stage), alive beside them"),
+    ("update", "the optimizer step's temporaries, beside the gradients"),
+    ("backward", "with recomputation: the recomputed block's backward"),
+)
+"""A rank's parts in the order the per-rank table shows them (its buffers by name after them)."""
+
+
+def _layout_line(plan) -> str:
+    layout, d = plan.layout, plan.device
+    return (f"Layout: {layout.describe()} on {layout.devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, "
+            f"{d.peak_flops_per_second / 1e12:g} TFLOP/s dense {d.dtype}), {layout.node_size} per node")
+
+
+def _rank_rows(plan) -> list[list[str]]:
+    """The per-rank table's rows: each part, each buffer by name, the peak and the usable memory."""
+    ranks, layout = plan.memory.ranks, plan.layout
+    blocks = stage_blocks(plan.config.layers, layout)
+    flight = [micro_batches_in_flight(layout, rank.stage, plan.micro_batches) for rank in ranks]
+    rows = [["blocks", *(str(len(blocks[rank.stage])) for rank in ranks), "transformer blocks this rank holds"],
+            ["in flight", *(f"{float(count):g}" for count in flight),
+             f"micro-batches whose activations are alive at the peak ({layout.schedule})"]]
+    for part, note in RANK_PARTS:
+        values = [getattr(rank, part) for rank in ranks]
+        if any(values) or part not in OPTIONAL_PARTS:
+            rows.append([part, *map(_gib, values), note])
+    names = sorted({name for rank in ranks for name in rank.buffers})
+    for name in names:
+        rows.append([f"buffer: {name}", *(_gib(rank.buffers.get(name, 0)) for rank in ranks), "communication buffer"])
+    rows.append(["peak", *(_gib(rank.peak) for rank in ranks), "persistent parts + buffers + the largest phase"])
+    return rows
+
+
+def _axis_rows(plan) -> list[dict]:
+    """Communication by axis on the rank the step's time is set by (``plan.time.stage``): its collectives,
+    group sizes, bus bytes, whether the groups stay within a node, seconds on the links and seconds exposed."""
+    t = plan.time
+    rows = [row for row in plan.traffic if row.stage in (None, t.stage)]
+    axes = []
+    for axis in dict.fromkeys(row.axis for row in rows):
+        mine = [row for row in rows if row.axis == axis]
+        axes.append({"axis": axis, "collectives": sorted({row.collective for row in mine}),
+                     "groups": sorted({row.group for row in mine}), "calls": sum(row.calls for row in mine),
+                     "bytes": sum(row.bytes for row in mine), "within_node": all(row.within_node for row in mine),
+                     "seconds": t.communication.get(axis, 0.0), "exposed_seconds": t.exposed.get(axis, 0.0)})
+    return axes
+
+
+def _traffic_rows(plan) -> list[list[str]]:
+    return [[a["axis"], ", ".join(a["collectives"]), ", ".join(map(str, a["groups"])), f"{a['calls']:,}",
+             f"{a['bytes'] / 2**30:.2f}", "node" if a["within_node"] else "network", f"{a['seconds']:.3g}",
+             f"{a['exposed_seconds']:.3g}"] for a in _axis_rows(plan)]
+
+
+def _bubble(plan) -> float:
+    layout = plan.layout
+    return bubble_fraction(layout.pipeline, plan.micro_batches, layout.virtual_stages)
+
+
+def render_layout_plan(plan, source: str) -> str:
+    """A layout plan (:mod:`accounting.plan.layout_plan`) as ``accounting plan`` prints it: the layout in one line,
+    memory per rank by part for each pipeline stage with the most loaded named, whether it fits, communication
+    by axis, and the step's time with the pipeline bubble."""
+    s, d, layout, t = plan.settings, plan.device, plan.layout, plan.time
+    most = plan.memory.most_loaded
+    recompute = s.recompute + (f" ({s.selective})" if s.recompute == "selective" else "")
+    plural = "es" if plan.micro_batches > 1 else ""
+    lines = [
+        f"Model ({source}): {describe_model(plan)}",
+        _layout_line(plan),
+        f"Run: {s.precision}, {s.optimizer}, attention {s.attention}, recompute {recompute}",
+        *[f"Attention: {note}" for note in describe_attention(plan)],
+        f"Batch: {plan.global_batch} sequences per step = DP {layout.data} x micro-batch {plan.micro_batch} x "
+        f"{plan.micro_batches} micro-batch{plural}; {plan.tokens_per_step:,} tokens",
+        "",
+        f"Memory per rank at micro-batch {plan.micro_batch} (GiB), by pipeline stage:",
+        table(["part", *(f"stage {rank.stage}" for rank in plan.memory.ranks), ""], _rank_rows(plan), indent="  "),
+        f"  usable {_gib(plan.usable_bytes)} GiB: {1 - s.headroom:.0%} of {d.memory_bytes / 1e9:g} GB "
+        f"({d.memory_source}); --headroom {s.headroom:g}",
+        f"Most loaded: stage {most.stage}, {_gib(most.peak)} GiB.",
+    ]
+    if plan.fits:
+        lines.append(f"Fits: yes, {_gib(plan.usable_bytes - most.peak)} GiB to spare on the most loaded rank; the "
+                     f"largest micro-batch that fits is {plan.largest_micro_batch}.")
+    else:
+        lines.append("Fits: no.")
+        lines += [f"  - {reason}" for reason in plan.reasons]
+    lines += [
+        "",
+        f"Communication per step on stage {t.stage}'s ranks (bus GiB each rank sends; seconds at "
+        f"{plan.links.intra_node_bytes_per_s / 1e9:g} GB/s within a node, {plan.links.inter_node_bytes_per_s / 1e9:g}"
+        " GB/s across; exposed: not hidden behind compute):",
+        table(["axis", "collective", "group", "calls", "GiB", "link", "seconds", "exposed"], _traffic_rows(plan),
+              indent="  "),
+        "",
+        f"Time (model FLOPs {plan.flops_per_step:.3e} per step, {plan.flops_per_token:.4g} per token; at MFU "
+        f"{s.mfu:g}, --mfu):",
+        f"  compute {t.compute:.3g} s + exposed communication {sum(t.exposed.values()):.3g} s + bubble "
+        f"{t.bubble:.3g} s ({_bubble(plan):.1%} of the pipeline's time) = {t.total:.3g} s per step "
+        f"(stage {t.stage}'s ranks)",
+        f"  {plan.tokens_per_second:,.0f} tokens/s ({plan.tokens_per_second / layout.devices:,.0f} per device)",
+    ]
+    if plan.days is not None:
+        years = f" ({readable_duration(plan.days * 86400)})" if plan.days >= 365 else ""
+        lines.append(f"  {plan.tokens:.3g} tokens (--tokens): {plan.days:,.1f} days{years}")
+    return "\n".join(lines)
+
+
+def _rank_document(plan, rank) -> dict:
+    return {"stage": rank.stage, "blocks": len(stage_blocks(plan.config.layers, plan.layout)[rank.stage]),
+            "in_flight": float(micro_batches_in_flight(plan.layout, rank.stage, plan.micro_batches)),
+            **{part: getattr(rank, part) for part, _ in RANK_PARTS}, "buffers": dict(rank.buffers),
+            "peak": rank.peak}
+
+
+def layout_plan_document(plan, source: str) -> dict:
+    """A layout plan as JSON-ready data: every figure the text shows, bytes and FLOPs as integers."""
+    s, d, layout, t = plan.settings, plan.device, plan.layout, plan.time
+    links = plan.links
+    document = _model_document(plan, source)
+    document.update({
+        "layout": {"describe": layout.describe(), "devices": layout.devices, "tensor": layout.tensor,
+                   "sequence_parallel": layout.sequence_parallel, "pipeline": layout.pipeline,
+                   "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "context": layout.context,
+                   "expert": layout.expert, "expert_tensor": layout.expert_tensor, "data": layout.data,
+                   "sharding": layout.sharding, "sharding_degree": layout.sharding_degree,
+                   "expert_data": layout.expert_data, "node_size": layout.node_size},
+        "device": {"name": d.name, "count": layout.devices, "memory_bytes": d.memory_bytes,
+                   "memory_source": d.memory_source, "usable_bytes": plan.usable_bytes, "headroom": s.headroom,
+                   "dtype": d.dtype, "peak_flops_per_second": d.peak_flops_per_second, "peak_source": d.peak_source},
+        "training": {"precision": s.precision, "optimizer": s.optimizer, "attention": s.attention,
+                     "recompute": s.recompute, "selective_policy": s.selective},
+        "batch": {"global": plan.global_batch, "global_given": plan.batch_given, "micro": plan.micro_batch,
+                  "micro_batches": plan.micro_batches, "largest_micro_batch": plan.largest_micro_batch,
+                  "tokens_per_step": plan.tokens_per_step},
+        "memory_per_rank": [_rank_document(plan, rank) for rank in plan.memory.ranks],
+        "most_loaded_stage": plan.memory.most_loaded.stage,
+        "fits": plan.fits,
+        "reasons": list(plan.reasons),
+        "communication": {
+            "links": {"intra_node_bytes_per_s": links.intra_node_bytes_per_s, "intra_source": links.intra_source,
+                      "inter_node_bytes_per_s": links.inter_node_bytes_per_s, "inter_source": links.inter_source},
+            "by_axis": _axis_rows(plan),
+            "rows": [{"axis": a.axis, "collective": a.collective, "part": a.part, "group": a.group,
+                      "calls": a.calls, "buffer": a.buffer, "bytes": a.bytes, "within_node": a.within_node,
+                      "stage": a.stage} for a in plan.traffic],
+        },
+        "compute": {"flops_per_step": plan.flops_per_step, "flops_per_token": plan.flops_per_token, "mfu": s.mfu,
+                    "compute_seconds": t.compute, "exposed_communication_seconds": sum(t.exposed.values()),
+                    "bubble_seconds": t.bubble, "bubble_fraction": _bubble(plan), "slowest_stage": t.stage,
+                    "seconds_per_step": plan.seconds_per_step, "tokens_per_second": plan.tokens_per_second,
+                    "tokens": plan.tokens, "days": plan.days},
+    })
+    return document
+
+
+def render_search(choices, config, device, settings, source: str, *, global_batch: int, devices: int) -> str:
+    """``plan --search``'s ranked table (:func:`accounting.plan.search.search_layouts`): the layouts of the devices
+    that fit, fastest first, each at its fastest micro-batch, with its most loaded rank and what slows it most."""
+    s, d = settings, device
+    lines = [
+        f"Model ({source}): {config.parameter_count:,} parameters, {config.layers} layers, width {config.width}, "
+        f"{config.sequence_length} tokens per sequence",
+        f"Search: {devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, usable {_gib(int(d.memory_bytes * (1 - s.headroom)))}"
+        f" GiB), global batch {global_batch}, {s.precision}, {s.optimizer}, recompute {s.recompute}, MFU {s.mfu:g}",
+        "",
+    ]
+    if not choices:
+        lines.append("No layout of these devices fits: try --recompute full, more devices or a smaller global batch.")
+        return "\n".join(lines)
+    rows = [[str(rank), choice.layout.describe(), f"{choice.micro_batch} x {choice.micro_batches}",
+             _gib(choice.peak), str(choice.most_loaded_stage), f"{choice.seconds_per_step:.3g}",
+             f"{choice.tokens_per_second:,.0f}", choice.bottleneck]
+            for rank, choice in enumerate(choices, 1)]
+    lines.append(table(["#", "layout", "micro-batch x m", "peak GiB", "stage", "s/step", "tokens/s", "beside compute"],
+                       rows, indent="  "))
+    lines.append("")
+    lines.append("Each layout at its fastest micro-batch that fits; peak: its most loaded rank (that stage's); "
+                 "beside compute: what costs the step most after compute (an axis's exposed communication, or the "
+                 "pipeline bubble). Plan one with its options for the per-rank table.")
+    return "\n".join(lines)
+
+
+def search_document(choices, config, device, settings, source: str, *, global_batch: int, devices: int) -> dict:
+    """``plan --search --json``: the ranked layouts, each with its batch, most loaded rank and time."""
+    return {
+        "model": {"source": source, "parameters": config.parameter_count, "sequence_length": config.sequence_length},
+        "device": {"name": device.name, "count": devices, "memory_bytes": device.memory_bytes,
+                   "usable_bytes": int(device.memory_bytes * (1 - settings.headroom))},
+        "training": {"precision": settings.precision, "optimizer": settings.optimizer,
+                     "attention": settings.attention, "recompute": settings.recompute, "mfu": settings.mfu,
+                     "global_batch": global_batch},
+        "layouts": [{"rank": rank, "describe": choice.layout.describe(), "tensor": choice.layout.tensor,
+                     "pipeline": choice.layout.pipeline, "schedule": choice.layout.schedule,
+                     "virtual_stages": choice.layout.virtual_stages, "context": choice.layout.context,
+                     "expert": choice.layout.expert, "data": choice.layout.data, "sharding": choice.layout.sharding,
+                     "micro_batch": choice.micro_batch, "micro_batches": choice.micro_batches, "peak": choice.peak,
+                     "most_loaded_stage": choice.most_loaded_stage, "seconds_per_step": choice.seconds_per_step,
+                     "tokens_per_second": choice.tokens_per_second, "bottleneck": choice.bottleneck}
+                    for rank, choice in enumerate(choices, 1)],
+    }
