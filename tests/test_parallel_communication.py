@@ -144,6 +144,38 @@ def test_tensor_and_sequence_parallel_traffic_is_what_torch_issues(fake_world, r
 
 
 @TORCH_HOOK_WARNINGS
+def test_tensor_parallel_without_sequence_parallelism_is_megatrons_fused_all_reduces(fake_world):
+    """Without sequence parallelism (the colwise/rowwise plan, the stream replicated), torch all-reduces
+    each column-parallel projection's input gradient on its own: Q, K, V and gate, up, 5 a block. Megatron's
+    fused QKV and gate-up matrices share one input, so one each: 2, which is what the model counts. The
+    forward's (after attention and after the MLP), the embedding's, the head's and the loss's are the same."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    model, config = _llama()
+    mesh = init_device_mesh("cpu", (WORLD,))
+    block = {name: ColwiseParallel() for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                  "mlp.gate_proj", "mlp.up_proj")}
+    block |= {"self_attn.o_proj": RowwiseParallel(), "mlp.down_proj": RowwiseParallel()}
+    for layer in model.model.layers:
+        parallelize_module(layer, mesh, block)
+    parallelize_module(model, mesh, {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
+        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+    recorder = _recorder()
+    batch = 2
+    _tensor_parallel_step(model, torch.randint(0, config.vocabulary, (batch, config.sequence_length)), recorder)
+    rows = step_traffic(config, batch, ParallelLayout(devices=WORLD, tensor=WORLD, sequence_parallel=False),
+                        precision="fp32")
+    calls, moved = _rows_by_collective(rows, "tensor")["all-reduce"]
+    unfused = 3 * config.layers  # (Q, K, V → 1) and (gate, up → 1): 3 more a block
+    stream = batch * config.sequence_length * config.width * 4
+    assert _by_collective(recorder.calls) == {
+        "all-reduce": (calls + unfused, moved + unfused * stream * bus_factor("all-reduce", WORLD))}
+
+
+@TORCH_HOOK_WARNINGS
 def test_fully_sharded_traffic_is_what_fsdp_issues(fake_world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
