@@ -408,6 +408,29 @@ def test_korthikanti_one_device_is_34_sbh_plus_5_as2b():
 # ---- context and expert parallelism, key/value heads ---------------------------------------------
 
 
+@pytest.mark.parametrize("family", FAMILIES + NEWER_FAMILIES)
+def test_every_family_splits_over_every_axis(family):
+    """Each family's rank under T = 2 holds between half and all of one device's forward (norms replicated or
+    gathered inputs whole, the rest halved), and every axis and recomputation gives an answer or a named refusal."""
+    config = TransformerConfig.from_hf(hf_config(family).to_dict())
+    (single,) = stage_activations(config, 2, ONE)
+    (rank,) = stage_activations(config, 2, ParallelLayout(devices=2, tensor=2))
+    assert single.per_micro_batch / 2 < rank.per_micro_batch < single.per_micro_batch
+    third = ParallelLayout(devices=4, tensor=2, expert=2) if config.experts > 1 else ParallelLayout(devices=4, context=2,
+                                                                                                     tensor=2)
+    for layout in (ParallelLayout(devices=4, tensor=2, pipeline=2), third):
+        for recompute in ("none", "selective", "full"):
+            for selective in ("attention-core", "matmul-outputs"):
+                try:
+                    stages = stage_activations(config, 2, layout, micro_batches=4, recompute=recompute,
+                                               selective=selective)
+                except AccountingError as error:  # soft-capped scores run eager: no ring attention
+                    assert layout.context > 1 and config.attention_softcap and "'eager'" in str(error)
+                    continue
+                assert len(stages) == layout.pipeline and all(stage.saved > 0 for stage in stages)
+                assert (recompute == "none") == all(stage.backward == 0 for stage in stages)
+
+
 def test_context_parallelism_needs_a_fused_attention_kernel():
     config = TransformerConfig.from_hf(hf_config("llama").to_dict())
     for attention in ("eager", "sdpa-math"):

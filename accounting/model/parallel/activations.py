@@ -90,7 +90,11 @@ class StageActivations:
     beside ``saved`` as backward starts (the last stage's loss gradients, vocabulary-parallel);
     ``backward``: with recomputation, bytes besides gradients at the peak of its bottom block's recomputed
     backward: the other micro-batches' saved activations and that block's working set; ``buffers``:
-    communication buffers alive at the peak, by name.
+    communication buffers alive at the peak, by name: ``"tensor all-gather"`` (``linear_inputs="sharded"``:
+    a linear layer's input gathered again in backward), ``"context k/v blocks"`` (two blocks of the local
+    chunk's K and V: the one in use and the one being received), ``"expert dispatch"`` and ``"expert combine"``
+    (the rank's k routed rows of each token, sent and received back), ``"pipeline send/recv"`` (a
+    residual-stream tensor to or from each neighbouring stage).
     """
 
     stage: int
@@ -404,7 +408,9 @@ def _buffers(config: TransformerConfig, shapes: _RankShapes, layout: ParallelLay
     tokens = tp.sequence_length * batch
     if shapes.sequence_parallel and linear_inputs == "sharded":
         buffers["tensor all-gather"] = formats.stream * tokens * config.width  # the input gathered again
-    if layout.context > 1:  # the K and V block being used and the one being received
+    if layout.context > 1:
+        # A ring passing K and V point to point (Megatron-LM and Transformer Engine; torch's "alltoall" rotation):
+        # the block in use and the one being received. torch's default "allgather" rotation gathers all C blocks.
         buffers["context k/v blocks"] = 2 * formats.matmul * tokens * (tp.kv_width + tp.kv_heads * tp.value_head_width)
     if layout.expert > 1 and config.experts > 1:
         element = formats.weights if formats.autocast else formats.matmul  # the experts' grouped matmul's dtype
