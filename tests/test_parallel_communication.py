@@ -231,17 +231,21 @@ def test_pipeline_sends_by_hand():
         assert row.within_node is False
 
 
-def test_ring_attention_rotations_grow_with_the_ring():
-    """Each rank's keys and values visit the C − 1 others: the bytes per rank grow as (C − 1)/C of the
-    whole sequence's keys and values, and full recomputation adds the forward's rotations again."""
+def test_ring_attention_rotations_by_hand():
+    """torch's ``_templated_ring_attention`` (context_parallel, CUDA kernels only, so not run here): each
+    rank's keys and values visit the C − 1 others in the forward and again in the backward, and the
+    backward's loop sends the accumulated fp32 gradients on at each of its C steps, the last home."""
     def sent(context, recompute="none"):
         layout = ParallelLayout(devices=context, context=context)
-        return _total(step_traffic(CONFIG, 1, layout, recompute=recompute), "context")
+        rows = step_traffic(CONFIG, 1, layout, recompute=recompute)
+        return [sum(row.bytes for row in rows if row.part == part) for part in ("keys and values",
+                                                                              "key and value gradients")]
 
-    whole_kv = CONFIG.layers * CONFIG.sequence_length * 2 * CONFIG.kv_width * 2  # K and V in bf16
     for context in (2, 4, 8):
-        assert sent(context) == 3 * whole_kv * (context - 1) // context  # forward, and backward's K/V and dK/dV
-        assert sent(context, "full") == 4 * whole_kv * (context - 1) // context
+        chunk = CONFIG.sequence_length // context * 2 * CONFIG.kv_width  # K and V of a rank's tokens, elements
+        blocks = CONFIG.layers
+        assert sent(context) == [2 * (context - 1) * blocks * chunk * 2, context * blocks * chunk * 4]
+        assert sent(context, "full")[0] == 3 * (context - 1) * blocks * chunk * 2
 
 
 def test_expert_all_to_all_scales_with_top_k_and_keeps_a_share_local():

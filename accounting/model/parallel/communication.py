@@ -32,10 +32,13 @@ activation, a rank's tokens ``n = b·s/C``:
   vocabulary-parallel loss all-reduces three fp32 values per token (the maximum logit, the sum of
   exponentials, the target's logit: Megatron's ``vocab_parallel_cross_entropy``, torch's
   ``loss_parallel``).
-- **context** (C > 1): ring attention passes each block's key and value chunks (``n·K_r·d·e``
-  each, ``K_r`` the key/value heads a tensor rank holds) to the next rank ``C − 1`` times in the
-  forward; the backward passes the keys and values again and their gradients (2(C − 1) sends),
-  full recomputation the forward's again.
+- **context** (C > 1): ring attention (torch's ``context_parallel``, torchtitan's:
+  ``_templated_ring_attention`` and its backward) passes each block's key and value chunks
+  (``n·K_r·d·e`` each, ``K_r`` the key/value heads a tensor rank holds) on ``C − 1`` times in the
+  forward and again in the backward (full recomputation: a third time), and the backward passes their
+  gradients on ``C`` times (the last pass returns them to their owner), accumulated in fp32. (Torch
+  gathers the keys and values in one all-gather by default: the same bus bytes, ``(C − 1)/C`` of the
+  ``C`` chunks.)
 - **expert** (E > 1): each rank routes its ``n/T`` tokens (its sequence-parallel share: every rank
   of a stage routes its own) to ``k`` experts each: an all-to-all of ``n/T·k·h·e`` bytes dispatches
   them and one of the same size combines the results, per expert block, forward and backward (4
@@ -85,6 +88,9 @@ ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, SEND = (
 
 LOSS_BYTES = 4
 """The vocabulary-parallel loss reduces fp32 values (its logits are upcast)."""
+
+GRADIENT_ACCUMULATION_BYTES = 4
+"""Ring attention's key and value gradients travel in fp32 (torch's ``_ContextParallelOptions.convert_to_f32``)."""
 
 LOSS_REDUCTIONS = 3
 """All-reduces of the vocabulary-parallel loss per micro-batch: the maximum, the sum of exponentials, the
@@ -218,9 +224,12 @@ def step_traffic(config: TransformerConfig, micro_batch: int, layout: ParallelLa
     again = 1 if recompute == "full" else 0
     rows = _tensor_rows(config, layout, tokens, e, m, recompute, blocks)
     if c > 1:
-        chunk = tokens * _kv_width(config, t) * e
-        calls = (c - 1) * (1 + 2 + again) * blocks * m
-        rows.append(_row("context", SEND, c, calls, chunk, _within(t, c, layout.node_size), "keys and values"))
+        inside = _within(t, c, layout.node_size)
+        width = _kv_width(config, t)
+        rows += [_row("context", SEND, c, (c - 1) * (2 + again) * blocks * m, tokens * width * e, inside,
+                      "keys and values"),
+                 _row("context", SEND, c, c * blocks * m, tokens * width * GRADIENT_ACCUMULATION_BYTES, inside,
+                      "key and value gradients")]
     if x > 1:
         routed = tokens // t * config.experts_per_token * config.width * e
         calls = (2 + 2 + 2 * again) * expert_blocks * m
