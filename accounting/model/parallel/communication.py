@@ -22,8 +22,9 @@ activation, a rank's tokens ``n = b·s/C``:
   Without sequence parallelism, Megatron's f/g pair: an all-reduce after attention and after the MLP
   in the forward and of the input gradients before them in the backward (4 all-reduces, the same
   bus bytes; Megatron's fused QKV and gate-up matrices have one input each, where torch's plan over
-  separate Q, K, V, gate and up matrices all-reduces 5 input gradients a block). ``recompute="full"`` runs each block's forward again in the backward, as torch's
-  non-reentrant checkpoint (torchtitan's) does: it stops once the last tensor the backward needs is
+  separate Q, K, V, gate and up matrices all-reduces 5 input gradients a block).
+  ``recompute="full"`` runs each block's forward again in the backward, as torch's non-reentrant
+  checkpoint (torchtitan's) does: it stops once the last tensor the backward needs is
   recomputed, so the two all-gathers run again but only the attention's reduce-scatter (without
   sequence parallelism: its all-reduce), not the MLP's, whose output feeds only the residual sum. A
   selective policy recomputes no matmul, so no collective. The vocabulary-parallel embedding
