@@ -18,7 +18,7 @@ from accounting.model.parallel.layout import ParallelLayout
 from accounting.plan.devices import plan_device
 from accounting.model.flops import transformer_flops
 from accounting.plan.layout_time import bubble_fraction, layout_step_time, training_flops_per_sequence
-from accounting.plan.links import Links, device_links, read_links
+from accounting.plan.links import Links, device_links, known_links, read_links
 
 
 def _schedule(schedule, rank, pipeline, micro_batches, virtual):
@@ -204,3 +204,8 @@ def test_links_from_a_file_and_bad_input_named(tmp_path):
         read_links({"collectives": []}, LINKS)
     with pytest.raises(AccountingError, match="no link bandwidths known for 'V100 SXM2'"):
         device_links("V100 SXM2")
+    assert known_links("V100 SXM2") is None
+    alone = read_links({"intra_node_gbps": 100, "inter_node_gbps": 10})  # a device without datasheet figures
+    assert (alone.intra_node_bytes_per_s, alone.inter_node_bytes_per_s) == (100e9, 10e9)
+    with pytest.raises(AccountingError, match="must give inter_node_gbps"):
+        read_links({"intra_node_gbps": 100})

@@ -59,6 +59,18 @@ DEVICE_LINKS = (
 """Datasheet link bandwidths per device (one direction per GPU)."""
 
 
+def known_links(name: str) -> Links | None:
+    """:func:`device_links`, or ``None`` for a device without datasheet figures here.
+
+    >>> known_links("T4") is None, known_links("H200 SXM").inter_node_bytes_per_s / 1e9
+    (True, 50.0)
+    """
+    try:
+        return device_links(name)
+    except AccountingError:
+        return None
+
+
 def device_links(name: str) -> Links:
     """The datasheet bandwidths of the device called ``name`` (a peak-table row, e.g. ``"H100 SXM"``).
 
@@ -108,8 +120,9 @@ def _fleet_scope(rows, scope: str) -> float | None:
     return min(best.values()) if best else None
 
 
-def read_links(source, default: Links) -> Links:
-    """``default`` with what ``source`` measured or states put in its place.
+def read_links(source, default: Links | None = None) -> Links:
+    """``default`` with what ``source`` measured or states put in its place (without a ``default``, the
+    source must give both scopes).
 
     ``source``: a path to a JSON file, or its parsed ``dict``; either ``accounting fleet --json``'s
     document (its ``collectives`` rows: the ``intra-node`` scope, or a one-node ``world``, and the
@@ -144,11 +157,15 @@ def read_links(source, default: Links) -> Links:
         rows = source["collectives"]
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise AccountingError(f"links: {name}'s collectives must be a list of rows (accounting fleet --json)")
-        links = default
         intra, inter = _fleet_scope(rows, "intra-node"), _fleet_scope(rows, "inter-node")
         if intra is None and inter is None:
             raise AccountingError(f"links: {name} has no intra-node or inter-node all_reduce, all_gather or "
                                   "reduce_scatter row with a bandwidth that is not launch-bound")
+        if default is None and (intra is None or inter is None):
+            missing = "intra-node" if intra is None else "inter-node"
+            raise AccountingError(f"links: {name} measured no {missing} scope and the device has no datasheet "
+                                  f"figure for it: give it as {SIMPLE_KEYS[0] if intra is None else SIMPLE_KEYS[1]}")
+        links = default or Links(intra, inter, "", "")
         if intra is not None:
             links = replace(links, intra_node_bytes_per_s=intra,
                             intra_source="measured by accounting fleet (intra-node)")
@@ -160,6 +177,11 @@ def read_links(source, default: Links) -> Links:
     if unknown or not source:
         raise AccountingError(f"links: unknown key {unknown[0]!r} in {name}" if unknown else
                               f"links: {name} gives neither {SIMPLE_KEYS[0]} nor {SIMPLE_KEYS[1]}")
+    if default is None:
+        missing = [key for key in SIMPLE_KEYS if key not in source]
+        if missing:
+            raise AccountingError(f"links: {name} must give {missing[0]}: the device has no datasheet figure for it")
+        default = Links(0.0, 0.0, "", "")
     links = default
     if "intra_node_gbps" in source:
         links = replace(links, intra_node_bytes_per_s=_gbps(source, "intra_node_gbps"), intra_source=name)

@@ -125,12 +125,14 @@ def candidate_layouts(config: TransformerConfig, devices: int, *, node_size: int
 
 def search_layouts(config: TransformerConfig, device: PlanDevice, devices: int, *, global_batch: int,
                    sequence_length: int | None = None, precision="bf16-mixed", optimizer: str = "adamw",
-                   attention: str = "sdpa", recompute: str = "none", mfu: float = 0.4, headroom: float = 0.1,
+                   attention: str = "sdpa", recompute: str = "none", selective: str = "attention-core",
+                   mfu: float = 0.4, headroom: float = 0.1,
                    links: Links | None = None, node_size: int = DEFAULT_NODE_SIZE, limit: int = 10,
                    memory_fn=layout_memory) -> tuple[LayoutChoice, ...]:
     """The ``limit`` fastest layouts of ``devices`` devices that fit, fastest first (see the module docstring).
 
-    ``global_batch``: sequences per optimizer step; ``sequence_length`` replaces the config's.
+    ``global_batch``: sequences per optimizer step; ``sequence_length`` replaces the config's. ``precision``,
+    ``optimizer``, ``attention``, ``recompute`` and ``selective`` as for ``layout_memory``.
     ``links``: the bandwidths (default: the device's datasheet's, :func:`device_links`).
     ``memory_fn``: ``layout_memory``'s stand-in (same arguments, a result with ``most_loaded.peak`` and
     ``.stage``).
@@ -155,7 +157,8 @@ def search_layouts(config: TransformerConfig, device: PlanDevice, devices: int, 
 
     def memory(layout, batch, count):
         result = memory_fn(config, batch, layout, micro_batches=count, precision=precision, optimizer=optimizer,
-                           attention=attention, recompute=recompute, device=device.attention_device)
+                           attention=attention, recompute=recompute, selective=selective,
+                           device=device.attention_device)
         return result.most_loaded
 
     choices = []
