@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten
 
 WORLD = 2
 LAYOUTS = ("fsdp2", "tp-sp", "pp-1f1b", "ep")
@@ -88,11 +89,16 @@ def _tracer_class():
         - ``UntypedStorage.resize_`` is followed while the tracer is active: FSDP2 frees and re-allocates its
           unsharded parameters by resizing storages, which no op shows (a resize to 0 is a free, a resize up a
           new allocation, noted in ``gathered``).
+        - Each storage's origin is kept (the op that made it), and the storages collectives read and write are
+          noted in ``communication``.
         """
 
         def __init__(self):
             super().__init__()
             self.gathered: set[int] = set()
+            self.gathered_gradients: set[int] = set()
+            self.communication: set[int] = set()
+            self.origin: dict[int, str] = {}
             self._resize = None
 
         def _record(self, tensor):
@@ -112,7 +118,19 @@ def _tracer_class():
                 return NotImplemented  # they run as local ops, seen here
             if active_fake_mode() is not None or any(issubclass(kind, FakeTensor) for kind in types):
                 return func(*args, **(kwargs or {}))  # DTensor's sharding propagation: no memory
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            before = len(self.log)
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            collective = func.namespace in ("_c10d_functional", "c10d")
+            for size, serial in self.log[before:]:
+                if size > 0:
+                    self.origin[serial] = func.overloadpacket.__name__
+                    if collective:
+                        self.communication.add(serial)
+            if collective:  # the buffers it reads and writes (FSDP2's all-gather output, a reduce-scatter's input)
+                for value in tree_flatten((args, kwargs))[0]:
+                    if isinstance(value, torch.Tensor) and self.serial_of(value) is not None:
+                        self.communication.add(self.serial_of(value))
+            return out
 
         def __enter__(self):
             self._resize = torch.UntypedStorage.resize_
@@ -126,6 +144,7 @@ def _tracer_class():
                 if size:
                     tracer._record(_Storage(storage))
                     tracer.gathered.add(tracer._serials[key])
+                    tracer.origin[tracer._serials[key]] = "resize_"
 
             torch.UntypedStorage.resize_ = resize_
             return super().__enter__()
@@ -151,12 +170,15 @@ def _alive(log) -> dict:
     return alive(log)
 
 
-def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers=()) -> dict:
+def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers=(), gathered_parameters=(),
+            outputs=tuple) -> dict:
     """One warm-up step, then a traced one: this rank's bytes by part (the module docstring).
 
     ``forward_backward()`` runs the step's forward and backward (a pipeline schedule's whole step) and returns
     the loss as a float (``None`` on a pipeline stage without the loss), kept from the warm-up step as ``loss``;
-    ``buffers``: tensors alive through the step made before it (a pipeline's receive buffers).
+    ``buffers``: tensors alive through the step made before it (a pipeline's receive buffers);
+    ``gathered_parameters``: FSDP2's unsharded parameters, whose gradients count as ``gathered`` too;
+    ``outputs()``: the tensors the step keeps once done (a pipeline's outputs of each micro-batch).
     """
     parameters = list(model_parameters)
     loss = forward_backward()
@@ -167,18 +189,23 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
     counters = [value for value in state if value.dim() == 0]
     tracer = _tracer_class()()
     known = {"parameters": parameters, "optimizer": state, "inputs": list(inputs), "buffers": list(buffers)}
-    marks = {}
-    grads = {}
+    marks, kept = {}, {}
+    hooks = [parameter.register_post_accumulate_grad_hook(
+        lambda parameter: tracer.gathered_gradients.add(tracer.serial_of(parameter.grad)))
+        for parameter in gathered_parameters]
     started = time.perf_counter()
     with tracer, torch.autograd.graph.saved_tensors_hooks(tracer.save_for_backward, lambda tensor: tensor):
         for tensors in known.values():
             tracer.track(*[_local(tensor) for tensor in tensors])
         marks["start"] = len(tracer.log)
         forward_backward(marks=marks, log=tracer.log)
-        grads["bytes"] = _storage_bytes(p.grad for p in parameters if p.grad is not None)
+        kept["gradients"] = _storage_bytes(p.grad for p in parameters if p.grad is not None)
+        kept["outputs"] = [tracer.serial_of(tensor) for tensor in outputs()]
         marks["optimizer step"] = len(tracer.log)
         optimizer.step()
     seconds = time.perf_counter() - started
+    for hook in hooks:
+        hook.remove()
     parts = {}
     for part, tensors in known.items():
         for tensor in tensors:
@@ -186,44 +213,67 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
     for parameter in parameters:
         if parameter.grad is not None:
             parts.setdefault(tracer.serial_of(parameter.grad), "gradients")
+    for serial in kept["outputs"]:
+        parts.setdefault(serial, "outputs")
     parts.pop(None, None)
+
+    def part_of(serial):
+        return parts.get(serial) or ("gathered" if serial in tracer.gathered else
+                                     "gathered gradients" if serial in tracer.gathered_gradients else
+                                     "saved" if serial in tracer.saved else
+                                     "communication" if serial in tracer.communication else "other")
+
     log, start = tracer.log, marks["start"]
     current = sum(size for size, _ in log[:start])
     peak, peak_at = current, start
     saved_now, saved_most = 0, 0
-    alive_saved = set()
     for position in range(start, len(log)):
         size, serial = log[position]
         current += size
         if current > peak:
             peak, peak_at = current, position + 1
-        if serial in tracer.saved and serial not in parts:
+        if part_of(serial) == "saved":
             saved_now += size
             saved_most = max(saved_most, saved_now)
-    backward_at = marks.get("backward", marks["optimizer step"])
-    saved = sum(size for serial, size in _alive(log[:backward_at]).items()
-                if serial in tracer.saved and serial not in parts)
-    at_peak = dict.fromkeys(("parameters", "optimizer", "inputs", "buffers", "gradients", "gathered", "saved",
-                             "other"), 0)
-    for serial, size in _alive(log[:peak_at]).items():
-        part = parts.get(serial) or ("gathered" if serial in tracer.gathered else
-                                     "saved" if serial in tracer.saved else "other")
-        at_peak[part] += size
+    backward = _by_part(_alive(log[:marks.get("backward", marks["optimizer step"])]), part_of, tracer.origin)
+    at_peak = _by_part(_alive(log[:peak_at]), part_of, tracer.origin)
     phase = [name for name, position in sorted(marks.items(), key=lambda item: item[1]) if position < peak_at]
     return {
         "parameters": _storage_bytes(parameters),
-        "gradients": grads["bytes"],
+        "gradients": kept["gradients"],
         "optimizer": _storage_bytes(moments),
         "step_counters": _storage_bytes(counters),
         "buffers": _storage_bytes(buffers),
-        "saved": saved,
+        "saved": backward["saved"],
         "saved_most": saved_most,
+        "communication": backward["communication"],
         "peak": peak,
         "phase": phase[-1] if phase else "start",
         "at_peak": at_peak,
+        "at_backward": backward,
         "seconds": seconds,
         "loss": loss,
     }
+
+
+PEAK_PARTS = ("parameters", "optimizer", "inputs", "buffers", "gradients", "outputs", "gathered",
+              "gathered gradients", "saved", "communication", "other")
+"""What :func:`measure` sorts the storages alive at a moment into (the first that applies)."""
+
+
+def _by_part(alive: dict, part_of, origin: dict) -> dict:
+    """Bytes alive by part, and the saved and other bytes by the op that made them (``"saved by op"``…)."""
+    totals = dict.fromkeys(PEAK_PARTS, 0)
+    ops = {"saved": {}, "communication": {}, "other": {}}
+    for serial, size in alive.items():
+        part = part_of(serial)
+        totals[part] += size
+        if part in ops:
+            name = origin.get(serial, "?")
+            ops[part][name] = ops[part].get(name, 0) + size
+    for part, sizes in ops.items():
+        totals[f"{part} by op"] = dict(sorted(sizes.items(), key=lambda item: -item[1]))
+    return totals
 
 
 # ---- models -----------------------------------------------------------------------------------
@@ -236,8 +286,11 @@ def _llama(seed=0, **sizes):
 
 
 def _tokens(config, batch, seed):
+    """(batch, sequence) token ids of a ``TransformerConfig`` or a Hugging Face config, from ``seed``."""
+    vocabulary = getattr(config, "vocabulary", None) or config.vocab_size
+    length = getattr(config, "sequence_length", None) or config.max_position_embeddings
     generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, config.vocabulary, (batch, config.sequence_length), generator=generator)
+    return torch.randint(0, vocabulary, (batch, length), generator=generator)
 
 
 def _loss(logits, labels):
@@ -272,7 +325,11 @@ def run_fsdp2(rank: int) -> dict:
     tokens = _tokens(config, MICRO_BATCH, seed=rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = _marked_step(lambda: _loss(model(input_ids=tokens).logits, tokens))
-    return measure(model.parameters(), optimizer, step, inputs=[tokens])
+    step()  # FSDP2 builds its unsharded parameters in the first step
+    optimizer.zero_grad(set_to_none=True)
+    unsharded = [fsdp_param.unsharded_param for module in model.modules() if hasattr(module, "_get_fsdp_state")
+                 for fsdp_param in module._get_fsdp_state()._fsdp_param_group.fsdp_params]
+    return measure(model.parameters(), optimizer, step, inputs=[tokens], gathered_parameters=unsharded)
 
 
 def _tensor_parallel_plan(model):
@@ -383,61 +440,68 @@ def run_pp_1f1b(rank: int) -> dict:
     optimizer.zero_grad(set_to_none=True)
     buffers = [info.buffer for infos in (*stage.args_recv_info.values(), *stage.grad_recv_info.values())
                for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
-    return measure(stage_module.parameters(), optimizer, forward_backward, inputs=[tokens], buffers=buffers)
+    return measure(stage_module.parameters(), optimizer, forward_backward, inputs=[tokens], buffers=buffers,
+                   outputs=lambda: list(stage.output_chunks))
 
 
 class _ExpertParallel(torch.nn.Module):
-    """Hugging Face's experts of one layer, those of this rank only; tokens dispatched by ``all_to_all_single``.
+    """Hugging Face's experts module of one layer holding this rank's experts only, tokens dispatched to it and
+    back by ``all_to_all_single``.
 
-    Called as Hugging Face's experts module is: ``(hidden_states, top_k_index, top_k_weights)``. Each routed copy
-    of a token goes to the rank owning its expert, is computed there as Hugging Face computes it (gate and up
-    from ``gate_up_proj``, the activation, ``down_proj``) and comes back, weighted, to its token.
+    Called as Hugging Face calls its experts: ``(hidden_states, top_k_index, top_k_weights)``. Each routed copy
+    of a token goes, with its routing weight, to the rank owning its expert; there Hugging Face's own experts
+    module (its default grouped-matmul implementation, the one a one-device model runs) computes the rows it
+    received as its local experts' (k = 1, the weights applied); the weighted rows come back and are summed
+    into their tokens.
     """
 
     def __init__(self, experts, rank: int, world: int):
         super().__init__()
+        self.experts_count = experts.num_experts
         self.local = experts.num_experts // world
-        self.experts = experts.num_experts
-        own = slice(rank * self.local, (rank + 1) * self.local)
-        self.gate_up_proj = torch.nn.Parameter(experts.gate_up_proj.detach()[own].clone())
-        self.down_proj = torch.nn.Parameter(experts.down_proj.detach()[own].clone())
-        self.act_fn = experts.act_fn
         self.world = world
+        own = slice(rank * self.local, (rank + 1) * self.local)
+        experts.gate_up_proj = torch.nn.Parameter(experts.gate_up_proj.detach()[own].clone())
+        experts.down_proj = torch.nn.Parameter(experts.down_proj.detach()[own].clone())
+        experts.num_experts = self.local
+        self.experts = experts
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from torch.distributed._functional_collectives import all_to_all_single_autograd
 
+        group = dist.group.WORLD
         flat = top_k_index.flatten()
         order = flat.argsort(stable=True)
         tokens = order // top_k_index.shape[1]
-        counts = torch.bincount(flat, minlength=self.experts)
+        counts = torch.bincount(flat, minlength=self.experts_count)
         received = torch.empty_like(counts)
-        dist.all_to_all_single(received, counts)  # routed copies each expert here gets from each rank
+        dist.all_to_all_single(received, counts)  # routed rows each of this rank's experts gets from each rank
         send = counts.view(self.world, self.local).sum(1).tolist()
-        receive_by_expert = received.view(self.world, self.local)
-        receive = receive_by_expert.sum(1).tolist()
-        dispatched = all_to_all_single_autograd(hidden_states[tokens], receive, send, dist.group.WORLD)
-        pieces = dispatched.split(receive_by_expert.flatten().tolist())
-        outputs = []
-        for position, piece in enumerate(pieces):
-            expert = position % self.local
-            gate, up = F.linear(piece, self.gate_up_proj[expert]).chunk(2, dim=-1)
-            outputs.append(F.linear(self.act_fn(gate) * up, self.down_proj[expert]))
-        computed = torch.cat(outputs)
-        combined = all_to_all_single_autograd(computed, send, receive, dist.group.WORLD)
-        weights = top_k_weights.flatten()[order, None].to(combined.dtype)
-        return torch.zeros_like(hidden_states).index_add(0, tokens, combined * weights)
+        receive = received.view(self.world, self.local).sum(1).tolist()
+        rows = _local(all_to_all_single_autograd(hidden_states[tokens], receive, send, group))
+        weights = _local(all_to_all_single_autograd(top_k_weights.flatten()[order], receive, send, group))
+        local_expert = torch.arange(self.local).repeat(self.world).repeat_interleave(received)
+        computed = self.experts(rows, local_expert[:, None], weights[:, None].to(rows.dtype))
+        combined = _local(all_to_all_single_autograd(computed, send, receive, group))
+        # Back in (token, choice) order and summed, as Hugging Face's grouped experts do (index_add would save
+        # the rows for its backward).
+        return combined[order.argsort()].view(*top_k_index.shape, -1).sum(1)
 
 
 def run_ep(rank: int) -> dict:
     """Expert parallelism over 2 ranks, data parallel on the rest (the non-expert gradients all-reduced)."""
-    from tests.support.hf_models import build_hf_model
+    import transformers
 
-    model, config = build_hf_model("mixtral", seed=0, **MIXTRAL)
+    from tests.support.hf_models import hf_config
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # as build_hf_model draws it, with Hugging Face's default (grouped) experts
+        model = transformers.AutoModelForCausalLM.from_config(hf_config("mixtral", **MIXTRAL),
+                                                              attn_implementation="eager")
     for layer in model.model.layers:
         layer.mlp.experts = _ExpertParallel(layer.mlp.experts, rank, WORLD)
     dense = [parameter for name, parameter in model.named_parameters() if ".experts." not in name]
-    tokens = _tokens(config, MICRO_BATCH, seed=rank)
+    tokens = _tokens(model.config, MICRO_BATCH, seed=rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def compute_loss():
@@ -457,6 +521,19 @@ RUNS = {"fsdp2": run_fsdp2, "tp-sp": run_tp_sp, "pp-1f1b": run_pp_1f1b, "ep": ru
 
 
 # ---- the ranks ----------------------------------------------------------------------------------
+
+
+def _import_for_the_ranks() -> None:
+    """Import what every layout uses (Hugging Face's model modules load when first used), so forked ranks
+    start with it."""
+    from transformers import LlamaForCausalLM, MixtralForCausalLM  # noqa: F401
+    from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+    from torch.distributed.fsdp import fully_shard  # noqa: F401
+    from torch.distributed.pipelining import PipelineStage  # noqa: F401
+    from torch.distributed.tensor.parallel import parallelize_module  # noqa: F401
+
+    from accounting.model import traced_step  # noqa: F401
+    from tests.support import hf_models  # noqa: F401
 
 
 def run_rank(rank: int, store_path: str, out_dir: str, layouts) -> None:
@@ -480,11 +557,17 @@ def run_rank(rank: int, store_path: str, out_dir: str, layouts) -> None:
         dist.destroy_process_group()
 
 
-def spawn_parallel_steps(out_dir: Path, layouts=LAYOUTS, timeout_s: float = 120.0) -> list:
-    """Run ``layouts`` on ``WORLD`` spawned ranks; each rank's results (``None`` for a rank that wrote none)."""
+def spawn_parallel_steps(out_dir: Path, layouts=LAYOUTS, timeout_s: float = 120.0, start_method: str = "fork") -> list:
+    """Run ``layouts`` on ``WORLD`` new ranks; each rank's results (``None`` for a rank that wrote none).
+
+    ``start_method``: ``"fork"`` by default, so the ranks start with torch, torch.distributed and transformers
+    imported (a spawned rank spends seconds importing them again; the ranks use no CUDA, which forking would
+    break); ``"spawn"`` where forking is not available.
+    """
     import torch.multiprocessing as mp
 
-    context = mp.get_context("spawn")
+    _import_for_the_ranks()
+    context = mp.get_context(start_method)
     processes = [context.Process(target=run_rank, args=(rank, str(out_dir / "store"), str(out_dir), tuple(layouts)),
                                  daemon=True) for rank in range(WORLD)]
     for process in processes:
