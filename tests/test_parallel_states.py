@@ -180,6 +180,42 @@ def test_experts_are_divided_over_their_own_ranks_and_sharded_over_the_rest():
             assert 4 * local_elements(model) == predicted.parameters, f"rank {rank}"
 
 
+def test_expert_tensor_parallelism_splits_each_expert_s_matrices():
+    # Mixtral's experts (E, 2f, h) gate-and-up and (E, h, f) down on 4 ranks: 2 ways by expert, each expert's
+    # matrices 2 ways by its width (torchtitan's expert tensor parallelism: column gate/up, row down)
+    _, config = build_hf_model("mixtral", device="meta")
+    layout = ParallelLayout(devices=4, expert=2, expert_tensor=2)
+    (predicted,) = stage_parameters(config, layout)
+    placements = {"gate_up_proj": [Shard(0), Shard(1)], "down_proj": [Shard(0), Shard(2)]}
+    for rank in range(4):
+        with fake_world(rank, 4):
+            model, _ = build_hf_model("mixtral", device="meta")
+            mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("expert", "expert_tensor"))
+            for layer in model.model.layers:
+                experts = layer.mlp.experts
+                for name, placement in placements.items():
+                    whole = getattr(experts, name)
+                    experts.register_parameter(name, torch.nn.Parameter(distribute_tensor(whole, mesh, placement)))
+            assert local_elements(model) == predicted.total, f"rank {rank}"
+
+
+def test_gpt_oss_s_biases_and_sinks_follow_their_heads_and_experts():
+    # Q/K/V biases split with their features, the output bias and router whole, sinks by head, each expert whole
+    # with its biases on one of the 2 ranks
+    _, config = build_hf_model("gpt_oss", device="meta")
+    layout = ParallelLayout(devices=2, tensor=2, expert=2)
+    (predicted,) = stage_parameters(config, layout)
+    for rank in range(2):
+        with fake_world(rank, 2):
+            model, _ = build_hf_model("gpt_oss", device="meta")
+            mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tensor",))
+            tensor_parallel(model, mesh)
+            for layer in model.model.layers:
+                attention = layer.self_attn
+                attention.sinks = torch.nn.Parameter(distribute_tensor(attention.sinks, mesh, [Shard(0)]))
+            assert local_elements(model) == predicted.total, f"rank {rank}"
+
+
 def test_hybrid_sharding_divides_the_states_within_a_node_only():
     # HSDP on 8 ranks of 4 a node: fully_shard over a (replicate, shard) mesh of 2 × 4
     _, config = build_hf_model("llama", device="meta")
