@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from accounting.errors import AccountingError
 from accounting.model.config import TransformerConfig
-from accounting.model.parallel.communication import AxisTraffic, bus_factor, step_traffic, traffic_by_axis
+from accounting.model.parallel.communication import AXES, AxisTraffic, bus_factor, step_traffic, traffic_by_axis
 from accounting.model.parallel.layout import ParallelLayout
 
 WORLD = 4
@@ -286,6 +286,9 @@ def test_placement_decides_what_crosses_nodes():
     by_axis = {row.axis: row.within_node for row in rows}
     assert by_axis == {"tensor": True, "pipeline": False, "data": False}
     assert traffic_by_axis(rows).keys() == {"tensor", "pipeline", "data"}
+    everything = step_traffic(MOE, 1, ParallelLayout(devices=64, tensor=2, pipeline=2, context=2, expert=8))
+    order = list(dict.fromkeys(row.axis for row in everything))
+    assert order == list(AXES)
     assert all(isinstance(row, AxisTraffic) and isinstance(row.bytes, int) for row in rows)
 
 

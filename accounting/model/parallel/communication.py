@@ -83,6 +83,7 @@ RECOMPUTE_POLICIES = ("none", "selective", "full")
 """What the backward recomputes: nothing, a selective policy (no matmul, so no collective), every block."""
 
 AXES = ("tensor", "context", "expert", "pipeline", "data")
+"""The axes, in the order :func:`step_traffic` gives their rows."""
 
 ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, SEND = (
     "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send/recv")
