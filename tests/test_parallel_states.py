@@ -293,6 +293,17 @@ def test_megatron_s_count_of_llama_3_8b_on_one_device_is_its_published_count():
     assert megatron_parameters_on_most_loaded_shard(config, ParallelLayout(), vocabulary_multiple=1) == published_count
 
 
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b"])
+def test_megatron_s_count_of_a_mixture_of_experts_leaves_out_its_routers_and_qk_norms(name):
+    # the Hub's total for the checkpoint, less each expert block's h × E router and Qwen3's per-head Q/K norms
+    config_json, published_count = PUBLISHED[name]
+    config = TransformerConfig.from_hf(config_json)
+    routers = config.sparse_layers * config.width * config.experts
+    qk_norms = config.layers * 2 * config.head_width if config.qk_norm == "head" else 0
+    shard = megatron_parameters_on_most_loaded_shard(config, ParallelLayout(), vocabulary_multiple=1)
+    assert shard == published_count - routers - qk_norms
+
+
 def test_megatron_s_gpt3_175b_bytes_rederived_in_closed_form():
     # 96 layers of 12h² + 4h (Q, K, V, O; two 4h MLP matrices; two LayerNorms of weight and bias), the final
     # LayerNorm, 50257 tokens padded to 128 × 8 = 1024's multiple, 51200; TP 8, PP 16, DP 8.
