@@ -26,8 +26,9 @@ each backward after the first starts with the stage's micro-batches in flight be
 >>> from accounting.model.parallel.layout import ParallelLayout
 >>> config = TransformerConfig(layers=4, width=64, heads=4, sequence_length=32, vocabulary=128)
 >>> memory = layout_memory(config, 2, ParallelLayout(devices=8, tensor=2, pipeline=2), micro_batches=4)
->>> [rank.stage for rank in memory.ranks], memory.most_loaded.stage in (0, 1)
-([0, 1], True)
+>>> first, last = memory.ranks  # 1F1B: the first stage holds 2 micro-batches in flight, the last 1
+>>> first.activations > last.activations, memory.most_loaded.stage
+(True, 0)
 """
 
 from dataclasses import dataclass, field
