@@ -20,7 +20,7 @@ from tests.support.published_configs import PUBLISHED
 from tests.support.strategies_training import realistic_configs, transformer_configs
 from tests.test_parallel_states import fake_world, local_elements, tensor_parallel
 
-SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
+SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 
 
 def assert_single_device(config, micro_batch, sharding, devices, *, precision="bf16-mixed", optimizer="adamw",
@@ -29,8 +29,10 @@ def assert_single_device(config, micro_batch, sharding, devices, *, precision="b
     memory = layout_memory(config, micro_batch, layout, precision=precision, optimizer=optimizer,
                            attention=attention, recompute=recompute)
     (rank,) = memory.ranks
+    # HSDP is ZeRO-3 over the ranks of a node (8 here), replicated across nodes
     truth = transformer_training_memory(config, micro_batch, optimizer, precision, attention=attention,
-                                        recompute=recompute, sharding=sharding, devices=devices)
+                                        recompute=recompute, sharding=layout.sharding_stage,
+                                        devices=layout.sharding_degree)
     assert (rank.parameters, rank.gradients, rank.optimizer, rank.gathered) == \
         (truth.parameters, truth.gradients, truth.master_weights + truth.optimizer_state, truth.gathered)
     assert (rank.activations, rank.transient, rank.update, rank.backward) == \
@@ -40,7 +42,7 @@ def assert_single_device(config, micro_batch, sharding, devices, *, precision="b
 
 @settings(max_examples=40, deadline=None)
 @given(st.one_of(transformer_configs(), realistic_configs()), st.integers(1, 3), st.sampled_from(SHARDINGS),
-       st.integers(1, 8), st.sampled_from(["fp32", "bf16-mixed", "bf16-autocast", "bf16"]),
+       st.integers(1, 12), st.sampled_from(["fp32", "bf16-mixed", "bf16-autocast", "bf16"]),
        st.sampled_from(["adamw", "sgd", "rmsprop"]), st.sampled_from(["eager", "sdpa"]),
        st.sampled_from(["none", "full"]))
 def test_an_all_one_layout_is_the_single_device_step(config, micro_batch, sharding, devices, precision, optimizer,
@@ -51,7 +53,8 @@ def test_an_all_one_layout_is_the_single_device_step(config, micro_batch, shardi
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "phi-3-mini"])
 @pytest.mark.parametrize("sharding, devices, recompute", [("ddp", 1, "none"), ("zero2", 8, "full"),
-                                                          ("zero3", 16, "none"), ("fsdp", 8, "full")])
+                                                          ("zero3", 16, "none"), ("fsdp", 8, "full"),
+                                                          ("hsdp", 24, "full")])
 def test_an_all_one_layout_of_a_published_model_is_the_single_device_step(name, sharding, devices, recompute):
     config_json, _ = PUBLISHED[name]
     config = TransformerConfig.from_hf(config_json, sequence_length=512, mtp=name == "deepseek-v3")
