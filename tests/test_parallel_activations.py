@@ -339,6 +339,53 @@ def test_gpipe_and_1f1b_in_flight_by_enumeration(pipeline, micro_batches):
             assert micro_batches_in_flight(layout, rank, micro_batches) == _most_alive(order)
 
 
+class _FirstStage(torch.nn.Module):
+    """Stage 0 of a Hugging Face Llama split in two: the embedding and the first block."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.embed, self.block, self.rotary = model.model.embed_tokens, model.model.layers[0], model.model.rotary_emb
+
+    def forward(self, token_ids):
+        hidden = self.embed(token_ids)
+        positions = torch.arange(token_ids.shape[1])[None]  # (1, s), as LlamaModel makes them
+        return self.block(hidden, position_embeddings=self.rotary(hidden, positions))
+
+
+@pytest.mark.parametrize("schedule,micro_batches", [("1f1b", 4), ("gpipe", 3)])
+def test_first_stage_holds_what_torchs_pipeline_schedule_keeps(mesh, schedule, micro_batches):
+    """Stage 0 of 2 under ``torch.distributed.pipelining`` (rank 0 of the fake group; stage 1's gradients
+    arrive as empty buffers): the bytes alive when its first backward starts, exactly the stage's ``saved``:
+    the micro-batches in flight, each with its block's saves, its rotary tables and the stage's output."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from accounting.live_memory import LiveTensorBytes
+
+    model, config = build_hf_model("llama", layers=2, **SIZES)
+    model, batch = model.to(torch.bfloat16), 2
+    token_ids = torch.randint(0, config.vocabulary, (micro_batches * batch, config.sequence_length))
+    output = torch.zeros(batch, config.sequence_length, config.width, dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stage = PipelineStage(_FirstStage(model), 0, 2, torch.device("cpu"), input_args=(token_ids[:batch],),
+                              output_args=(output,))
+        runner = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[schedule](stage, n_microbatches=micro_batches)
+    live, at_first_backward = LiveTensorBytes(), []
+    backward = stage.backward_one_chunk
+
+    def backward_one_chunk(*args, **kwargs):
+        at_first_backward.append(live.current)
+        return backward(*args, **kwargs)
+
+    stage.backward_one_chunk = backward_one_chunk
+    with warnings.catch_warnings(), live:
+        warnings.simplefilter("ignore")
+        runner.step(token_ids)
+    layout = ParallelLayout(devices=2, pipeline=2, schedule=schedule)
+    first = stage_activations(config, batch, layout, "bf16", attention="eager", micro_batches=micro_batches)[0]
+    assert at_first_backward[0] == first.saved
+
+
 @pytest.mark.parametrize("pipeline,chunks", [(2, 2), (4, 2), (8, 4)])
 def test_interleaved_first_stage_is_korthikantis_count(pipeline, chunks):
     """Section 4.2.3: the first stage holds P micro-batches' worth, times 1 + (P − 1)/(P·V) when interleaved."""
