@@ -21,7 +21,8 @@ What is measured (fp32, AdamW for-loop, eager attention; the second of two steps
   which the formulas leave out): the storages of this rank's own tensors (DTensors' local shards), read from the
   module, after backward and from the optimizer's state;
 - ``saved``: bytes autograd had saved when backward began (a saved-tensors hook marks them; ``saved_most``: the
-  most alive at once, which is what a pipeline stage holds with micro-batches in flight);
+  most alive at once, which is what a pipeline stage holds with micro-batches in flight, with the stage outputs
+  the schedule keeps to run their backward from);
 - ``peak``: the high-water mark of every storage alive in the step (the tracer, a ``TorchDispatchMode``: DTensor
   ops are let through to their local ops, which it sees, and FSDP2's storage resizes of the gathered parameters
   are followed); ``at_peak``: what was alive at the peak, by part (``gathered``: FSDP2's unsharded parameters;
@@ -171,14 +172,16 @@ def _alive(log) -> dict:
 
 
 def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers=(), gathered_parameters=(),
-            outputs=tuple) -> dict:
+            outputs=tuple, stage_module=None) -> dict:
     """One warm-up step, then a traced one: this rank's bytes by part (the module docstring).
 
     ``forward_backward()`` runs the step's forward and backward (a pipeline schedule's whole step) and returns
     the loss as a float (``None`` on a pipeline stage without the loss), kept from the warm-up step as ``loss``;
     ``buffers``: tensors alive through the step made before it (a pipeline's receive buffers);
     ``gathered_parameters``: FSDP2's unsharded parameters, whose gradients count as ``gathered`` too;
-    ``outputs()``: the tensors the step keeps once done (a pipeline's outputs of each micro-batch).
+    ``outputs()``: the tensors the step keeps once done (a pipeline's outputs of each micro-batch);
+    ``stage_module``: a pipeline stage's module, whose outputs the schedule keeps to run each micro-batch's
+    backward from: counted as saved.
     """
     parameters = list(model_parameters)
     loss = forward_backward()
@@ -190,7 +193,9 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
     tracer = _tracer_class()()
     known = {"parameters": parameters, "optimizer": state, "inputs": list(inputs), "buffers": list(buffers)}
     marks, kept = {}, {}
-    hooks = [parameter.register_post_accumulate_grad_hook(
+    hooks = [] if stage_module is None else [stage_module.register_forward_hook(
+        lambda module, args, output: tracer.saved.add(tracer.serial_of(output)))]
+    hooks += [parameter.register_post_accumulate_grad_hook(
         lambda parameter: tracer.gathered_gradients.add(tracer.serial_of(parameter.grad)))
         for parameter in gathered_parameters]
     started = time.perf_counter()
@@ -441,7 +446,7 @@ def run_pp_1f1b(rank: int) -> dict:
     buffers = [info.buffer for infos in (*stage.args_recv_info.values(), *stage.grad_recv_info.values())
                for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
     return measure(stage_module.parameters(), optimizer, forward_backward, inputs=[tokens], buffers=buffers,
-                   outputs=lambda: list(stage.output_chunks))
+                   outputs=lambda: list(stage.output_chunks), stage_module=stage_module)
 
 
 class _ExpertParallel(torch.nn.Module):
