@@ -153,7 +153,7 @@ def _stage_blocks(held) -> tuple[int, int]:
 
 
 def busiest_rank_blocks(config: TransformerConfig, layout: ParallelLayout) -> int:
-    """Blocks the busiest pipeline rank holds (:func:`accounting.model.parallel.states.stage_layers`'s split:
+    """Blocks the busiest pipeline rank holds (:func:`accounting.model.parallel.activations.stage_blocks`'s split:
     the blocks in P·V chunks, the earlier chunks one longer where they do not divide; the last stage's
     multi-token-prediction modules counted as blocks).
 
