@@ -154,7 +154,7 @@ def _stage_blocks(held) -> tuple[int, int]:
 
 def busiest_rank_blocks(config: TransformerConfig, layout: ParallelLayout) -> int:
     """Blocks the busiest pipeline rank holds (:func:`accounting.model.parallel.activations.stage_blocks`'s split:
-    the blocks in P·V chunks, the earlier chunks one longer where they do not divide; the last stage's
+    the blocks in P·V chunks, the last chunks one longer where they do not divide; the last stage's
     multi-token-prediction modules counted as blocks).
 
     >>> from accounting.model.config import TransformerConfig
