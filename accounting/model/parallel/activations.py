@@ -35,9 +35,12 @@ with T = ``layout.tensor``, C = ``layout.context``, s = the sequence:
 
 Pipeline: the blocks divided over P·V chunks (:func:`chunk_blocks`), rank p holding chunks p, p + P, …;
 the embedding on stage 0; the final norm, output head, loss and MTP modules on stage P − 1. Each micro-batch in
-flight also keeps the stage's input (received; the first block's checkpoint under recomputation) and, as
-``torch.distributed.pipelining`` keeps it to run the backward from, the stage's output (Megatron-LM frees
-the output's data once sent: one residual-stream tensor less per micro-batch). Micro-batches in
+flight also keeps, as ``torch.distributed.pipelining`` keeps it to run the backward from, the stage's output
+(Megatron-LM frees the output's data once sent: one residual-stream tensor less per micro-batch); its input is
+one of the stage's receive buffers (``"pipeline receive"``: torch makes one for each of the m micro-batches
+before the step; Megatron-LM receives into a new tensor and keeps only those in flight). torch's schedule also
+keeps every micro-batch's logits on the last stage to return them from ``step()`` unless told
+``return_outputs=False`` (as torchtitan does): not counted. Micro-batches in
 flight at the start of backward (:func:`micro_batches_in_flight`): GPipe m; 1F1B min(P − p, m); interleaved
 1F1B as Megatron-LM and torch schedule it, (2(P − p − 1) + (V − 1)·P + 1) model chunks of one micro-batch
 (at most m·V), i.e. P·(1 + (P − 1)/(P·V)) micro-batches' worth of the rank's blocks on stage 0 (Korthikanti
@@ -93,8 +96,10 @@ class StageActivations:
     communication buffers alive at the peak, by name: ``"tensor all-gather"`` (``linear_inputs="sharded"``:
     a linear layer's input gathered again in backward), ``"context k/v blocks"`` (two blocks of the local
     chunk's K and V: the one in use and the one being received), ``"expert dispatch"`` and ``"expert combine"``
-    (the rank's k routed rows of each token, sent and received back), ``"pipeline send/recv"`` (a
-    residual-stream tensor to or from each neighbouring stage).
+    (the rank's k routed rows of each token, sent and received back), ``"pipeline receive"`` (torch's
+    ``PipelineStage`` receives every micro-batch's activations, and their gradients, into buffers of its own
+    made before the step: m residual-stream tensors from each neighbouring stage), ``"pipeline send"`` (the
+    gradient of the stage's input, sent back; the output sent on is kept with its micro-batch).
     """
 
     stage: int
@@ -370,8 +375,6 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
                 held += window_mask
         if stage == 0:
             held += outside["seq"].dropout
-        elif recompute == "none" or (recompute == "selective" and selective == "attention-core"):
-            held += stream  # the stage's input, kept by the schedule for its gradient (else a block's checkpoint)
         if stage != last:
             held += stream  # the stage's output, kept by torch's schedule to run its backward from
         if stage == last:
@@ -394,8 +397,10 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
             others = round((in_flight - 1) * per_micro_batch)
             backward = others + block_backward_bytes(tp, batch, formats, share, gelu)
         stage_buffers = dict(buffers)
-        if layout.pipeline > 1:
-            stage_buffers["pipeline send/recv"] = stream * (1 if stage in (0, last) else 2)
+        if layout.pipeline > 1:  # torch's stage receives each micro-batch's activations and gradients in its own buffer
+            stage_buffers["pipeline receive"] = stream * micro_batches * ((stage > 0) + (stage < last))
+            if stage > 0:  # the gradient of the stage's input, on its way back
+                stage_buffers["pipeline send"] = stream
         stages.append(StageActivations(stage, len(indices), per_micro_batch, float(in_flight),
                                        round(in_flight * per_micro_batch), transient, backward, stage_buffers))
     return tuple(stages)
