@@ -463,8 +463,7 @@ def test_every_family_splits_over_every_axis(family):
     (single,) = stage_activations(config, 2, ONE)
     (rank,) = stage_activations(config, 2, ParallelLayout(devices=2, tensor=2))
     assert single.per_micro_batch / 2 < rank.per_micro_batch < single.per_micro_batch
-    third = ParallelLayout(devices=4, tensor=2, expert=2) if config.experts > 1 else ParallelLayout(devices=4, context=2,
-                                                                                                     tensor=2)
+    third = ParallelLayout(devices=4, tensor=2, **({"expert": 2} if config.experts > 1 else {"context": 2}))
     for layout in (ParallelLayout(devices=4, tensor=2, pipeline=2), third):
         for recompute in ("none", "selective", "full"):
             for selective in ("attention-core", "matmul-outputs"):

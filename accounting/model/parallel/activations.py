@@ -89,7 +89,8 @@ class StageActivations:
     ``blocks``: the blocks it holds (all its model chunks); ``per_micro_batch``: bytes one micro-batch's
     forward saves on it (its blocks, and what it holds of the embedding, final norm, head and loss);
     ``in_flight``: micro-batches alive at the start of backward under the schedule, in units of one
-    micro-batch over the rank's blocks; ``saved``: ``in_flight`` × ``per_micro_batch``; ``transient``: alive
+    micro-batch over the rank's blocks; ``saved``: ``in_flight`` × ``per_micro_batch`` (interleaved, the
+    embedding's and the head's parts, which live in one chunk, are counted at that average too); ``transient``: alive
     beside ``saved`` as backward starts (the last stage's loss gradients, vocabulary-parallel);
     ``backward``: with recomputation, bytes besides gradients at the peak of its bottom block's recomputed
     backward: the other micro-batches' saved activations and that block's working set; ``buffers``:
