@@ -266,7 +266,8 @@ def _rank_rows(plan) -> list[list[str]]:
     flight = [micro_batches_in_flight(layout, rank.stage, plan.micro_batches) for rank in ranks]
     rows = [["blocks", *(str(len(blocks[rank.stage])) for rank in ranks), "transformer blocks this rank holds"],
             ["in flight", *(f"{float(count):g}" for count in flight),
-             f"micro-batches whose activations are alive at the peak ({layout.schedule})"]]
+             "micro-batches whose activations are alive at the peak"
+             + (f" ({layout.schedule})" if layout.pipeline > 1 else "")]]
     for part, note in RANK_PARTS:
         values = [getattr(rank, part) for rank in ranks]
         if any(values) or part not in OPTIONAL_PARTS:

@@ -1,0 +1,224 @@
+"""``accounting plan`` over a parallel layout, as a user runs it: the axes' options, the per-rank table, JSON, errors.
+
+The figures are checked against the library call the command stands for (``layout_plan``), the bubble and
+tokens/s against their definitions, the all-1 layout against the single-device plan, and docs/plan.md's
+"Parallel layouts" section and the README's plan example against what their commands print, so that neither
+can drift.
+"""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from accounting.model.config import TransformerConfig
+from accounting.model.parallel.layout import ParallelLayout
+from accounting.plan.devices import plan_device
+from accounting.plan.layout_plan import LayoutSettings, layout_plan
+from accounting.plan.render import layout_plan_document
+from tests.support.cli_runs import run_main
+from tests.test_plan import LLAMA_3_8B
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "plan.md"
+
+LLAMA_3_70B = {**LLAMA_3_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+               "num_attention_heads": 64, "num_key_value_heads": 8}
+"""Llama-3-70B's config.json (meta-llama/Meta-Llama-3-70B), the keys that size it."""
+
+SMALL_LLAMA = {**LLAMA_3_8B, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
+               "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
+               "max_position_embeddings": 2048}
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    def write(document: dict, name: str = "config.json") -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps(document))
+        return str(path)
+    return write
+
+
+def library_plan(path, *, devices, tensor=1, pipeline=1, context=1, expert=1, sharding="ddp", schedule="1f1b",
+                 virtual_stages=1, recompute="none", sequence_length=None, **batch):
+    config = TransformerConfig.from_hf(path, sequence_length=sequence_length)
+    layout = ParallelLayout(devices=devices, tensor=tensor, pipeline=pipeline, context=context, expert=expert,
+                            sharding=sharding, schedule=schedule, virtual_stages=virtual_stages)
+    return layout_plan(config, plan_device("H100 SXM", "bfloat16"), LayoutSettings(layout, recompute=recompute),
+                       **batch)
+
+
+def test_a_multi_axis_layout_as_json_is_the_library_plan(config_file, capsys):
+    path = config_file(SMALL_LLAMA)
+    argv = ["plan", "--config", path, "--devices", "16", "--tensor-parallel", "2", "--pipeline-parallel", "2",
+            "--sharding", "zero1", "--global-batch", "32", "--tokens", "1e10", "--json"]
+    status, out, err = run_main(argv, capsys)
+    plan = library_plan(path, devices=16, tensor=2, pipeline=2, sharding="zero1", global_batch=32, tokens=1e10)
+    assert json.loads(out) == json.loads(json.dumps(layout_plan_document(plan, path)))
+    assert status == (0 if plan.fits else 1) and err == ""
+    document = json.loads(out)
+    assert document["layout"]["data"] == 4 and len(document["memory_per_rank"]) == 2
+    peaks = [rank["peak"] for rank in document["memory_per_rank"]]
+    assert document["memory_per_rank"][document["most_loaded_stage"]]["peak"] == max(peaks)
+
+
+def test_the_text_shows_each_stage_the_most_loaded_and_each_axis(config_file, capsys):
+    path = config_file(SMALL_LLAMA)
+    argv = ["plan", "--config", path, "--devices", "16", "--tensor-parallel", "2", "--pipeline-parallel", "4",
+            "--global-batch", "16"]
+    status, out, err = run_main(argv, capsys)
+    _, document, _ = run_main([*argv, "--json"], capsys)
+    document = json.loads(document)
+    assert err == "" and status in (0, 1)
+    assert "Layout: TP 2 (SP) × PP 4 (1f1b) × DP 2 (ddp) on 16 x H100 SXM" in out
+    header = next(line for line in out.splitlines() if line.strip().startswith("part"))
+    assert header.split()[1:] == ["stage", "0", "stage", "1", "stage", "2", "stage", "3"]
+    peak_row = next(line for line in out.splitlines() if line.strip().startswith("peak "))
+    printed = [float(cell) for cell in peak_row.split()[1:5]]
+    assert printed == [round(rank["peak"] / 2**30, 2) for rank in document["memory_per_rank"]]
+    assert f"Most loaded: stage {document['most_loaded_stage']}" in out
+    for axis in document["communication"]["by_axis"]:
+        row = re.search(rf"^  {axis['axis']}\s+{re.escape(', '.join(axis['collectives']))}\s.*$", out,
+                        flags=re.MULTILINE)
+        assert row and f"{axis['bytes'] / 2**30:.2f}" in row.group(0).split()
+    # the bubble of 1F1B with m micro-batches over P stages: (P - 1) / (m + P - 1) of the pipeline's time
+    m = document["batch"]["micro_batches"]
+    assert m == 16 // 2 and f"({3 / (m + 3):.1%} of the pipeline's time)" in out
+    compute = document["compute"]
+    assert compute["tokens_per_second"] == pytest.approx(16 * 2048 / compute["seconds_per_step"])
+
+
+@pytest.mark.parametrize("extra", [[], ["--tensor-parallel", "1", "--pipeline-parallel", "1", "--context-parallel",
+                                        "1", "--expert-parallel", "1", "--schedule", "1f1b"]])
+def test_all_axes_one_is_todays_plan(extra, config_file, capsys):
+    """Degrees of 1 change nothing: the single-device plan, printed as it always was."""
+    path = config_file(LLAMA_3_8B)
+    base = ["plan", "--config", path, "--sequence-length", "2048", "--devices", "8", "--sharding", "zero3",
+            "--global-batch", "64"]
+    assert run_main([*base, *extra], capsys) == run_main(base, capsys)
+    assert "Memory per device at micro-batch" in run_main([*base, *extra], capsys)[1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    pytest.param(["--devices", "12", "--tensor-parallel", "8"], r"devices 12 is not a multiple of tensor × pipeline",
+                 id="devices"),
+    pytest.param(["--devices", "6", "--tensor-parallel", "3"], r"tensor 3 must divide the 16 query heads", id="heads"),
+    pytest.param(["--devices", "8", "--tensor-parallel", "0"], r"--tensor-parallel must be a positive whole number",
+                 id="zero"),
+    pytest.param(["--devices", "8", "--pipeline-parallel", "2", "--virtual-stages", "2"],
+                 r"virtual_stages 2 needs schedule 'interleaved-1f1b'", id="virtual"),
+    pytest.param(["--devices", "8", "--schedule", "interleaved-1f1b"], r"needs pipeline parallelism", id="schedule"),
+    pytest.param(["--devices", "8", "--expert-parallel", "2"], r"expert 2 needs a mixture-of-experts model",
+                 id="dense-experts"),
+    pytest.param(["--devices", "16", "--pipeline-parallel", "16"], r"16 stages is more than the 8 blocks",
+                 id="stages"),
+    pytest.param(["--devices", "8", "--context-parallel", "8", "--sequence-length", "24"],
+                 r"context 8: the sequence of 24 tokens must divide into 2 × 8 chunks", id="context"),
+    pytest.param(["--devices", "8", "--tensor-parallel", "2", "--global-batch", "6"],
+                 r"global batch 6 is not a multiple of the 4 data-parallel ranks", id="batch"),
+    pytest.param(["--devices", "8", "--tensor-parallel", "2", "--global-batch", "8", "--micro-batches", "3"],
+                 r"micro-batches 3 does not divide the 2 sequences", id="micro-batches"),
+    pytest.param(["--devices", "8", "--schedule", "zigzag"], r"argument --schedule: invalid choice: 'zigzag'",
+                 id="schedule-name"),
+    pytest.param(["--devices", "8", "--recompute", "some"], r"argument --recompute: invalid choice: 'some'",
+                 id="recompute"),
+])
+def test_a_bad_layout_is_one_line_naming_the_value_and_exit_2(argv, message, config_file, capsys):
+    status, out, err = run_main(["plan", "--config", config_file(SMALL_LLAMA), *argv], capsys)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("accounting plan: error: ")
+    assert re.search(message, err), err
+
+
+def test_a_traced_model_refuses_a_layout(config_file, capsys):
+    path = config_file({"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100})
+    status, _out, err = run_main(["plan", "--config", path, "--devices", "2", "--tensor-parallel", "2"], capsys)
+    assert status == 2 and "not a parallel layout (TP 2 (SP) × DP 1 (ddp))" in err
+
+
+# ---- the documented layouts are what the command prints ------------------------------------------------
+
+def _section() -> str:
+    text = DOC.read_text(encoding="utf8")
+    start = text.index("## Parallel layouts")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+@pytest.fixture
+def doc_configs(tmp_path, monkeypatch):
+    """Each config.json docs/plan.md shows (a ``<!-- name.json -->`` line above a json block), written to a
+    directory the test then runs in, as a reader would."""
+    for name, block in re.findall(r"<!-- (\S+\.json) -->\n```json\n(.*?)```", DOC.read_text(encoding="utf8"),
+                                  flags=re.DOTALL):
+        (tmp_path / name).write_text(block)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def documented_layouts() -> list:
+    """``(arguments, our figure in GiB)`` of each torchtitan row of docs/plan.md's "Parallel layouts" section."""
+    runs = []
+    for command, figure in re.findall(r"`(python -m accounting plan [^`]+)`\s*\|\s*\*\*([\d.]+)\*\*", _section()):
+        runs.append(pytest.param(shlex.split(command)[3:], float(figure), id=f"torchtitan-{len(runs) + 1}"))
+    return runs
+
+
+def documented_outputs() -> list:
+    """``(arguments, printed text)`` of each ```console block of the section."""
+    runs = []
+    for block in re.findall(r"```console\n\$ (python -m accounting plan .*?)```", _section(), flags=re.DOTALL):
+        command, _, output = block.partition("\n")
+        runs.append(pytest.param(shlex.split(command)[3:], output, id=f"console-{len(runs) + 1}"))
+    return runs
+
+
+def documented_programs() -> list:
+    """``(program, printed text)`` of each ```python block of the section and the ```text block after it."""
+    pairs = re.findall(r"```python\n(.*?)```\n\n```text\n(.*?)```", _section(), flags=re.DOTALL)
+    return [pytest.param(program, printed, id=f"program-{index + 1}") for index, (program, printed) in enumerate(pairs)]
+
+
+def test_the_doc_has_each_kind_of_anchor():
+    assert len(documented_layouts()) == 8 and len(documented_outputs()) == 2 and len(documented_programs()) == 2
+
+
+@pytest.mark.parametrize(("argv", "figure"), documented_layouts())
+def test_the_documented_peaks_are_what_the_command_prints(argv, figure, doc_configs, capsys):
+    """The doc's figure for each torchtitan run is the most loaded rank's peak the command prints, in GiB."""
+    status, out, err = run_main([*argv, "--json"], capsys)
+    assert status in (0, 1), err
+    document = json.loads(out)
+    if "memory_per_rank" in document:
+        peak = document["memory_per_rank"][document["most_loaded_stage"]]["peak"]
+    else:  # every degree 1: the single-device plan
+        peak = document["memory_per_device"]["peak"]
+    assert round(peak / 2**30, 1) == figure
+
+
+@pytest.mark.parametrize(("argv", "printed"), documented_outputs())
+def test_the_documented_layout_plans_are_what_the_command_prints(argv, printed, doc_configs, capsys):
+    """Regenerate the section's outputs when the formulas change: the doc shows real output."""
+    status, out, err = run_main(argv, capsys)
+    assert (status, err) == (0, "") and out == printed
+
+
+@pytest.mark.parametrize(("program", "printed"), documented_programs())
+def test_the_documented_anchor_tables_are_what_their_programs_print(program, printed, doc_configs, capsys):
+    exec(compile(program, "docs/plan.md", "exec"), {"__name__": "docs"})
+    assert capsys.readouterr().out == printed
+
+
+def test_the_readme_example_is_the_commands_output(doc_configs, capsys):
+    """Every line the README shows of its plan example is a line the command prints (the README shows an excerpt)."""
+    text = (ROOT / "README.md").read_text(encoding="utf8")
+    block = re.search(r"## Planning a run\n.*?```text\n\$ (python -m accounting plan .*?)```", text,
+                      flags=re.DOTALL).group(1)
+    command, _, shown = block.replace("\\\n", "").partition("\n")
+    status, out, err = run_main(shlex.split(command)[3:], capsys)
+    assert status == 0 and err == ""
+    printed = out.splitlines()
+    assert shown.splitlines() and all(line in printed for line in shown.splitlines())
