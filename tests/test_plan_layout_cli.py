@@ -140,6 +140,85 @@ def test_a_traced_model_refuses_a_layout(config_file, capsys):
     assert status == 2 and "not a parallel layout (TP 2 (SP) × DP 1 (ddp))" in err
 
 
+def test_a_mixture_of_experts_divides_its_routed_experts_over_the_expert_ranks(config_file, capsys):
+    from tests.support.published_configs import PUBLISHED
+
+    path = config_file(PUBLISHED["qwen3-30b-a3b"][0])
+    argv = ["plan", "--config", path, "--sequence-length", "4096", "--devices", "16", "--expert-parallel", "8",
+            "--sharding", "zero1", "--recompute", "full", "--global-batch", "32", "--json"]
+    status, out, err = run_main(argv, capsys)
+    config = TransformerConfig.from_hf(path, sequence_length=4096)
+    layout = ParallelLayout(devices=16, expert=8, sharding="zero1")
+    plan = layout_plan(config, plan_device("H100 SXM", "bfloat16"), LayoutSettings(layout, recompute="full"),
+                       global_batch=32)
+    document = json.loads(out)
+    assert document == json.loads(json.dumps(layout_plan_document(plan, path))) and err == ""
+    (expert,) = [axis for axis in document["communication"]["by_axis"] if axis["axis"] == "expert"]
+    assert expert["collectives"] == ["all-to-all"] and expert["groups"] == [8]
+    # each rank holds 1/8 of the routed experts: fewer weights than the same run without expert parallelism
+    _, whole, _ = run_main([*argv[:7], *argv[9:]], capsys)
+    assert json.loads(whole)["memory_per_device"]["parameters"] > document["memory_per_rank"][0]["parameters"]
+
+
+def test_hybrid_sharding_divides_the_states_within_a_node_only(config_file, capsys):
+    """HSDP over 16 data-parallel ranks, 4 of them in a node of 8 (TP 2): each rank holds the states ZeRO-3 over
+    those 4 gives it."""
+    path = config_file(SMALL_LLAMA)
+    base = ["plan", "--config", path, "--tensor-parallel", "2", "--global-batch", "16", "--json"]
+    _, hybrid, _ = run_main([*base, "--devices", "32", "--sharding", "hsdp"], capsys)
+    _, within, _ = run_main([*base, "--devices", "8", "--sharding", "zero3"], capsys)
+    hybrid, within = json.loads(hybrid), json.loads(within)
+    assert hybrid["layout"]["sharding_degree"] == 8 // 2 == within["layout"]["sharding_degree"]
+    for part in ("parameters", "gradients", "optimizer"):
+        assert hybrid["memory_per_rank"][0][part] == within["memory_per_rank"][0][part]
+
+
+def test_links_json_replaces_the_datasheets_bandwidths(config_file, tmp_path, capsys):
+    path = config_file(SMALL_LLAMA)
+    links = tmp_path / "links.json"
+    links.write_text(json.dumps({"intra_node_gbps": 45, "inter_node_gbps": 5}))
+    argv = ["plan", "--config", path, "--devices", "32", "--tensor-parallel", "4", "--pipeline-parallel", "2",
+            "--global-batch", "32", "--links", str(links), "--json"]
+    status, out, err = run_main(argv, capsys)
+    document = json.loads(out)
+    assert err == "" and document["communication"]["links"]["intra_source"] == str(links)
+    for axis in document["communication"]["by_axis"]:
+        bandwidth = 45e9 if axis["within_node"] else 5e9
+        assert axis["seconds"] == pytest.approx(axis["bytes"] / bandwidth)
+
+
+def test_search_ranks_the_layouts_that_fit_as_the_plan_sizes_them(config_file, capsys):
+    """Each ranked layout, planned on its own at its micro-batch, has the peak and the time the search gave it."""
+    path = config_file(SMALL_LLAMA)
+    status, out, err = run_main(["plan", "--config", path, "--devices", "16", "--global-batch", "32", "--search",
+                                 "--json"], capsys)
+    rows = json.loads(out)["layouts"]
+    assert status == 0 and err == "" and 0 < len(rows) <= 10
+    assert [row["seconds_per_step"] for row in rows] == sorted(row["seconds_per_step"] for row in rows)
+    for row in rows[:3]:
+        plan = library_plan(path, devices=16, tensor=row["tensor"], pipeline=row["pipeline"],
+                            context=row["context"], sharding=row["sharding"], schedule=row["schedule"],
+                            virtual_stages=row["virtual_stages"], global_batch=32, micro_batch=row["micro_batch"])
+        assert plan.memory.most_loaded.peak == row["peak"]
+        assert plan.seconds_per_step == pytest.approx(row["seconds_per_step"])
+    _, text, _ = run_main(["plan", "--config", path, "--devices", "16", "--global-batch", "32", "--search"], capsys)
+    first = next(line for line in text.splitlines() if line.split()[:1] == ["1"])
+    assert rows[0]["describe"] in first
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    pytest.param(["--search"], r"--search ranks layouts for one global batch: give --global-batch", id="batch"),
+    pytest.param(["--search", "--global-batch", "8", "--tensor-parallel", "2"],
+                 r"--search chooses the layout and the micro-batch itself: drop --tensor-parallel 2", id="axis"),
+    pytest.param(["--tensor-parallel", "2", "--links", "/nonexistent/links.json"],
+                 r"links: cannot read /nonexistent/links.json", id="links"),
+])
+def test_search_and_links_refuse_what_they_cannot_use(argv, message, config_file, capsys):
+    status, out, err = run_main(["plan", "--config", config_file(SMALL_LLAMA), "--devices", "8", *argv], capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+
+
 # ---- the documented layouts are what the command prints ------------------------------------------------
 
 def _section() -> str:
