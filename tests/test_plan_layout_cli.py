@@ -74,6 +74,9 @@ def test_the_text_shows_each_stage_the_most_loaded_and_each_axis(config_file, ca
     document = json.loads(document)
     assert err == "" and status in (0, 1)
     assert "Layout: TP 2 (SP) × PP 4 (1f1b) × DP 2 (ddp) on 16 x H100 SXM" in out
+    kernel = document["training"]["attention_kernel"]["name"]  # the kernel the single-device plan counts too
+    assert kernel == json.loads(run_main(["plan", "--config", path, "--json"], capsys)[1])["training"][
+        "attention_kernel"]["name"] and f"Attention: sdpa runs its {kernel} kernel" in out
     header = next(line for line in out.splitlines() if line.strip().startswith("part"))
     assert header.split()[1:] == ["stage", "0", "stage", "1", "stage", "2", "stage", "3"]
     peak_row = next(line for line in out.splitlines() if line.strip().startswith("peak "))

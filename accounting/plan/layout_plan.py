@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 from accounting._checks import check_choice, check_positive, check_positive_size, check_real
 from accounting.errors import AccountingError, AccountingTypeError
-from accounting.model.activations import ATTENTIONS
+from accounting.model.activations import ATTENTIONS, activation_formats, resolve_attention
+from accounting.model.attention_kernels import SdpaKernel
 from accounting.model.config import TransformerConfig
 from accounting.model.flops import transformer_flops
 from accounting.model.parallel.activations import RECOMPUTE_POLICIES, SELECTIVE_POLICIES
@@ -86,7 +87,8 @@ class LayoutPlan:
 
     ``largest_micro_batch``: the most sequences per micro-batch whose step fits on every rank (0: not even
     one), at most the per-rank batch when the global batch was given. ``reasons``: why it does not fit
-    and what would (empty when it fits).
+    and what would (empty when it fits). ``attention_kernel``: the kernel ``attention="sdpa"`` was counted
+    as (``None`` for another attention).
     """
 
     config: TransformerConfig
@@ -105,6 +107,7 @@ class LayoutPlan:
     tokens: int | None
     reasons: tuple[str, ...]
     batch_given: bool = True
+    attention_kernel: SdpaKernel | None = None
 
     @property
     def layout(self) -> ParallelLayout:
@@ -283,5 +286,7 @@ def layout_plan(config: TransformerConfig, device: PlanDevice, settings: LayoutS
     time = layout_step_time(config, layout, device, links, micro_batch=micro_batch, micro_batches=micro_batches,
                             mfu=settings.mfu, precision=settings.precision, recompute=settings.recompute,
                             traffic=traffic)
+    _, kernel = resolve_attention(config, micro_batch, activation_formats(settings.precision), settings.attention,
+                                  attention_device(device))
     return LayoutPlan(config, device, settings, usable, global_batch, micro_batch, micro_batches, largest, memory,
-                      traffic, time, links, flops, tokens, tuple(reasons), batch_given)
+                      traffic, time, links, flops, tokens, tuple(reasons), batch_given, kernel)

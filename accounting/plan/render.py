@@ -317,6 +317,7 @@ def render_layout_plan(plan, source: str) -> str:
         f"Model ({source}): {describe_model(plan)}",
         _layout_line(plan),
         f"Run: {s.precision}, {s.optimizer}, attention {s.attention}, recompute {recompute}",
+        *([f"Attention: {_kernel_text(plan, plan.attention_kernel)}"] if plan.attention_kernel is not None else []),
         *[f"Attention: {note}" for note in describe_attention(plan)],
         f"Batch: {plan.global_batch} sequences per step = DP {layout.data} x micro-batch {plan.micro_batch} x "
         f"{plan.micro_batches} micro-batch{plural}; {plan.tokens_per_step:,} tokens",
@@ -377,7 +378,10 @@ def layout_plan_document(plan, source: str) -> dict:
                    "memory_source": d.memory_source, "usable_bytes": plan.usable_bytes, "headroom": s.headroom,
                    "dtype": d.dtype, "peak_flops_per_second": d.peak_flops_per_second, "peak_source": d.peak_source},
         "training": {"precision": s.precision, "optimizer": s.optimizer, "attention": s.attention,
-                     "recompute": s.recompute, "selective_policy": s.selective},
+                     "recompute": s.recompute, "selective_policy": s.selective,
+                     "attention_kernel": None if plan.attention_kernel is None else {
+                         "name": plan.attention_kernel.name, "device": str(plan.attention_kernel.device),
+                         "source": plan.attention_kernel.source, "reason": plan.attention_kernel.reason}},
         "batch": {"global": plan.global_batch, "global_given": plan.batch_given, "micro": plan.micro_batch,
                   "micro_batches": plan.micro_batches, "largest_micro_batch": plan.largest_micro_batch,
                   "tokens_per_step": plan.tokens_per_step},
