@@ -265,7 +265,7 @@ def documented_programs() -> list:
 
 
 def test_the_doc_has_each_kind_of_anchor():
-    assert len(documented_layouts()) == 8 and len(documented_outputs()) == 2 and len(documented_programs()) == 2
+    assert len(documented_layouts()) == 8 and len(documented_outputs()) == 3 and len(documented_programs()) == 2
 
 
 @pytest.mark.parametrize(("argv", "figure"), documented_layouts())
