@@ -99,6 +99,15 @@ def test_the_tracer_follows_fsdp2s_gathered_parameters(measured, rank):
     assert 0 < result["at_peak"]["gathered gradients"] <= block * torch.float32.itemsize
 
 
+@pytest.mark.parametrize("layout", [layout for layout in steps.LAYOUTS if layout != "pp-1f1b"])
+@pytest.mark.parametrize("rank", RANKS)
+def test_the_tracer_counts_the_step_as_torchs_memtracker_does(measured, layout, rank):
+    """The package's tracer, taught DTensor's local ops and FSDP2's resizes, and torch's own ``MemTracker``
+    (``FSDPMemTracker`` under FSDP2) count the same step's peak to the byte."""
+    result = _result(measured, rank, layout)
+    assert result["peak"] == result["torch_peak"]
+
+
 PARTS = ("parameters", "gradients", "optimizer", "activations", "gathered", "buffers", "peak")
 _DIFFER = {
     ("fsdp2", "gathered", RANKS): (

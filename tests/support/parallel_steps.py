@@ -1,8 +1,8 @@
 """Training steps of small Hugging Face models on 2 real gloo ranks under torch's own parallel implementations,
 measured per rank by the package's live-tensor tracer.
 
-Kept apart from the test module so a spawned rank imports only this, torch, transformers and the package.
-:func:`spawn_parallel_steps` starts ``WORLD`` ranks (spawned processes, a ``FileStore``, gloo); each runs every
+Kept apart from the test module so a rank imports only this, torch, transformers and the package.
+:func:`spawn_parallel_steps` starts ``WORLD`` ranks (forked processes, a ``FileStore``, gloo); each runs every
 layout of ``LAYOUTS`` in turn and writes ``rank{r}.json``: for each layout, the bytes it measured by part.
 
 - ``"fsdp2"``: ``fully_shard`` on each block and the root, a 1-D CPU mesh (ZeRO-3 over 2 ranks), Llama;
@@ -12,10 +12,13 @@ layout of ``LAYOUTS`` in turn and writes ``rank{r}.json``: for each layout, the 
   ``MICRO_BATCHES`` micro-batches, Llama split by blocks (stage 0: embedding and the first half; stage 1: the
   second half, the final norm, the head and the loss);
 - ``"ep"``: Mixtral with each layer's routed experts split over the 2 ranks, tokens sent to the rank owning
-  their expert and back by ``all_to_all_single``, the rest data-parallel (its gradients all-reduced as DDP does).
+  their expert and back by ``all_to_all_single``, the rest data-parallel (its gradients all-reduced as DDP does);
+  ``routed_rows``: the rows each layer's experts on this rank computed (routing is not balanced).
 
 What is measured (fp32, AdamW for-loop, eager attention; the second of two steps, as
-:func:`accounting.model.traced_step.traced_training_step_memory` measures one device):
+:func:`accounting.model.traced_step.traced_training_step_memory` measures one device). The learning rate is 0:
+the optimizer does all its work and keeps all its state, but every step is the same step (the routing of the
+experts included), so a step counted again by torch's own tracker is the one measured.
 
 - ``parameters``, ``gradients``, ``optimizer`` (AdamW's two moments; ``step_counters`` apart, 4 bytes a tensor,
   which the formulas leave out): the storages of this rank's own tensors (DTensors' local shards), read from the
@@ -25,8 +28,10 @@ What is measured (fp32, AdamW for-loop, eager attention; the second of two steps
   the schedule keeps to run their backward from);
 - ``peak``: the high-water mark of every storage alive in the step (the tracer, a ``TorchDispatchMode``: DTensor
   ops are let through to their local ops, which it sees, and FSDP2's storage resizes of the gathered parameters
-  are followed); ``at_peak``: what was alive at the peak, by part (``gathered``: FSDP2's unsharded parameters;
-  ``buffers``: the pipeline's receive buffers, made before the step and alive through it).
+  are followed); ``at_peak`` and ``at_backward``: what was alive then, by part (:data:`PEAK_PARTS`; the model's
+  own buffers count as ``inputs``), the saved, communication and other bytes by the op that made them;
+- ``torch_peak``: the peak of the same step as torch's ``MemTracker`` (``FSDPMemTracker`` under FSDP2) counts it,
+  an independent count (not on a pipeline stage: it refuses a module called once per micro-batch).
 """
 
 import json
@@ -261,6 +266,21 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
     }
 
 
+def torch_tracker_peak(module, optimizer, forward_backward, *, tensors=(), fsdp=False) -> int:
+    """The peak of one more step as torch's own ``MemTracker`` (``FSDPMemTracker`` under FSDP2) counts it: an
+    independent count of the same step's live storages (the module, the optimizer and ``tensors`` tracked)."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    optimizer.zero_grad(set_to_none=True)
+    tracker = FSDPMemTracker(module, optimizer) if fsdp else MemTracker()
+    tracker.track_external(module, optimizer, *tensors)
+    with tracker:
+        forward_backward()
+        optimizer.step()
+    return sum(snapshot["Total"] for snapshot in tracker.get_tracker_snapshot("peak").values())
+
+
 PEAK_PARTS = ("parameters", "optimizer", "inputs", "buffers", "gradients", "outputs", "gathered",
               "gathered gradients", "saved", "communication", "other")
 """What :func:`measure` sorts the storages alive at a moment into (the first that applies)."""
@@ -328,13 +348,15 @@ def run_fsdp2(rank: int) -> dict:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     tokens = _tokens(config, MICRO_BATCH, seed=rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     step = _marked_step(lambda: _loss(model(input_ids=tokens).logits, tokens))
     step()  # FSDP2 builds its unsharded parameters in the first step
     optimizer.zero_grad(set_to_none=True)
     unsharded = [fsdp_param.unsharded_param for module in model.modules() if hasattr(module, "_get_fsdp_state")
                  for fsdp_param in module._get_fsdp_state()._fsdp_param_group.fsdp_params]
-    return measure(model.parameters(), optimizer, step, inputs=[tokens], gathered_parameters=unsharded)
+    result = measure(model.parameters(), optimizer, step, inputs=[tokens, *model.buffers()],
+                     gathered_parameters=unsharded)
+    return result | {"torch_peak": torch_tracker_peak(model, optimizer, step, tensors=[tokens], fsdp=True)}
 
 
 def _tensor_parallel_plan(model):
@@ -385,13 +407,14 @@ def run_tp_sp(rank: int) -> dict:
     model, config = _llama()
     parallelize_module(model, mesh, _tensor_parallel_plan(model))
     tokens = _tokens(config, MICRO_BATCH, seed=0)  # the same batch on both ranks of a tensor-parallel group
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
 
     def forward_backward(marks=None, log=None):
         with loss_parallel():
             return _marked_step(lambda: _loss(model(input_ids=tokens).logits, tokens))(marks, log)
 
-    return measure(model.parameters(), optimizer, forward_backward, inputs=[tokens])
+    result = measure(model.parameters(), optimizer, forward_backward, inputs=[tokens, *model.buffers()])
+    return result | {"torch_peak": torch_tracker_peak(model, optimizer, forward_backward, tensors=[tokens])}
 
 
 class _PipelineStage(torch.nn.Module):
@@ -431,7 +454,7 @@ def run_pp_1f1b(rank: int) -> dict:
     stage = PipelineStage(stage_module, rank, WORLD, torch.device("cpu"))
     schedule = Schedule1F1B(stage, MICRO_BATCHES, loss_fn=_loss)
     tokens = _tokens(config, MICRO_BATCH * MICRO_BATCHES, seed=0)
-    optimizer = torch.optim.AdamW(stage_module.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(stage_module.parameters(), lr=0.0)
 
     def forward_backward(marks=None, log=None):
         if rank == 0:
@@ -445,8 +468,9 @@ def run_pp_1f1b(rank: int) -> dict:
     optimizer.zero_grad(set_to_none=True)
     buffers = [info.buffer for infos in (*stage.args_recv_info.values(), *stage.grad_recv_info.values())
                for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
-    return measure(stage_module.parameters(), optimizer, forward_backward, inputs=[tokens], buffers=buffers,
-                   outputs=lambda: list(stage.output_chunks), stage_module=stage_module)
+    # No MemTracker count here: it refuses a module called more than once in a step, as micro-batches call it.
+    return measure(stage_module.parameters(), optimizer, forward_backward, inputs=[tokens, *stage_module.buffers()],
+                   buffers=buffers, outputs=lambda: list(stage.output_chunks), stage_module=stage_module)
 
 
 class _ExpertParallel(torch.nn.Module):
@@ -470,6 +494,7 @@ class _ExpertParallel(torch.nn.Module):
         experts.down_proj = torch.nn.Parameter(experts.down_proj.detach()[own].clone())
         experts.num_experts = self.local
         self.experts = experts
+        self.rows = 0  # routed rows this rank's experts computed in the last forward
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from torch.distributed._functional_collectives import all_to_all_single_autograd
@@ -485,6 +510,7 @@ class _ExpertParallel(torch.nn.Module):
         receive = received.view(self.world, self.local).sum(1).tolist()
         rows = _local(all_to_all_single_autograd(hidden_states[tokens], receive, send, group))
         weights = _local(all_to_all_single_autograd(top_k_weights.flatten()[order], receive, send, group))
+        self.rows = sum(receive)
         local_expert = torch.arange(self.local).repeat(self.world).repeat_interleave(received)
         computed = self.experts(rows, local_expert[:, None], weights[:, None].to(rows.dtype))
         combined = _local(all_to_all_single_autograd(computed, send, receive, group))
@@ -507,7 +533,7 @@ def run_ep(rank: int) -> dict:
         layer.mlp.experts = _ExpertParallel(layer.mlp.experts, rank, WORLD)
     dense = [parameter for name, parameter in model.named_parameters() if ".experts." not in name]
     tokens = _tokens(model.config, MICRO_BATCH, seed=rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
 
     def compute_loss():
         return _loss(model(input_ids=tokens).logits, tokens)
@@ -519,7 +545,10 @@ def run_ep(rank: int) -> dict:
             parameter.grad /= WORLD
         return loss
 
-    return measure(model.parameters(), optimizer, forward_backward, inputs=[tokens])
+    result = measure(model.parameters(), optimizer, forward_backward, inputs=[tokens, *model.buffers()])
+    rows = [layer.mlp.experts.rows for layer in model.model.layers]
+    return result | {"torch_peak": torch_tracker_peak(model, optimizer, forward_backward, tensors=[tokens]),
+                     "routed_rows": rows}
 
 
 RUNS = {"fsdp2": run_fsdp2, "tp-sp": run_tp_sp, "pp-1f1b": run_pp_1f1b, "ep": run_ep}
@@ -556,6 +585,7 @@ def run_rank(rank: int, store_path: str, out_dir: str, layouts) -> None:
             except Exception:  # noqa: BLE001 (reported to the test, which names it)
                 results[layout] = {"error": traceback.format_exc()}
             results[layout]["wall_s"] = time.perf_counter() - started
+            Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results, indent=1))  # kept if a later one hangs
             dist.barrier()
     finally:
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results, indent=1))
