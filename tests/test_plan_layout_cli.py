@@ -213,6 +213,8 @@ def test_search_ranks_the_layouts_that_fit_as_the_plan_sizes_them(config_file, c
     pytest.param(["--search"], r"--search ranks layouts for one global batch: give --global-batch", id="batch"),
     pytest.param(["--search", "--global-batch", "8", "--tensor-parallel", "2"],
                  r"--search chooses the layout and the micro-batch itself: drop --tensor-parallel 2", id="axis"),
+    pytest.param(["--search", "--global-batch", "8", "--sharding", "zero3", "--schedule", "gpipe"],
+                 r"drop --sharding zero3, --schedule gpipe$", id="sharding"),
     pytest.param(["--tensor-parallel", "2", "--links", "/nonexistent/links.json"],
                  r"links: cannot read /nonexistent/links.json", id="links"),
 ])

@@ -244,7 +244,8 @@ def _asks_for_layout(args, layout: ParallelLayout) -> bool:
 
 
 def _check_search(args, layout: ParallelLayout) -> None:
-    """``--search`` chooses the axes, the sharding and the micro-batch itself, for a given global batch."""
+    """``--search`` chooses the axes, the schedule, the sharding and the micro-batch itself, for a given global
+    batch (and counts selective recomputation by its default policy)."""
     if args.global_batch is None:
         raise AccountingError("--search ranks layouts for one global batch: give --global-batch")
     chosen = [f"{option} {value}" for option, value in (
@@ -252,6 +253,9 @@ def _check_search(args, layout: ParallelLayout) -> None:
         ("--context-parallel", layout.context), ("--expert-parallel", layout.expert),
         ("--virtual-stages", layout.virtual_stages), ("--micro-batch", args.micro_batch or 1),
         ("--micro-batches", args.micro_batches or 1)) if value != 1]
+    chosen += [f"{option} {value}" for option, value, default in (
+        ("--sharding", args.sharding, "ddp"), ("--schedule", args.schedule, "1f1b"),
+        ("--selective-policy", args.selective_policy, "attention-core")) if value != default]
     if chosen:
         raise AccountingError(f"--search chooses the layout and the micro-batch itself: drop {', '.join(chosen)}")
 
