@@ -574,6 +574,8 @@ def run_rank(rank: int, store_path: str, out_dir: str, layouts) -> None:
     """One rank: a gloo group on a FileStore, each layout in turn, ``rank{rank}.json`` written."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    if dist.is_initialized():  # a group the forking process had (another test's fake group): not this world's
+        dist.destroy_process_group()
     store = dist.FileStore(store_path, WORLD)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD)
     results = {}
