@@ -1,6 +1,6 @@
 """Each rank's memory under torch's own parallel implementations, measured on 2 gloo ranks, against the plan.
 
-One spawn of 2 CPU ranks (:func:`tests.support.parallel_steps.spawn_parallel_steps`) runs, in turn, a small
+One start of 2 CPU ranks (:func:`tests.support.parallel_steps.spawn_parallel_steps`) runs, in turn, a small
 Hugging Face Llama under FSDP2 (``fully_shard``, ZeRO-3 over 2), under tensor + sequence parallelism
 (``parallelize_module`` with torchtitan's plan, the loss under ``loss_parallel()``) and under a 2-stage
 ``Schedule1F1B`` pipeline of 4 micro-batches, and a small Mixtral with its routed experts split over the 2 ranks
@@ -8,15 +8,16 @@ Hugging Face Llama under FSDP2 (``fully_shard``, ZeRO-3 over 2), under tensor + 
 AdamW steps with the package's live-tensor tracer (the module docstring of the harness says what each part is).
 
 The truths: torch's own step (each layout's loss is the one-device loss of the same model and tokens, so the
-parallel step is the model's), the storages of the tensors each rank holds, and the tracer's peak. Against them,
+parallel step is the model's), the storages of the tensors each rank holds, and the tracer's peak, which torch's
+own ``MemTracker`` (``FSDPMemTracker`` under FSDP2) counts to the byte on the same step. Against them,
 :func:`accounting.model.parallel.memory.layout_memory` (fp32, AdamW, eager attention) per rank: every part and
 the peak within 5 %; where the plan and torch differ by more, the test is an expected failure naming the part
 and the tensors responsible.
 
 Not run here: context parallelism. torch's ring attention (``torch.distributed.tensor.experimental.context_parallel``)
-dispatches to the CUDA flash and memory-efficient SDPA kernels and their ``_scaled_dot_product_*_attention``
-ring implementations; on the CPU it has no kernel to run, so CP is checked against the formula's derivation
-and the anchors in the plan's documentation instead.
+replaces ``aten._scaled_dot_product_flash_attention``, ``_efficient_attention`` and ``_cudnn_attention`` (the CUDA
+kernels) by ring implementations; the CPU runs ``_scaled_dot_product_flash_attention_for_cpu``, which has none, so
+CP is checked against the formula's derivation and the anchors in the plan's documentation instead.
 """
 
 import pytest
