@@ -143,6 +143,21 @@ def test_a_traced_model_refuses_a_layout(config_file, capsys):
     assert status == 2 and "not a parallel layout (TP 2 (SP) × DP 1 (ddp))" in err
 
 
+def test_a_layout_that_does_not_fit_names_its_stage_and_phase_and_each_remedy_fits(config_file, capsys):
+    path = config_file(LLAMA_3_8B)
+    argv = ["plan", "--config", path, "--sequence-length", "4096", "--devices", "16", "--pipeline-parallel", "2",
+            "--schedule", "gpipe", "--micro-batch", "1", "--global-batch", "8"]
+    status, out, err = run_main(argv, capsys)
+    document = json.loads(run_main([*argv, "--json"], capsys)[1])
+    rank = document["memory_per_rank"][document["most_loaded_stage"]]
+    assert status == 1 and err == "" and rank["peak"] > document["device"]["usable_bytes"]
+    assert f"on pipeline stage {document['most_loaded_stage']}'s ranks" in document["reasons"][0]
+    remedies = re.findall(r"with (--\S+ \S+), one sequence per micro-batch fits", out)
+    assert remedies
+    for remedy in remedies:  # each remedy offered does fit
+        assert run_main([*argv, *remedy.split()], capsys)[0] == 0, remedy
+
+
 def test_a_mixture_of_experts_divides_its_routed_experts_over_the_expert_ranks(config_file, capsys):
     from tests.support.published_configs import PUBLISHED
 

@@ -47,6 +47,14 @@ from accounting.plan.layout_time import LayoutTime, layout_step_time
 from accounting.plan.links import Links, device_links
 
 
+PHASES = {
+    "forward end": "the saved activations and the loss's gradients (beside the gradients accumulating, if any)",
+    "update": "the gradients and the update's temporaries",
+    "recomputed backward": "the recomputed backward of the bottom block",
+}
+"""What each of :attr:`accounting.model.parallel.memory.RankMemory.phases` holds, as the reasons name it."""
+
+
 @dataclass(frozen=True)
 class LayoutSettings:
     """How the model is trained over a layout: everything but the model, the device and the batch.
@@ -185,8 +193,12 @@ def _why_not(config, settings: LayoutSettings, device: PlanDevice, memory: Layou
         reasons = [f"the model states of pipeline stage {rank.stage}'s ranks alone need {_gib(states)} under "
                    f"{layout.describe()}, more than {where}"]
     else:
+        phase, name = max((bytes_, name) for name, bytes_ in rank.phases.items())
+        held = PHASES.get(name, name)
+        left = max(usable - (rank.peak - phase), 0)
         reasons = [f"one sequence per micro-batch needs {_gib(rank.peak)} on pipeline stage {rank.stage}'s ranks "
-                   f"under {layout.describe()}, more than {where}"]
+                   f"under {layout.describe()}: its largest phase, {held} ({_gib(phase)}), does not fit in the "
+                   f"{_gib(left)} left of {where} beside the weights, optimizer state, gathered unit and buffers"]
     remedies = []
     if settings.recompute != "full":
         remedies.append(("--recompute full", replace(settings, recompute="full")))
