@@ -2,8 +2,8 @@
 
 Every bad input — a config file that cannot be read or holds a key it does not know, an
 unknown device, a global batch the devices do not divide, an MFU above 1, a layout the devices
-or the model cannot be divided by — ends with one line on stderr and exit status 2. Exit status 1 says the run does not fit (the text says why);
-0 says it fits.
+or the model cannot be divided by — ends with one line on stderr and exit status 2. Exit status 1
+says the run does not fit (the text says why); 0 says it fits.
 """
 
 import argparse
@@ -40,7 +40,8 @@ DESCRIPTION = (
     "micro-batch that fits, FLOPs per step and per token, time per step, tokens/s and days for a token budget "
     "at a stated MFU. Over a parallel layout (--tensor-parallel, --pipeline-parallel, --context-parallel, "
     "--expert-parallel; data parallelism on the devices left): memory per rank of each pipeline stage, the most "
-    "loaded named, communication by axis and the pipeline bubble; --search ranks the layouts that fit. The model is a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral, qwen3, qwen3_moe, "
+    "loaded named, communication by axis and the pipeline bubble; --search ranks the layouts that fit. The model "
+    "is a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral, qwen3, qwen3_moe, "
     "gemma2, gemma3_text, deepseek_v2, deepseek_v3, gpt_oss, phi3, olmo2; nothing is downloaded) or one of the "
     "package's named sizes."
 )
@@ -153,7 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "--global-batch / (data-parallel degree x micro-batch), else 1, or P with a pipeline")
     layout.add_argument("--links", metavar="JSON", default=None,
                         help="link bandwidths: a fleet result JSON (accounting fleet --json) whose measured bus "
-                             "bandwidths replace the device's defaults")
+                             "bandwidths replace the device's datasheet figures, or {\"intra_node_gbps\": 360, "
+                             "\"inter_node_gbps\": 45}")
     layout.add_argument("--search", action="store_true",
                         help="rank the layouts of --devices that fit, fastest first (a short table)")
     parser.add_argument("--mtp", action="store_true",

@@ -413,8 +413,8 @@ def render_search(choices, config, device, settings, source: str, *, global_batc
     lines = [
         f"Model ({source}): {config.parameter_count:,} parameters, {config.layers} layers, width {config.width}, "
         f"{config.sequence_length} tokens per sequence",
-        f"Search: {devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, usable {_gib(int(d.memory_bytes * (1 - s.headroom)))}"
-        f" GiB), global batch {global_batch}, {s.precision}, {s.optimizer}, recompute {s.recompute}, MFU {s.mfu:g}",
+        f"Search: {devices} x {d.name} ({d.memory_bytes / 1e9:g} GB, usable "
+        f"{_gib(int(d.memory_bytes * (1 - s.headroom)))} GiB), global batch {global_batch}, {s.precision}, {s.optimizer}, recompute {s.recompute}, MFU {s.mfu:g}",
         "",
     ]
     if not choices:
