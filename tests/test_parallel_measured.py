@@ -32,9 +32,12 @@ from tests.support.hf_models import build_hf_model, hf_config
 
 TOLERANCE = 0.05
 LLAMA = TransformerConfig.from_hf(hf_config("llama", **steps.LLAMA).to_dict())
+LLAMA_VOCABULARY = TransformerConfig.from_hf(hf_config("llama", **{**steps.LLAMA,
+                                                                   "vocabulary": steps.LARGE_VOCABULARY}).to_dict())
 MIXTRAL = TransformerConfig.from_hf(hf_config("mixtral", **steps.MIXTRAL).to_dict())
 PLANS = {
     "fsdp2": (LLAMA, ParallelLayout(devices=steps.WORLD, sharding="zero3"), 1),
+    "fsdp2-vocabulary": (LLAMA_VOCABULARY, ParallelLayout(devices=steps.WORLD, sharding="zero3"), 1),
     "tp-sp": (LLAMA, ParallelLayout(devices=steps.WORLD, tensor=steps.WORLD), 1),
     "pp-1f1b": (LLAMA, ParallelLayout(devices=steps.WORLD, pipeline=steps.WORLD), steps.MICRO_BATCHES),
     "ep": (MIXTRAL, ParallelLayout(devices=steps.WORLD, expert=steps.WORLD), 1),
@@ -72,6 +75,8 @@ def test_each_layout_trains_the_model_one_device_trains(measured, layout, rank):
     torch's parallel step was set up right (the last pipeline stage holds the loss; the first has none)."""
     result = _result(measured, rank, layout)
     family, sizes = ("mixtral", steps.MIXTRAL) if layout == "ep" else ("llama", steps.LLAMA)
+    if layout == "fsdp2-vocabulary":
+        sizes = {**sizes, "vocabulary": steps.LARGE_VOCABULARY}
     model, config = build_hf_model(family, seed=0, **sizes)
     if layout == "pp-1f1b":
         if rank == 0:
@@ -116,6 +121,13 @@ _DIFFER = {
         "backward) the root's unsharded embedding, final norm and head (FSDP2 does not reshard the root after "
         "forward), the block's unsharded parameters and the gradients made so far, and the next block's "
         "all-gather output (backward prefetch)"),
+    ("fsdp2-vocabulary", "gathered", RANKS): (
+        "at the peak (the start of backward, the loss's gradients alive) FSDP2 holds the root's unsharded "
+        "embedding, final norm and head, kept since forward, and no unsharded gradient yet; the plan counts the "
+        "largest unit's parameters and gradients"),
+    ("fsdp2-vocabulary", "peak", RANKS): (
+        "the plan's gathered unit adds the root's unsharded gradients (V x h x 2 here) at the start of backward, "
+        "where FSDP2 has made none yet"),
     ("tp-sp", "gradients", RANKS): (
         "torch's vocabulary-parallel embedding (RowwiseParallel, Shard(1) output) gets a Replicate gradient: "
         "every rank holds the whole V x h embedding gradient, not V/T x h"),
@@ -141,10 +153,10 @@ def _measured_part(result: dict, layout: str, part: str) -> int:
     if part == "activations":
         return result["saved_most" if layout == "pp-1f1b" else "saved"]
     if part == "gathered":
-        return at_peak["gathered"] + at_peak["gathered gradients"] + (at_peak["communication"] if layout == "fsdp2"
-                                                                      else 0)
+        collectives = at_peak["communication"] if layout.startswith("fsdp2") else 0
+        return at_peak["gathered"] + at_peak["gathered gradients"] + collectives
     if part == "buffers":
-        return result["buffers"] + (0 if layout == "fsdp2" else at_peak["communication"])
+        return result["buffers"] + (0 if layout.startswith("fsdp2") else at_peak["communication"])
     return result[part]
 
 

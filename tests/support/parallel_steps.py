@@ -6,6 +6,7 @@ Kept apart from the test module so a rank imports only this, torch, transformers
 layout of ``LAYOUTS`` in turn and writes ``rank{r}.json``: for each layout, the bytes it measured by part.
 
 - ``"fsdp2"``: ``fully_shard`` on each block and the root, a 1-D CPU mesh (ZeRO-3 over 2 ranks), Llama;
+  ``"fsdp2-vocabulary"`` the same with a vocabulary of ``LARGE_VOCABULARY``, so the root unit outweighs a block;
 - ``"tp-sp"``: ``parallelize_module`` with torchtitan's Llama plan (vocabulary-parallel embedding and head,
   sequence-parallel norms, column/row-parallel attention and MLP), the loss under ``loss_parallel()``, Llama;
 - ``"pp-1f1b"``: ``torch.distributed.pipelining``'s ``PipelineStage`` and ``Schedule1F1B`` over 2 stages and
@@ -46,10 +47,12 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 WORLD = 2
-LAYOUTS = ("fsdp2", "tp-sp", "pp-1f1b", "ep")
+LAYOUTS = ("fsdp2", "fsdp2-vocabulary", "tp-sp", "pp-1f1b", "ep")
 MICRO_BATCHES = 4
 """m: micro-batches per step in the pipeline layout."""
 LLAMA = dict(layers=4, width=64, heads=4, kv_heads=2, ffn_width=128, vocabulary=256, positions=64)
+LARGE_VOCABULARY = 4096
+"""``"fsdp2-vocabulary"``: Llama with this vocabulary, its root unit (embedding and head) 14 blocks' worth."""
 MIXTRAL = dict(layers=2, width=64, heads=4, kv_heads=2, ffn_width=64, vocabulary=256, positions=64, experts=4,
                experts_per_token=2)
 MICRO_BATCH = 2
@@ -337,13 +340,13 @@ def _marked_step(compute_loss):
     return forward_backward
 
 
-def run_fsdp2(rank: int) -> dict:
-    """FSDP2 (ZeRO-3 over 2): ``fully_shard`` on each block, then the root."""
+def run_fsdp2(rank: int, **sizes) -> dict:
+    """FSDP2 (ZeRO-3 over 2): ``fully_shard`` on each block, then the root; ``sizes`` change :data:`LLAMA`'s."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (WORLD,))
-    model, config = _llama()
+    model, config = _llama(**sizes)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -551,7 +554,8 @@ def run_ep(rank: int) -> dict:
                      "routed_rows": rows}
 
 
-RUNS = {"fsdp2": run_fsdp2, "tp-sp": run_tp_sp, "pp-1f1b": run_pp_1f1b, "ep": run_ep}
+RUNS = {"fsdp2": run_fsdp2, "fsdp2-vocabulary": lambda rank: run_fsdp2(rank, vocabulary=LARGE_VOCABULARY),
+        "tp-sp": run_tp_sp, "pp-1f1b": run_pp_1f1b, "ep": run_ep}
 
 
 # ---- the ranks ----------------------------------------------------------------------------------
