@@ -173,14 +173,8 @@ def _storage_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-def _alive(log) -> dict:
-    from accounting.model.traced_step import _alive as alive
-
-    return alive(log)
-
-
 def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers=(), gathered_parameters=(),
-            outputs=tuple, stage_module=None) -> dict:
+            outputs=tuple, stage_module=None, first_phase="forward") -> dict:
     """One warm-up step, then a traced one: this rank's bytes by part (the module docstring).
 
     ``forward_backward()`` runs the step's forward and backward (a pipeline schedule's whole step) and returns
@@ -189,8 +183,11 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
     ``gathered_parameters``: FSDP2's unsharded parameters, whose gradients count as ``gathered`` too;
     ``outputs()``: the tensors the step keeps once done (a pipeline's outputs of each micro-batch);
     ``stage_module``: a pipeline stage's module, whose outputs the schedule keeps to run each micro-batch's
-    backward from: counted as saved.
+    backward from: counted as saved; ``first_phase``: what ``phase`` calls the step before a backward mark (a
+    pipeline schedule marks none: its forwards and backwards interleave).
     """
+    from accounting.model.traced_step import _alive
+
     parameters = list(model_parameters)
     loss = forward_backward()
     optimizer.step()
@@ -210,7 +207,7 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
     with tracer, torch.autograd.graph.saved_tensors_hooks(tracer.save_for_backward, lambda tensor: tensor):
         for tensors in known.values():
             tracer.track(*[_local(tensor) for tensor in tensors])
-        marks["start"] = len(tracer.log)
+        marks[first_phase] = len(tracer.log)
         forward_backward(marks=marks, log=tracer.log)
         kept["gradients"] = _storage_bytes(p.grad for p in parameters if p.grad is not None)
         kept["outputs"] = [tracer.serial_of(tensor) for tensor in outputs()]
@@ -236,7 +233,7 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
                                      "saved" if serial in tracer.saved else
                                      "communication" if serial in tracer.communication else "other")
 
-    log, start = tracer.log, marks["start"]
+    log, start = tracer.log, marks[first_phase]
     current = sum(size for size, _ in log[:start])
     peak, peak_at = current, start
     saved_now, saved_most = 0, 0
@@ -261,7 +258,7 @@ def measure(model_parameters, optimizer, forward_backward, *, inputs=(), buffers
         "saved_most": saved_most,
         "communication": backward["communication"],
         "peak": peak,
-        "phase": phase[-1] if phase else "start",
+        "phase": phase[-1] if phase else first_phase,
         "at_peak": at_peak,
         "at_backward": backward,
         "seconds": seconds,
@@ -473,7 +470,8 @@ def run_pp_1f1b(rank: int) -> dict:
                for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
     # No MemTracker count here: it refuses a module called more than once in a step, as micro-batches call it.
     return measure(stage_module.parameters(), optimizer, forward_backward, inputs=[tokens, *stage_module.buffers()],
-                   buffers=buffers, outputs=lambda: list(stage.output_chunks), stage_module=stage_module)
+                   buffers=buffers, outputs=lambda: list(stage.output_chunks), stage_module=stage_module,
+                   first_phase="1f1b schedule")
 
 
 class _ExpertParallel(torch.nn.Module):
