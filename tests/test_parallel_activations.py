@@ -386,6 +386,28 @@ def test_first_stage_holds_what_torchs_pipeline_schedule_keeps(mesh, schedule, m
     assert at_first_backward[0] == first.saved
 
 
+@pytest.mark.parametrize("keep_outputs", [True, False])
+def test_last_stage_keeps_every_micro_batchs_vocabulary_parallel_logits(mesh, keep_outputs):
+    """T = 2, P = 2, 8 micro-batches: torch's schedule keeps each micro-batch's output on the last stage to
+    return it from ``step()`` (``output_chunks``; measured with 4 on 2 gloo ranks in test_parallel_measured.py);
+    each is the local logits of torch's vocabulary-parallel head (``ColwiseParallel``, ``Shard(-1)``), made
+    here on rank 0 of the fake group. ``keep_outputs=False`` (``step(return_outputs=False)``) keeps none."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    model, config = build_hf_model("llama", layers=2, **SIZES)
+    model, batch, micro_batches = model.to(torch.bfloat16), 2, 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallelize_module(model, mesh, {"lm_head": ColwiseParallel(output_layouts=Shard(-1))})
+        logits = model.lm_head(torch.randn(batch, config.sequence_length, config.width, dtype=torch.bfloat16))
+    layout = ParallelLayout(devices=2 * T, tensor=T, pipeline=2)
+    first, last = stage_activations(config, batch, layout, "bf16", attention="eager", micro_batches=micro_batches,
+                                    keep_outputs=keep_outputs)
+    kept = micro_batches * logits.untyped_storage().nbytes() if keep_outputs else 0
+    assert last.buffers.get("pipeline outputs", 0) == kept
+    assert "pipeline outputs" not in first.buffers
+
 @pytest.mark.parametrize("pipeline,chunks", [(2, 2), (4, 2), (8, 4)])
 def test_interleaved_first_stage_is_korthikantis_count(pipeline, chunks):
     """Section 4.2.3: the first stage holds P micro-batches' worth, times 1 + (P − 1)/(P·V) when interleaved."""

@@ -131,9 +131,6 @@ _DIFFER = {
     ("tp-sp", "gradients", RANKS): (
         "torch's vocabulary-parallel embedding (RowwiseParallel, Shard(1) output) gets a Replicate gradient: "
         "every rank holds the whole V x h embedding gradient, not V/T x h"),
-    ("pp-1f1b", "peak", (1,)): (
-        "torch's schedule keeps the logits of every micro-batch on the last stage to return them from step() "
-        "(m x b x s x V fp32), which the plan leaves out"),
     ("ep", "buffers", RANKS): (
         "the expert dispatch and combine buffers are not alive at the peak (the start of backward): torch frees "
         "them within each MoE layer's forward and backward, the rows the experts keep count as activations"),
@@ -147,7 +144,8 @@ def _measured_part(result: dict, layout: str, part: str) -> int:
     ``activations``: saved for backward when it began (on a pipeline stage, the most alive at once: its
     micro-batches in flight); ``gathered``: FSDP2's unsharded parameters and their gradients alive at the
     peak, and its collective buffers (all-gather outputs, reduce-scatter inputs); ``buffers``: the pipeline's
-    receive buffers and the storages collectives read or wrote alive at the peak, outside FSDP2.
+    receive buffers, the outputs its last stage keeps to return from ``step()`` and the storages collectives
+    read or wrote alive at the peak, outside FSDP2.
     """
     at_peak = result["at_peak"]
     if part == "activations":
@@ -156,7 +154,8 @@ def _measured_part(result: dict, layout: str, part: str) -> int:
         collectives = at_peak["communication"] if layout.startswith("fsdp2") else 0
         return at_peak["gathered"] + at_peak["gathered gradients"] + collectives
     if part == "buffers":
-        return result["buffers"] + (0 if layout.startswith("fsdp2") else at_peak["communication"])
+        kept = at_peak["outputs"]  # the pipeline's last stage: every micro-batch's logits, returned by step()
+        return result["buffers"] + kept + (0 if layout.startswith("fsdp2") else at_peak["communication"])
     return result[part]
 
 

@@ -39,9 +39,11 @@ flight also keeps, as ``torch.distributed.pipelining`` keeps it to run the backw
 (Megatron-LM frees the output's data once sent: one residual-stream tensor less per micro-batch); its input is
 one of the stage's receive buffers (``"pipeline receive"``: torch makes one for each of the m micro-batches
 before the step; Megatron-LM receives into a new tensor and keeps only those in flight). torch's schedule also
-keeps every micro-batch's logits on the last stage to return them from ``step()`` unless told
-``return_outputs=False`` (as torchtitan does): not counted. Micro-batches in
-flight at the start of backward (:func:`micro_batches_in_flight`): GPipe m; 1F1B min(P − p, m); interleaved
+keeps every micro-batch's output, the logits, on the last stage (``PipelineStage.output_chunks``) to return them
+from ``step()``: with ``keep_outputs=True`` (torch's default, ``step(return_outputs=True)``) a ``"pipeline
+outputs"`` buffer of m micro-batches' logits (b × s / C × V / T each, in the matmuls' format), alive through the
+step's backward; ``keep_outputs=False`` as ``step(return_outputs=False)`` (torchtitan) or Megatron-LM. Micro-batches
+in flight at the start of backward (:func:`micro_batches_in_flight`): GPipe m; 1F1B min(P − p, m); interleaved
 1F1B as Megatron-LM and torch schedule it, (2(P − p − 1) + (V − 1)·P + 1) model chunks of one micro-batch
 (at most m·V), i.e. P·(1 + (P − 1)/(P·V)) micro-batches' worth of the rank's blocks on stage 0 (Korthikanti
 et al. 2022, section 4.2.3).
@@ -100,7 +102,8 @@ class StageActivations:
     (the rank's k routed rows of each token, sent and received back), ``"pipeline receive"`` (torch's
     ``PipelineStage`` receives every micro-batch's activations, and their gradients, into buffers of its own
     made before the step: m residual-stream tensors from each neighbouring stage), ``"pipeline send"`` (the
-    gradient of the stage's input, sent back; the output sent on is kept with its micro-batch).
+    gradient of the stage's input, sent back; the output sent on is kept with its micro-batch), ``"pipeline
+    outputs"`` (the last stage: every micro-batch's logits, kept by torch's schedule to return from ``step()``).
     """
 
     stage: int
@@ -314,13 +317,15 @@ def _block_keys(config: TransformerConfig, attention: str, local_attention: str)
 def stage_activations(config: TransformerConfig, micro_batch: int, layout: ParallelLayout, precision="bf16-mixed", *,
                       micro_batches: int = 1, attention: str = "sdpa", recompute: str = "none",
                       selective: str = "attention-core", device=None, dropout: bool = False, gelu: str | None = None,
-                      linear_inputs: str = "gathered") -> tuple[StageActivations, ...]:
+                      linear_inputs: str = "gathered", keep_outputs: bool = True) -> tuple[StageActivations, ...]:
     """One :class:`StageActivations` per pipeline stage of ``layout`` (see the module docstring).
 
     ``micro_batch``: sequences per micro-batch on one data-parallel rank; ``micro_batches``: micro-batches
     per step; ``attention``, ``device``, ``dropout``, ``gelu``, ``precision`` as for
     :func:`accounting.model.training_memory.transformer_training_memory` (``attention`` is resolved for the
-    whole sequence); ``linear_inputs``: :data:`LINEAR_INPUTS`. With a layout of all-1 degrees, ``saved``,
+    whole sequence); ``linear_inputs``: :data:`LINEAR_INPUTS`; ``keep_outputs``: with P > 1, the last stage keeps
+    every micro-batch's logits to return them, as torch's ``schedule.step()`` does by default (``False``: as
+    ``step(return_outputs=False)`` and Megatron-LM, which keep none). With a layout of all-1 degrees, ``saved``,
     ``transient`` and ``backward`` are that function's activations, transient, and backward less the gradients.
     """
     if not isinstance(config, TransformerConfig):
@@ -332,8 +337,9 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
     check_choice(recompute, RECOMPUTE_POLICIES, "recompute")
     check_choice(selective, SELECTIVE_POLICIES, "selective")
     check_choice(linear_inputs, LINEAR_INPUTS, "linear_inputs")
-    if not isinstance(dropout, bool):
-        raise AccountingTypeError(f"dropout must be True or False, got {dropout!r}")
+    for flag, name in ((dropout, "dropout"), (keep_outputs, "keep_outputs")):
+        if not isinstance(flag, bool):
+            raise AccountingTypeError(f"{name} must be True or False, got {flag!r}")
     check_layout_for_model(config, layout)
     formats = activation_formats(precision)
     kind, _ = resolve_attention(config, batch, formats, attention, device, dropout)
@@ -402,6 +408,9 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
             stage_buffers["pipeline receive"] = stream * micro_batches * ((stage > 0) + (stage < last))
             if stage > 0:  # the gradient of the stage's input, on its way back
                 stage_buffers["pipeline send"] = stream
+            if stage == last and keep_outputs:  # every micro-batch's logits, returned by the schedule's step()
+                logits = tp.sequence_length * batch * shapes.vocabulary.vocabulary
+                stage_buffers["pipeline outputs"] = micro_batches * formats.matmul * logits
         stages.append(StageActivations(stage, len(indices), per_micro_batch, float(in_flight),
                                        round(in_flight * per_micro_batch), transient, backward, stage_buffers))
     return tuple(stages)

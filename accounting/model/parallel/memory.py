@@ -99,14 +99,17 @@ class LayoutMemory:
 
 def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, precision="bf16-mixed",
                   optimizer: str = "adamw", attention: str = "sdpa", recompute: str = "none",
-                  selective: str = "attention-core", device=None, **optimizer_settings) -> LayoutMemory:
+                  selective: str = "attention-core", device=None, keep_outputs: bool = True,
+                  **optimizer_settings) -> LayoutMemory:
     """The memory of each pipeline stage's rank for ``micro_batch`` sequences a micro-batch on each data-parallel
     rank, ``micro_batches`` a step (see the module docstring).
 
     ``precision``, ``optimizer`` (and its memory settings), ``attention``, ``device`` as for
     :func:`accounting.model.training_memory.transformer_training_memory`; ``recompute`` (``"none"``,
     ``"selective"``, ``"full"``) and ``selective`` as for
-    :func:`accounting.model.parallel.activations.stage_activations`. An all-1 layout is
+    :func:`accounting.model.parallel.activations.stage_activations`, and ``keep_outputs`` (the last pipeline
+    stage keeps every micro-batch's logits, as torch's ``schedule.step()`` does unless told
+    ``return_outputs=False``). An all-1 layout is
     ``transformer_training_memory`` exactly, part for part, whatever its ``sharding`` and ``devices``.
 
     >>> from accounting.model.config import TransformerConfig
@@ -126,7 +129,8 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     parameters = stage_parameters(config, layout)
     states = stage_states(config, layout, precision, name, **optimizer_settings)
     activations = stage_activations(config, micro_batch, layout, precision, micro_batches=micro_batches,
-                                    attention=attention, recompute=recompute, selective=selective, device=device)
+                                    attention=attention, recompute=recompute, selective=selective, device=device,
+                                    keep_outputs=keep_outputs)
     gradient_bytes = policy.bytes_of("gradients")
     widened = policy.bytes_of("master_weights") - gradient_bytes if policy.master_weights else 0
     # Temporaries per element of the largest tensor, as update_bytes counts them for the whole model's.
