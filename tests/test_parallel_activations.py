@@ -27,6 +27,7 @@ from accounting.model.parallel.activations import (
     chunk_blocks, korthikanti_layer_activations, micro_batches_in_flight, stage_activations, stage_blocks,
 )
 from accounting.model.parallel.layout import ParallelLayout
+from accounting.model.parallel.memory import layout_memory
 from accounting.model.training_memory import transformer_training_memory
 from tests.support.hf_models import FAMILIES, NEWER_FAMILIES, build_hf_model, hf_config
 from tests.support.strategies_training import transformer_configs
@@ -535,4 +536,29 @@ def test_expert_parallel_rank_routes_its_tokens_out_and_back():
     split, = stage_activations(config, 2, ParallelLayout(devices=2, expert=2), "bf16")
     assert split.per_micro_batch == single.per_micro_batch
     rows = 2 * config.sequence_length * config.experts_per_token
-    assert split.buffers == {"expert dispatch": 2 * rows * config.width, "expert combine": 2 * rows * config.width}
+    assert split.exchange == {"expert dispatch": 2 * rows * config.width, "expert combine": 2 * rows * config.width}
+    assert "expert dispatch" not in split.buffers and not single.exchange
+
+
+def test_expert_exchange_is_beside_what_is_saved_before_the_head():
+    """The dispatch and combine buffers live inside an MoE layer (measured: not alive at the start of backward,
+    test_parallel_measured.py); in the forward's last MoE layer they are beside everything saved but what the
+    final norm, the output head and the loss save after it, measured here by torch on one device."""
+    import torch.nn.functional as F
+
+    model, config = build_hf_model("mixtral", layers=1, **SIZES, experts=4, experts_per_token=2)
+    batch = 2
+    x = torch.randn(batch, config.sequence_length, config.width, requires_grad=True)
+    labels = torch.randint(0, config.vocabulary, (batch, config.sequence_length))
+
+    def run():
+        logits = model.lm_head(model.model.norm(x))
+        F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+    after_experts = _saved_bytes(run, [*model.parameters(), labels])
+    split, = stage_activations(config, batch, ParallelLayout(devices=2, expert=2), "fp32", attention="eager")
+    assert split.saved - split.exchange_saved == pytest.approx(after_experts, abs=4)  # the loss's scalar weight
+    memory = layout_memory(config, batch, ParallelLayout(devices=2, expert=2), precision="fp32", attention="eager")
+    (rank,) = memory.ranks
+    assert rank.buffer_bytes == 0  # not on top of every phase
+    assert rank.phases["expert exchange"] == split.exchange_saved + sum(split.exchange.values())

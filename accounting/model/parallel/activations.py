@@ -23,7 +23,12 @@ with T = ``layout.tensor``, C = ``layout.context``, s = the sequence:
 - expert parallelism (E = ``layout.expert``): balanced routing, each rank sends its tokens' k routed rows out
   and gets as many back ("expert dispatch" and "expert combine" buffers, k·tokens·h each); the experts it
   holds process as many rows as it sent, so their internals are as on one device for the rank's tokens
-  (s / (C·T) with sequence parallelism) at the experts' width f / ETP;
+  (s / (C·T) with sequence parallelism) at the experts' width f / ETP. The two buffers live only within an
+  MoE layer's forward (and its backward's all-to-alls): the rows the experts keep are saved activations, the
+  rest is freed before the layer returns. They are counted in their own phase, ``exchange``: in the
+  forward's last MoE layer, beside the activations saved by then (``exchange_saved``: all but what the
+  micro-batch saves after it, the final norm, head and loss on the last stage), not at the start of
+  backward;
 - recomputation: ``"full"`` keeps each block's input (the residual stream: T- and C-divided with SP and CP)
   and recomputes one block at a time in backward; ``"selective"`` by ``selective`` policy:
   ``"attention-core"`` (Megatron's: the (s × s) attention weights, softmax and attention dropout recomputed,
@@ -95,11 +100,13 @@ class StageActivations:
     embedding's and the head's parts, which live in one chunk, are counted at that average too); ``transient``: alive
     beside ``saved`` as backward starts (the last stage's loss gradients, vocabulary-parallel);
     ``backward``: with recomputation, bytes besides gradients at the peak of its bottom block's recomputed
-    backward: the other micro-batches' saved activations and that block's working set; ``buffers``:
-    communication buffers alive at the peak, by name: ``"tensor all-gather"`` (``linear_inputs="sharded"``:
+    backward: the other micro-batches' saved activations and that block's working set; ``exchange``: the
+    buffers of an MoE layer's all-to-alls, ``"expert dispatch"`` and ``"expert combine"`` (the rank's k
+    routed rows of each token, sent and received back), alive only inside the layer, beside
+    ``exchange_saved`` bytes of saved activations (the forward's last MoE layer); ``buffers``:
+    communication buffers alive through the step, by name: ``"tensor all-gather"`` (``linear_inputs="sharded"``:
     a linear layer's input gathered again in backward), ``"context k/v blocks"`` (two blocks of the local
-    chunk's K and V: the one in use and the one being received), ``"expert dispatch"`` and ``"expert combine"``
-    (the rank's k routed rows of each token, sent and received back), ``"pipeline receive"`` (torch's
+    chunk's K and V: the one in use and the one being received), ``"pipeline receive"`` (torch's
     ``PipelineStage`` receives every micro-batch's activations, and their gradients, into buffers of its own
     made before the step: m residual-stream tensors from each neighbouring stage), ``"pipeline send"`` (the
     gradient of the stage's input, sent back; the output sent on is kept with its micro-batch), ``"pipeline
@@ -114,6 +121,8 @@ class StageActivations:
     transient: int
     backward: int
     buffers: dict = field(default_factory=dict)
+    exchange: dict = field(default_factory=dict)
+    exchange_saved: int = 0
 
 
 def chunk_blocks(layers: int, chunks: int) -> tuple[range, ...]:
@@ -366,6 +375,7 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
     windowed = config.sliding_window is not None and config.sliding_window < config.sequence_length
     window_mask = formats.weights * batch * tp.sequence_length ** 2
     buffers = _buffers(config, shapes, layout, batch, formats, linear_inputs)
+    exchange = {name: buffers.pop(name) for name in ("expert dispatch", "expert combine") if name in buffers}
     stages = []
     for stage, indices in enumerate(stage_blocks(config.layers, layout)):
         stage_keys = [keys[index] for index in indices] + ([mtp_key] * config.mtp_modules if stage == last else [])
@@ -384,11 +394,15 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
             held += outside["seq"].dropout
         if stage != last:
             held += stream  # the stage's output, kept by torch's schedule to run its backward from
+        after_experts = 0  # what one micro-batch saves after its last MoE layer (MTP modules end in one)
         if stage == last:
-            held += (outside["seq"].norm + outside["tp" if linear_inputs == "gathered" else "seq"].head_input
-                     + outside["vocabulary"].logits + outside["tp"].mtp + outside["vocabulary"].unembedding_copy)
+            tail = (outside["seq"].norm + outside["tp" if linear_inputs == "gathered" else "seq"].head_input
+                    + outside["vocabulary"].logits + outside["vocabulary"].unembedding_copy)
+            held += tail + outside["tp"].mtp
+            after_experts = 0 if config.mtp_modules else tail
         per_micro_batch = kept + held
         in_flight = micro_batches_in_flight(layout, stage, micro_batches)
+        saved = round(in_flight * per_micro_batch)
         transient = 0
         if stage == last:
             logits = tp.sequence_length * batch * shapes.vocabulary.vocabulary
@@ -411,8 +425,11 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
             if stage == last and keep_outputs:  # every micro-batch's logits, returned by the schedule's step()
                 logits = tp.sequence_length * batch * shapes.vocabulary.vocabulary
                 stage_buffers["pipeline outputs"] = micro_batches * formats.matmul * logits
-        stages.append(StageActivations(stage, len(indices), per_micro_batch, float(in_flight),
-                                       round(in_flight * per_micro_batch), transient, backward, stage_buffers))
+        moe = bool(exchange) and (any(not keys[index][1] for index in indices)
+                                  or (stage == last and config.mtp_modules > 0))
+        stages.append(StageActivations(stage, len(indices), per_micro_batch, float(in_flight), saved, transient,
+                                       backward, stage_buffers, dict(exchange) if moe else {},
+                                       saved - after_experts if moe else 0))
     return tuple(stages)
 
 

@@ -14,7 +14,10 @@ counts them for one device, for this rank's share:
   holds) and, with a master copy, the fp32 copies of its gradients;
 - ``backward`` (with recomputation): the gradients made by the peak of the stage's bottom block's
   recomputed backward, beside what :func:`~accounting.model.parallel.activations.stage_activations` holds
-  there (the other micro-batches' saved activations and the block's working set).
+  there (the other micro-batches' saved activations and the block's working set);
+- ``exchange`` (expert parallelism): an MoE layer's dispatch and combine buffers, alive only inside the
+  layer, in a phase of their own (the forward's last MoE layer, beside ``exchange_saved`` bytes of saved
+  activations), not on top of every phase as ``buffers`` are.
 
 The peak is :class:`accounting.TrainingMemory`'s: persistent states + gathered unit + buffers + the
 largest phase (the saved activations with the transient bytes; the gradients with the update; the
@@ -46,7 +49,8 @@ class RankMemory:
 
     ``optimizer``: master weights and optimizer state together. ``buffers``: communication buffers alive at
     the peak, by name. ``accumulating``: the gradients are kept across micro-batches (more than one a step),
-    so they are alive beside the saved activations too.
+    so they are alive beside the saved activations too. ``exchange``: the expert all-to-alls' buffers by name,
+    alive in the ``"expert exchange"`` phase only, beside ``exchange_saved`` bytes of saved activations.
     """
 
     stage: int
@@ -60,6 +64,8 @@ class RankMemory:
     backward: int
     buffers: dict = field(default_factory=dict)
     accumulating: bool = False
+    exchange: dict = field(default_factory=dict)
+    exchange_saved: int = 0
 
     @property
     def persistent(self) -> int:
@@ -74,9 +80,12 @@ class RankMemory:
     def phases(self) -> dict:
         """Bytes of each phase beyond the persistent states, the gathered unit and the buffers."""
         held = self.gradients if self.accumulating else 0
-        return {"forward end": self.activations + self.transient + held,
-                "update": self.gradients + self.update,
-                "recomputed backward": self.backward}
+        phases = {"forward end": self.activations + self.transient + held,
+                  "update": self.gradients + self.update,
+                  "recomputed backward": self.backward}
+        if self.exchange:
+            phases["expert exchange"] = self.exchange_saved + sum(self.exchange.values()) + held
+        return phases
 
     @property
     def peak(self) -> int:
@@ -156,5 +165,6 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
                 made = round(state.gradients / held.total * early)
             backward = made + saved.backward
         ranks.append(RankMemory(held.stage, state.parameters, state.gradients, state.optimizer, gathered,
-                                saved.saved, saved.transient, update, backward, dict(saved.buffers), accumulating))
+                                saved.saved, saved.transient, update, backward, dict(saved.buffers), accumulating,
+                                dict(saved.exchange), saved.exchange_saved))
     return LayoutMemory(layout, tuple(ranks))
