@@ -128,9 +128,6 @@ _DIFFER = {
     ("fsdp2-vocabulary", "peak", RANKS): (
         "the plan's gathered unit adds the root's unsharded gradients (V x h x 2 here) at the start of backward, "
         "where FSDP2 has made none yet"),
-    ("tp-sp", "gradients", RANKS): (
-        "torch's vocabulary-parallel embedding (RowwiseParallel, Shard(1) output) gets a Replicate gradient: "
-        "every rank holds the whole V x h embedding gradient, not V/T x h"),
 }
 """(layout, part, ranks) -> why the plan and torch differ there by more than the tolerance: expected failures."""
 

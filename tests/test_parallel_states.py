@@ -332,7 +332,8 @@ def test_megatron_s_bytes_differ_from_ours_by_the_replicated_norms_and_the_fp32_
     assert first.total - megatron == difference
     # bytes: Megatron's 2 + 4 (fp32 gradients) + 12/DP; ours under ZeRO-1 with bf16-mixed 2 + 2 + 12/DP
     assert megatron_weight_and_optimizer_bytes(config, layout) == round(megatron * (6 + Fraction(12, data)))
-    (ours,) = stage_states(config, layout, "bf16-mixed", "adamw")[:1]
+    # (Megatron's vocabulary-parallel embedding keeps its gradient's V/T rows; torch's would be whole)
+    (ours,) = stage_states(config, layout, "bf16-mixed", "adamw", embedding_gradients="vocabulary-parallel")[:1]
     assert first.total % data == 0 and ours.total == 4 * first.total + 12 * first.total // data
 
 
@@ -360,3 +361,32 @@ def test_an_expert_width_the_expert_tensor_ranks_cannot_divide_is_named():
     config = TransformerConfig(layers=2, width=16, heads=2, sequence_length=8, vocabulary=32, ffn_width=6, experts=4)
     with pytest.raises(AccountingError, match=r"^expert_tensor 4 must divide the expert MLP width 6"):
         stage_parameters(config, ParallelLayout(devices=4, expert_tensor=4))
+
+
+def test_tensor_parallel_embedding_gradient_is_whole_on_every_rank_as_torch_makes_it():
+    # torchtitan's Llama plan (the measured runs' own, tests/support/parallel_steps.py) on 4 ranks, a step under
+    # loss_parallel: the vocabulary-parallel embedding (RowwiseParallel, Replicate -> Shard(1)) holds V/4 rows
+    # but its gradient comes back Replicate (torch's embedding backward), the whole V x h on every rank; every
+    # other gradient is its parameter's shard. Megatron's convention keeps V/T rows.
+    import torch.nn.functional as F
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from tests.support.parallel_steps import LLAMA, _tensor_parallel_plan
+
+    tensor, sizes = 4, {**LLAMA, "kv_heads": 4}
+    _, config = build_hf_model("llama", **sizes)
+    layout = ParallelLayout(devices=tensor, tensor=tensor)
+    (torch_like,) = stage_states(config, layout, "fp32")
+    (megatron,) = stage_states(config, layout, "fp32", embedding_gradients="vocabulary-parallel")
+    with fake_world(0, tensor):
+        model, _ = build_hf_model("llama", **sizes)
+        parallelize_module(model, init_device_mesh("cpu", (tensor,)), _tensor_parallel_plan(model))
+        tokens = torch.randint(0, config.vocabulary, (2, config.sequence_length))
+        with loss_parallel():
+            logits = model(input_ids=tokens).logits
+            F.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+        gradients = sum(p.grad.to_local().numel() if isinstance(p.grad, DTensor) else p.grad.numel()
+                        for p in model.parameters())
+        assert model.model.embed_tokens.weight.grad.placements == (Replicate(),)
+    assert 4 * gradients == torch_like.gradients > megatron.gradients
+    assert 4 * local_elements(model) == megatron.gradients == torch_like.parameters

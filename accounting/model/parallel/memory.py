@@ -109,7 +109,7 @@ class LayoutMemory:
 def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, precision="bf16-mixed",
                   optimizer: str = "adamw", attention: str = "sdpa", recompute: str = "none",
                   selective: str = "attention-core", device=None, keep_outputs: bool = True,
-                  **optimizer_settings) -> LayoutMemory:
+                  embedding_gradients: str = "replicated", **optimizer_settings) -> LayoutMemory:
     """The memory of each pipeline stage's rank for ``micro_batch`` sequences a micro-batch on each data-parallel
     rank, ``micro_batches`` a step (see the module docstring).
 
@@ -118,7 +118,9 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     ``"selective"``, ``"full"``) and ``selective`` as for
     :func:`accounting.model.parallel.activations.stage_activations`, and ``keep_outputs`` (the last pipeline
     stage keeps every micro-batch's logits, as torch's ``schedule.step()`` does unless told
-    ``return_outputs=False``). An all-1 layout is
+    ``return_outputs=False``), ``embedding_gradients`` as for
+    :func:`accounting.model.parallel.states.stage_states` (torch's whole embedding gradient under T > 1, or
+    Megatron-LM's V / T rows). An all-1 layout is
     ``transformer_training_memory`` exactly, part for part, whatever its ``sharding`` and ``devices``.
 
     >>> from accounting.model.config import TransformerConfig
@@ -136,7 +138,8 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     optimizer_state_slots(name, **optimizer_settings)  # a clear error for a bad name or setting
     autocast = activation_formats(precision).autocast
     parameters = stage_parameters(config, layout)
-    states = stage_states(config, layout, precision, name, **optimizer_settings)
+    states = stage_states(config, layout, precision, name, embedding_gradients=embedding_gradients,
+                          **optimizer_settings)
     activations = stage_activations(config, micro_batch, layout, precision, micro_batches=micro_batches,
                                     attention=attention, recompute=recompute, selective=selective, device=device,
                                     keep_outputs=keep_outputs)

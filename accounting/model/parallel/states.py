@@ -23,7 +23,9 @@ parameters, by part, are the model's split the way Megatron-LM and torchtitan sp
   MLPs are dense MLPs under T.
 
 Model states (:func:`stage_states`) are then those elements at the precision policy's bytes and the
-optimizer's slots, as :func:`accounting.model.training_memory.training_memory` counts them, divided by
+optimizer's slots (the gradients with one exception under T > 1: torch's vocabulary-parallel embedding,
+``RowwiseParallel`` with a ``Shard(1)`` output, gets its gradient as a ``Replicate`` DTensor, the whole
+V × h on every rank; Megatron-LM's keeps its V / T rows: ``embedding_gradients``), as :func:`accounting.model.training_memory.training_memory` counts them, divided by
 ZeRO's table (:func:`accounting.model.sharding.sharded_model_states`) over ``layout.sharding_degree`` ranks
 for the dense elements and ``layout.expert_sharding_degree`` for the routed experts' (one flat buffer when the
 two degrees are equal, so that an all-1 layout is today's single-device count exactly).
@@ -47,7 +49,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting._checks import check_size
+from accounting._checks import check_choice, check_size
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.model.activations import precision_policy
 from accounting.model.config import TransformerConfig
@@ -55,6 +57,10 @@ from accounting.model.parallel.activations import stage_blocks
 from accounting.model.parallel.layout import ParallelLayout, check_layout_for_model
 from accounting.model.sharding import sharded_model_states
 from accounting.model.training_memory import optimizer_state_slots
+
+EMBEDDING_GRADIENTS = ("replicated", "vocabulary-parallel")
+"""The token embedding's gradient under tensor parallelism: whole on every rank (torch's embedding backward, the
+default), or its V / T rows (Megatron-LM's vocabulary-parallel embedding)."""
 
 PARTS = ("embedding", "blocks", "experts", "final norm", "output head", "mtp")
 """The parts of a rank's parameters, in the order a pipeline meets them (``"experts"``: the routed experts of
@@ -297,13 +303,17 @@ def _groups(stage: StageParameters, layout: ParallelLayout) -> list[tuple[int, i
 
 
 def stage_states(config: TransformerConfig, layout: ParallelLayout, precision="bf16-mixed", optimizer: str = "adamw",
-                 **optimizer_settings) -> tuple[StageStates, ...]:
+                 *, embedding_gradients: str = "replicated", **optimizer_settings) -> tuple[StageStates, ...]:
     """Bytes of parameters, gradients, master weights and optimizer state each stage's rank holds.
 
     ``precision`` and ``optimizer`` (with its memory settings) as for
     :func:`accounting.model.training_memory.training_memory`; the layout's ``sharding`` divides the
     dense states over ``layout.sharding_degree`` ranks and the routed experts' over
     ``layout.expert_sharding_degree``, each a flat buffer padded to a multiple of its ranks.
+    ``embedding_gradients`` (:data:`EMBEDDING_GRADIENTS`): with T > 1, a stage holding the token embedding
+    holds its whole V × h gradient (``"replicated"``: torch's ``RowwiseParallel`` embedding, whose backward
+    makes a ``Replicate`` gradient, divided by the sharding as the other gradients are) or its ⌈V / T⌉ rows
+    (``"vocabulary-parallel"``: Megatron-LM).
 
     >>> from accounting.model.config import TransformerConfig
     >>> from accounting.model.parallel.layout import ParallelLayout
@@ -312,8 +322,11 @@ def stage_states(config: TransformerConfig, layout: ParallelLayout, precision="b
     >>> one.parameters == 2 * config.parameter_count, one.optimizer == 12 * config.parameter_count // 8
     (True, True)
     """
+    check_choice(embedding_gradients, EMBEDDING_GRADIENTS, "embedding_gradients")
     policy = precision_policy(precision)
     slots = optimizer_state_slots(optimizer, **optimizer_settings)
+    positions = config.max_positions * config.width if config.learned_positions else 0
+    whole_rows = layout.tensor > 1 and embedding_gradients == "replicated"
     states = []
     for stage in stage_parameters(config, layout):
         totals = dict.fromkeys(("parameters", "gradients", "master", "optimizer"), 0)
@@ -330,6 +343,11 @@ def stage_states(config: TransformerConfig, layout: ParallelLayout, precision="b
             totals["gradients"] += share.gradients
             totals["master"] += master
             totals["optimizer"] += share.optimizer
+        if whole_rows and stage.parts["embedding"] > positions:  # the rest of V × h, beside the rank's rows
+            extra = (config.vocabulary - _Shares(config, layout).vocabulary_rows) * config.width
+            totals["gradients"] += sharded_model_states(0, extra * policy.bytes_of("gradients"), 0,
+                                                        layout.sharding_stage, layout.sharding_degree,
+                                                        parameter_count=extra).gradients
         states.append(StageStates(stage.stage, totals["parameters"], totals["gradients"], totals["master"],
                                   totals["optimizer"]))
     return tuple(states)
