@@ -51,6 +51,7 @@ PHASES = {
     "forward end": "the saved activations and the loss's gradients (beside the gradients accumulating, if any)",
     "update": "the gradients and the update's temporaries",
     "recomputed backward": "the recomputed backward of the bottom block",
+    "expert exchange": "the expert all-to-alls' buffers beside the activations saved by then",
 }
 """What each of :attr:`accounting.model.parallel.memory.RankMemory.phases` holds, as the reasons name it."""
 

@@ -275,6 +275,10 @@ def _rank_rows(plan) -> list[list[str]]:
     names = sorted({name for rank in ranks for name in rank.buffers})
     for name in names:
         rows.append([f"buffer: {name}", *(_gib(rank.buffers.get(name, 0)) for rank in ranks), "communication buffer"])
+    names = sorted({name for rank in ranks for name in rank.exchange})
+    for name in names:
+        rows.append([f"exchange: {name}", *(_gib(rank.exchange.get(name, 0)) for rank in ranks),
+                     "expert all-to-all buffer, alive in a phase of its own"])
     rows.append(["peak", *(_gib(rank.peak) for rank in ranks), "persistent parts + buffers + the largest phase"])
     return rows
 
@@ -359,7 +363,7 @@ def _rank_document(plan, rank) -> dict:
     return {"stage": rank.stage, "blocks": len(stage_blocks(plan.config.layers, plan.layout)[rank.stage]),
             "in_flight": float(micro_batches_in_flight(plan.layout, rank.stage, plan.micro_batches)),
             **{part: getattr(rank, part) for part, _ in RANK_PARTS}, "buffers": dict(rank.buffers),
-            "peak": rank.peak}
+            "exchange": dict(rank.exchange), "phases": dict(rank.phases), "peak": rank.peak}
 
 
 def layout_plan_document(plan, source: str) -> dict:
