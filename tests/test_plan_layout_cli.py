@@ -321,3 +321,106 @@ def test_the_readme_example_is_the_commands_output(doc_configs, capsys):
     assert status == 0 and err == ""
     printed = out.splitlines()
     assert shown.splitlines() and all(line in printed for line in shown.splitlines())
+
+
+# ---- when the formulas change: `python -m tests.test_plan_layout_cli` rewrites the figures in place -------------
+
+def _printed(argv) -> str:
+    """What ``accounting plan ARGV`` prints, run in-process."""
+    import contextlib
+    import io
+
+    from accounting.__main__ import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    return out.getvalue()
+
+
+def rewrite_documents() -> None:
+    """Re-run every documented plan and program of docs/plan.md (the single-device plans, the "Parallel layouts"
+    section) and the README's plan excerpt, and write what they print in place (the prose around the figures is
+    left for a person to read)."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+
+    text = DOC.read_text(encoding="utf8")
+    start = text.index("## Parallel layouts")
+    end = text.index("\n## ", start + 1)
+    section = text[start:end]
+    readme = (ROOT / "README.md").read_text(encoding="utf8")
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as directory:
+        for name, block in re.findall(r"<!-- (\S+\.json) -->\n```json\n(.*?)```", text, flags=re.DOTALL):
+            Path(directory, name).write_text(block)
+        os.chdir(directory)
+        try:
+            def console(match):
+                command = match.group(1)
+                return f"```console\n$ {command}\n{_printed(shlex.split(command)[3:])}```"
+
+            section = re.sub(r"```console\n\$ (python -m accounting plan [^\n]*)\n.*?```", console, section,
+                             flags=re.DOTALL)
+
+            def program(match):
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    exec(compile(match.group(1), "docs/plan.md", "exec"), {"__name__": "docs"})
+                return f"```python\n{match.group(1)}```\n\n```text\n{out.getvalue()}```"
+
+            section = re.sub(r"```python\n(.*?)```\n\n```text\n(.*?)```", program, section, flags=re.DOTALL)
+
+            def row(match):
+                published, command = match.group(1), match.group(2)
+                document = json.loads(_printed([*shlex.split(command)[3:], "--json"]))
+                rank = (document["memory_per_rank"][document["most_loaded_stage"]] if "memory_per_rank" in document
+                        else document["memory_per_device"])
+                ours = round(rank["peak"] / 2**30, 1)
+                return f"| {published} | `{command}` | **{ours}** | {ours / float(published):.2f} |"
+
+            section = re.sub(r"\| ([\d.]+) \| `(python -m accounting plan [^`]+)` \| \*\*[\d.]+\*\* \| [\d.]+ \|", row,
+                             section)
+            block = re.search(r"## Planning a run\n.*?```text\n\$ (python -m accounting plan .*?)```", readme,
+                              flags=re.DOTALL)
+            arguments, _, shown = block.group(1).replace("\\\n", "").partition("\n")
+            printed = _printed(shlex.split(arguments)[3:]).splitlines()
+            lines = [next(line for line in printed if line.split()[:1] == old.split()[:1]) for old in shown.splitlines()]
+            readme = readme.replace(shown, "\n".join(lines) + "\n")
+        finally:
+            os.chdir(here)
+    text = text[:start] + section + text[end:]
+
+    def plain(match):  # the single-device plans above the section, each with its exit status when shown
+        command, status = match.group(1), match.group(3)
+        with tempfile.TemporaryDirectory() as directory:
+            Path(directory, "llama-3-8b.json").write_text(
+                re.search(r"```json\n(.*?)```", text, flags=re.DOTALL).group(1))
+            os.chdir(directory)
+            try:
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    try:
+                        code = main(shlex.split(command)[3:])
+                    except SystemExit as exit_:
+                        code = exit_.code
+            finally:
+                os.chdir(here)
+        shown = f"$ echo $?\n{code}\n" if status is not None else ""
+        return f"```text\n$ {command}\n{out.getvalue()}{shown}```"
+
+    from accounting.__main__ import main
+
+    text = re.sub(r"```text\n\$ (python -m accounting plan [^\n]*)\n(.*?)(?:\$ echo \$\?\n(\d+)\n)?```", plain, text,
+                  flags=re.DOTALL)
+    DOC.write_text(text, encoding="utf8")
+    (ROOT / "README.md").write_text(readme, encoding="utf8")
+
+
+if __name__ == "__main__":
+    rewrite_documents()
