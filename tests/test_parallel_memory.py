@@ -37,6 +37,7 @@ def assert_single_device(config, micro_batch, sharding, devices, *, precision="b
         (truth.parameters, truth.gradients, truth.master_weights + truth.optimizer_state, truth.gathered)
     assert (rank.activations, rank.transient, rank.update, rank.backward) == \
         (truth.activations, truth.transient, truth.update, truth.backward)
+    assert rank.gathered_phases == truth.gathered_phases and rank.phases == truth.phases
     assert rank.buffer_bytes == 0 and rank.peak == truth.peak and memory.most_loaded is rank
 
 
@@ -61,9 +62,11 @@ def test_an_all_one_layout_of_a_published_model_is_the_single_device_step(name, 
     assert_single_device(config, 1, sharding, devices, recompute=recompute)
 
 
-def test_fsdp_gathers_one_unit_of_the_tensor_parallel_shares_at_a_time():
-    # Llama on TP 2 × FSDP 2: the largest unit fully_shard wraps (a block, or the root's embedding, final norm and
-    # head), as torch's plan leaves it on a rank before sharding, is gathered in bf16 with its bf16 gradients.
+def test_fsdp_gathers_by_phase_the_tensor_parallel_shares_of_its_units():
+    # Llama on TP 2 x FSDP 2, bf16 weights and gradients gathered, the units as torch's plan leaves them on a rank
+    # before fully_shard (measured per phase on 2 gloo ranks in test_parallel_measured.py): at the start of
+    # backward the root (embedding, final norm, head); in a block's backward the root, the block, the next block
+    # and the block's gradients but its attention's and input norm's; nothing in the update.
     _, config = build_hf_model("llama", device="meta")
     layout = ParallelLayout(devices=4, tensor=2, sharding="fsdp")
     (rank,) = layout_memory(config, 1, layout, attention="eager").ranks
@@ -72,7 +75,13 @@ def test_fsdp_gathers_one_unit_of_the_tensor_parallel_shares_at_a_time():
         tensor_parallel(model, init_device_mesh("cpu", (2, 2), mesh_dim_names=("data", "tensor"))["tensor"])
         blocks = [local_elements(layer) for layer in model.model.layers]
         root = local_elements(model) - sum(blocks)
-    assert rank.gathered == (2 + 2) * max(*blocks, root)
+        attention = local_elements(model.model.layers[0].self_attn) + \
+            local_elements(model.model.layers[0].input_layernorm)
+    block = max(blocks)
+    assert rank.gathered_phases == {"forward end": 2 * root,
+                                    "block backward": 2 * (root + 2 * block) + 2 * (block - attention)}
+    assert "update" not in rank.gathered_phases
+    assert rank.gathered == rank.gathered_phases[rank.peak_phase]
 
 
 def test_the_most_loaded_rank_is_named_and_every_stage_has_one():

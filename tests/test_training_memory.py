@@ -442,14 +442,25 @@ def test_sharding_divides_the_partitioned_parts(sharding, parts):
         assert getattr(split, part) == expected, part
 
 
-def test_zero3_adds_the_unit_in_flight():
-    """One block (here larger than the embeddings) gathered whole, its weights and its gradients."""
-    config = TransformerConfig(layers=4, width=64, heads=4, sequence_length=32, vocabulary=100)
+def test_zero3_holds_what_fsdp2_gathers_in_each_phase():
+    """FSDP2 wrapping each block and the root (measured per phase on 2 gloo ranks in test_parallel_measured.py):
+    at the start of backward the root's weights (embedding, final norm, head), in a block's backward the root,
+    the block, the next block prefetched and the block's gradients but its attention's and input norm's, nothing
+    in the update; counted from the Hugging Face model's own modules."""
+    from tests.support.hf_models import build_hf_model
+
+    model, config = build_hf_model("llama")
     sharded = transformer_training_memory(config, 2, "adamw", "bf16-master", sharding="zero3", devices=8)
     replicated = transformer_training_memory(config, 2, "adamw", "bf16-master", sharding="zero2", devices=8)
-    assert sharded.gathered == config.layer_parameter_count * (2 + 2)
-    assert replicated.gathered == 0
-    assert sharded.peak - sharded.gathered < replicated.peak
+    layer = model.model.layers[0]
+    block = sum(p.numel() for p in layer.parameters())
+    attention = sum(p.numel() for module in (layer.self_attn, layer.input_layernorm) for p in module.parameters())
+    root = sum(p.numel() for name, p in model.named_parameters() if ".layers." not in name)
+    assert sharded.gathered_phases == {"forward end": 2 * root,
+                                       "block backward": 2 * (root + 2 * block) + 2 * (block - attention)}
+    assert replicated.gathered_phases == {} and replicated.gathered == 0
+    assert sharded.gathered == sharded.gathered_phases[sharded.peak_phase]
+    assert sharded.phases["update"] == sharded.gradients + sharded.update  # nothing gathered in the update
 
 
 @pytest.mark.parametrize(

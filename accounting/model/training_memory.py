@@ -32,7 +32,7 @@ section 3.1: 2Ψ + 2Ψ + 12Ψ). Activations are in :func:`transformer_activation
 
 import numbers
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -45,7 +45,6 @@ from accounting.model.activations import (  # the policies live there; imported 
     precision_policy,
     weight_copy_bytes,
     block_backward_bytes,
-    largest_unit,
     late_gradient_parameters,
     pending_block_gradient_parameters,
     transformer_activations,
@@ -277,15 +276,19 @@ class TrainingMemory:
     """Bytes held during a training step, by part (per device when sharded).
 
     ``peak``: the high-water mark of a steady-state step whose gradients ``zero_grad()`` freed:
-    weights, master weights and optimizer state (``persistent``), and the largest of three phases:
+    weights, master weights and optimizer state (``persistent``), and the largest of the ``phases``:
 
-    - the start of backward: saved ``activations`` plus ``transient`` bytes alive next to them;
-    - the update: ``gradients`` plus the optimizer's temporaries (``update``);
-    - with recomputation, the bottom block's backward (``backward``): the gradients made by then,
-      the block's recomputed activations and its MLP's working set.
+    - ``"forward end"``, the start of backward: saved ``activations`` plus ``transient`` bytes alive next
+      to them;
+    - ``"update"``: ``gradients`` plus the optimizer's temporaries (``update``);
+    - ``"recomputed backward"``, with recomputation, the bottom block's backward (``backward``): the
+      gradients made by then, the block's recomputed activations and its MLP's working set;
+    - ``"block backward"``, under ZeRO-3/FSDP only: the saved activations beside a block's unsharded
+      parameters and gradients.
 
-    ``gathered``: under ZeRO-3/FSDP, the full parameters and gradients of the unit in flight,
-    on top of every phase. ``total`` adds everything, the bound when gradients are kept
+    ``gathered_phases``: under ZeRO-3/FSDP, the unsharded parameters and gradients alive in each phase
+    (:func:`fsdp_gathered_phases`; none in the update), counted in that phase; ``gathered``: those of the
+    peak's phase. ``total`` adds everything (the most gathered), the bound when gradients are kept
     between steps. ``attention``: for a transformer, the attention counted (``"eager"``,
     ``"sdpa-math"``…) and, for ``"sdpa"``, why that kernel (``attention_kernel``; the sliding-window
     blocks' own, which are passed a mask, in ``local_attention_kernel``).
@@ -302,7 +305,7 @@ class TrainingMemory:
     transient: int = 0
     update: int = 0
     backward: int = 0
-    gathered: int = 0
+    gathered_phases: dict = field(default_factory=dict)
     attention: str | None = None
     attention_kernel: SdpaKernel | None = None
     local_attention_kernel: SdpaKernel | None = None
@@ -313,13 +316,30 @@ class TrainingMemory:
         return self.parameters + self.master_weights + self.optimizer_state
 
     @property
+    def phases(self) -> dict:
+        """Bytes of each phase of the step beyond the persistent states (see the class docstring)."""
+        return step_phases(self.activations + self.transient, self.gradients + self.update, self.backward,
+                           self.activations, self.gathered_phases)
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase of the peak (the first of equals, in :attr:`phases`' order)."""
+        phases = self.phases
+        return max(phases, key=phases.get)
+
+    @property
+    def gathered(self) -> int:
+        """Unsharded parameters and gradients (ZeRO-3/FSDP) alive at the peak."""
+        return self.gathered_phases.get(self.peak_phase, 0)
+
+    @property
     def peak(self) -> int:
-        phases = (self.activations + self.transient, self.gradients + self.update, self.backward)
-        return self.persistent + self.gathered + max(phases)
+        return self.persistent + max(self.phases.values())
 
     @property
     def total(self) -> int:
-        return self.persistent + self.gradients + self.activations + self.transient + self.gathered
+        gathered = max(self.gathered_phases.values(), default=0)
+        return self.persistent + self.gradients + self.activations + self.transient + gathered
 
     @property
     def bytes_per_parameter(self) -> float:
@@ -339,6 +359,51 @@ class TrainingMemory:
             f"({self.bytes_per_parameter:.1f} bytes/parameter before activations)"
         )
         return "\n".join(rows)
+
+
+def step_phases(forward_end: int, update: int, recomputed: int, activations: int, gathered: dict) -> dict:
+    """A step's phases (bytes beyond the persistent states): ``"forward end"``, ``"update"`` and
+    ``"recomputed backward"`` as given, each with what ZeRO-3/FSDP holds ``gathered`` then, and with it a
+    ``"block backward"``: the saved ``activations`` beside a block's backward's gathered bytes.
+
+    >>> step_phases(10, 4, 0, 8, {})
+    {'forward end': 10, 'update': 4, 'recomputed backward': 0}
+    >>> step_phases(10, 4, 0, 8, {"forward end": 1, "block backward": 5})["block backward"]
+    13
+    """
+    phases = {"forward end": forward_end + gathered.get("forward end", 0),
+              "update": update + gathered.get("update", 0),
+              "recomputed backward": recomputed + gathered.get("recomputed backward", 0) if recomputed else 0}
+    if "block backward" in gathered:
+        phases["block backward"] = activations + gathered["block backward"]
+    return phases
+
+
+def fsdp_gathered_phases(root: int, block: int, block_attention: int, bottom: int, bottom_pending: int,
+                         weight_bytes: int, gradient_bytes: int, *, recomputed: bool) -> dict:
+    """Bytes FSDP2 (ZeRO-3) holds unsharded in each phase of a step, when it wraps each block and the root
+    (the embeddings, final norm and head), from the elements of those units (a rank's share of them).
+
+    - ``"forward end"`` (the start of backward): the root's parameters, ``root`` × ``weight_bytes``: FSDP2 does
+      not reshard the root module after forward; no unsharded gradient exists yet;
+    - ``"block backward"``: in the largest block's backward, at its attention's backward (which an eager
+      attention's (s × s) working set makes the block's largest): the root's parameters, the block's, the next
+      block's (prefetched for its backward) and the gradients the block made so far, all but its attention's
+      and the norm before it (``block_attention``);
+    - ``"recomputed backward"`` (``recomputed``): in the bottom block's recomputed backward, the root's and the
+      bottom block's parameters and that block's gradients made so far (all but ``bottom_pending``);
+    - ``"update"``: nothing gathered.
+
+    Measured against torch's ``fully_shard`` on 2 gloo ranks (docs/parallel-measured.md).
+
+    >>> fsdp_gathered_phases(10, 100, 40, 100, 0, 2, 2, recomputed=False)
+    {'forward end': 20, 'block backward': 540}
+    """
+    phases = {"forward end": root * weight_bytes,
+              "block backward": (root + 2 * block) * weight_bytes + (block - block_attention) * gradient_bytes}
+    if recomputed:
+        phases["recomputed backward"] = (root + bottom) * weight_bytes + (bottom - bottom_pending) * gradient_bytes
+    return phases
 
 
 def _count_parameters(parameters) -> tuple[int, int]:
@@ -433,8 +498,9 @@ def transformer_training_memory(
     reached (:func:`accounting.model.activations.pending_block_gradient_parameters`), beside the block's input,
     recomputed activations, incoming gradient and working set
     (:func:`accounting.model.activations.block_backward_bytes`).
-    ``gathered`` (ZeRO-3/FSDP), assuming one unit in flight, as FSDP wraps each block: the full
-    parameters and gradients of the largest unit (a block, or the root's embeddings and norm).
+    ``gathered_phases`` (ZeRO-3/FSDP over more than one device), as FSDP2 wraps each block and the root:
+    :func:`fsdp_gathered_phases` of the root (embeddings, final norm, an untied head), the largest block
+    (or MTP module) and the bottom block.
     ``attention="sdpa"`` counts the kernel SDPA runs on ``device`` (see
     :func:`transformer_activation_bytes`); ``attention`` and ``attention_kernel`` of the result say
     which. Other arguments as for :func:`transformer_activation_bytes` and :func:`training_memory`;
@@ -473,8 +539,18 @@ def transformer_training_memory(
         early = config.parameter_count - late_gradient_parameters(config) \
             - pending_block_gradient_parameters(config, formats)
         backward = round(gradient_bytes * early) + block_backward_bytes(config, batch_size, formats, activations, gelu)
-    gathered = 0
+    gathered = {}
     if sharding_stage(sharding) == "zero3" and devices > 1:
-        gathered = largest_unit(config) * (policy.bytes_of("weights") + policy.bytes_of("gradients"))
-    return replace(memory, update=update, backward=backward, gathered=gathered, attention=activations.attention,
+        root = config.parameter_count - config.blocks_parameter_count - config.mtp_parameter_count
+        module = config.mtp_parameter_count // config.mtp_modules if config.mtp_modules else 0
+        block = max(config.layer_parameter_count, config.dense_layer_parameter_count, module)
+        attention = config.attention_parameter_count + config.norms_per_layer // 2 * config.norm_parameter_count
+        dense_bottom = config.experts > 1 and config.dense_layers > 0
+        bottom = config.dense_layer_parameter_count if dense_bottom else config.layer_parameter_count
+        gathered = fsdp_gathered_phases(root, block, attention, bottom,
+                                        pending_block_gradient_parameters(config, formats),
+                                        policy.bytes_of("weights"), policy.bytes_of("gradients"),
+                                        recomputed=recompute == "full")
+    return replace(memory, update=update, backward=backward, gathered_phases=gathered,
+                   attention=activations.attention,
                    attention_kernel=activations.kernel, local_attention_kernel=activations.local_kernel)

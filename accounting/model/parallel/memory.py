@@ -6,10 +6,13 @@ and the communication buffers (:func:`accounting.model.parallel.activations.stag
 a step adds for a moment, counted as :func:`accounting.model.training_memory.transformer_training_memory`
 counts them for one device, for this rank's share:
 
-- ``gathered`` (ZeRO-3/FSDP, HSDP): the full parameters and gradients of the largest unit the rank gathers at
-  once (one block, one MTP module, or its stage's root: the embedding, final norm and head it holds), i.e.
-  the tensor-parallel share of it, its dense part where the dense states are sharded and its routed experts
-  where theirs are;
+- ``gathered_phases`` (ZeRO-3/FSDP, HSDP): what FSDP2 holds unsharded in each phase
+  (:func:`accounting.model.training_memory.fsdp_gathered_phases`): at the start of backward its stage's root
+  (the embedding, final norm and head it holds: FSDP2 keeps the root unsharded from forward to backward);
+  in a block's backward the root, that block, the next one prefetched and the block's gradients made so
+  far; in the recomputed backward the root, the bottom block and its gradients made so far; nothing in the
+  update. Each unit is the rank's tensor-parallel share of it, its dense part where the dense states are
+  sharded and its routed experts where theirs are; ``gathered`` is the peak phase's;
 - ``update``: the optimizer's temporaries (for-loop Adam: two fp32 tensors of the largest tensor the rank
   holds) and, with a master copy, the fp32 copies of its gradients;
 - ``backward`` (with recomputation): the gradients made by the peak of the stage's bottom block's
@@ -19,9 +22,10 @@ counts them for one device, for this rank's share:
   layer, in a phase of their own (the forward's last MoE layer, beside ``exchange_saved`` bytes of saved
   activations), not on top of every phase as ``buffers`` are.
 
-The peak is :class:`accounting.TrainingMemory`'s: persistent states + gathered unit + buffers + the
-largest phase (the saved activations with the transient bytes; the gradients with the update; the
-recomputed backward). With more than one micro-batch per step the gradients accumulate from the first
+The peak is :class:`accounting.TrainingMemory`'s: persistent states + buffers + the largest phase (the
+saved activations with the transient bytes; the gradients with the update; the recomputed backward; under
+ZeRO-3 a block's backward; with expert parallelism the experts' all-to-alls), each phase with what is
+gathered in it. With more than one micro-batch per step the gradients accumulate from the first
 micro-batch's backward to the update, so they are alive in every phase (the pipeline's steady state:
 each backward after the first starts with the stage's micro-batches in flight beside them).
 
@@ -40,7 +44,7 @@ from accounting._checks import check_positive_size
 from accounting.model.activations import activation_formats, largest_parameter, precision_policy, update_bytes
 from accounting.model.parallel.activations import stage_activations
 from accounting.model.parallel.states import check_config_and_layout, stage_parameters, stage_states
-from accounting.model.training_memory import optimizer_state_slots
+from accounting.model.training_memory import fsdp_gathered_phases, optimizer_state_slots, step_phases
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class RankMemory:
     parameters: int
     gradients: int
     optimizer: int
-    gathered: int
+    gathered_phases: dict
     activations: int
     transient: int
     update: int
@@ -78,18 +82,28 @@ class RankMemory:
 
     @property
     def phases(self) -> dict:
-        """Bytes of each phase beyond the persistent states, the gathered unit and the buffers."""
+        """Bytes of each phase beyond the persistent states and the buffers, what is gathered then included."""
         held = self.gradients if self.accumulating else 0
-        phases = {"forward end": self.activations + self.transient + held,
-                  "update": self.gradients + self.update,
-                  "recomputed backward": self.backward}
+        phases = step_phases(self.activations + self.transient + held, self.gradients + self.update, self.backward,
+                             self.activations + held, self.gathered_phases)
         if self.exchange:
             phases["expert exchange"] = self.exchange_saved + sum(self.exchange.values()) + held
         return phases
 
     @property
+    def peak_phase(self) -> str:
+        """The phase of the peak (the first of equals, in :attr:`phases`' order)."""
+        phases = self.phases
+        return max(phases, key=phases.get)
+
+    @property
+    def gathered(self) -> int:
+        """Unsharded parameters and gradients (ZeRO-3/FSDP) alive at the peak."""
+        return self.gathered_phases.get(self.peak_phase, 0)
+
+    @property
     def peak(self) -> int:
-        return self.persistent + self.gathered + self.buffer_bytes + max(self.phases.values())
+        return self.persistent + self.buffer_bytes + max(self.phases.values())
 
 
 @dataclass(frozen=True)
@@ -148,16 +162,19 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     # Temporaries per element of the largest tensor, as update_bytes counts them for the whole model's.
     temporaries = update_bytes(config, policy.bytes_of("optimizer_state"), name) // largest_parameter(config)
     sharded = layout.sharding_stage == "zero3"
-    unit_bytes = policy.bytes_of("weights") + gradient_bytes
     accumulating = micro_batches > 1
     ranks = []
     for held, state, saved in zip(parameters, states, activations):
-        gathered = 0
-        if sharded:
-            dense_gathered = layout.sharding_degree > 1
-            experts_gathered = layout.expert_sharding_degree > 1
-            gathered = unit_bytes * max(dense * dense_gathered + experts * experts_gathered
-                                        for dense, experts in held.units)
+        gathered = {}
+        dense_gathered = layout.sharding_degree > 1
+        experts_gathered = layout.expert_sharding_degree > 1
+        if sharded and (dense_gathered or experts_gathered):
+            units = [dense * dense_gathered + experts * experts_gathered for dense, experts in held.units]
+            *blocks, root = units  # each block and MTP module, then the stage's root
+            pending = 0 if autocast else held.pending_gradients
+            gathered = fsdp_gathered_phases(root, max(blocks), held.block_attention * dense_gathered, blocks[0],
+                                            min(pending, blocks[0]), policy.bytes_of("weights"), gradient_bytes,
+                                            recomputed=recompute == "full")
         update = round(state.gradients * widened / gradient_bytes) + temporaries * held.largest_tensor
         backward = 0
         if recompute != "none":

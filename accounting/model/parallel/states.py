@@ -23,12 +23,13 @@ parameters, by part, are the model's split the way Megatron-LM and torchtitan sp
   MLPs are dense MLPs under T.
 
 Model states (:func:`stage_states`) are then those elements at the precision policy's bytes and the
-optimizer's slots (the gradients with one exception under T > 1: torch's vocabulary-parallel embedding,
-``RowwiseParallel`` with a ``Shard(1)`` output, gets its gradient as a ``Replicate`` DTensor, the whole
-V × h on every rank; Megatron-LM's keeps its V / T rows: ``embedding_gradients``), as :func:`accounting.model.training_memory.training_memory` counts them, divided by
-ZeRO's table (:func:`accounting.model.sharding.sharded_model_states`) over ``layout.sharding_degree`` ranks
-for the dense elements and ``layout.expert_sharding_degree`` for the routed experts' (one flat buffer when the
-two degrees are equal, so that an all-1 layout is today's single-device count exactly).
+optimizer's slots, as :func:`accounting.model.training_memory.training_memory` counts them (with one exception
+under T > 1: torch's vocabulary-parallel embedding, ``RowwiseParallel`` with a ``Shard(1)`` output, gets its
+gradient as a ``Replicate`` DTensor, the whole V × h on every rank; Megatron-LM's keeps its V / T rows:
+``embedding_gradients``), divided by ZeRO's table (:func:`accounting.model.sharding.sharded_model_states`)
+over ``layout.sharding_degree`` ranks for the dense elements and ``layout.expert_sharding_degree`` for the
+routed experts' (one flat buffer when the two degrees are equal, so that an all-1 layout is today's
+single-device count exactly).
 
 :func:`megatron_weight_and_optimizer_bytes` is Megatron-LM's own estimate, reproduced; how it differs from
 this count is in its docstring.
@@ -198,7 +199,8 @@ class StageParameters:
     :func:`~accounting.model.activations.late_gradient_parameters`);
     ``pending_gradients``, the elements of the stage's bottom block whose gradients do not exist yet at
     the peak of its recomputed backward (:func:`~accounting.model.activations.pending_block_gradient_parameters`,
-    outside autocast).
+    outside autocast); ``block_attention``, the elements of one block's attention and the norm before it
+    (the gradients a block's backward makes last).
     """
 
     stage: int
@@ -210,6 +212,7 @@ class StageParameters:
     largest_tensor: int = 0
     late_gradients: int = 0
     pending_gradients: int = 0
+    block_attention: int = 0
 
     @property
     def total(self) -> int:
@@ -266,7 +269,9 @@ def stage_parameters(config: TransformerConfig, layout: ParallelLayout) -> tuple
         bottom = layers[0]
         post_norm = c.norm_parameter_count if c.norm_placement != "pre" else 0
         pending = sum(blocks[0]) - shares.bottom_down(bottom) - post_norm
-        stages.append(StageParameters(stage, dense, experts, parts, layers, units, max(tensors), late, pending))
+        attention = shares.attention() + c.norms_per_layer // 2 * c.norm_parameter_count
+        stages.append(StageParameters(stage, dense, experts, parts, layers, units, max(tensors), late, pending,
+                                      attention))
     return tuple(stages)
 
 
