@@ -82,7 +82,10 @@ def test_the_text_shows_each_stage_the_most_loaded_and_each_axis(config_file, ca
     peak_row = next(line for line in out.splitlines() if line.strip().startswith("peak "))
     printed = [float(cell) for cell in peak_row.split()[1:5]]
     assert printed == [round(rank["peak"] / 2**30, 2) for rank in document["memory_per_rank"]]
-    assert f"Most loaded: stage {document['most_loaded_stage']}" in out
+    most = document["memory_per_rank"][document["most_loaded_stage"]]
+    assert most["phases"][most["peak_phase"]] == max(most["phases"].values())
+    assert f"Most loaded: stage {document['most_loaded_stage']}, {most['peak'] / 2**30:.2f} GiB, at its peak phase " \
+           f"({most['peak_phase']})." in out
     for axis in document["communication"]["by_axis"]:
         row = re.search(rf"^  {axis['axis']}\s+{re.escape(', '.join(axis['collectives']))}\s.*$", out,
                         flags=re.MULTILINE)

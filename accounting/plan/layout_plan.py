@@ -52,6 +52,7 @@ PHASES = {
     "update": "the gradients and the update's temporaries",
     "recomputed backward": "the recomputed backward of the bottom block",
     "expert exchange": "the expert all-to-alls' buffers beside the activations saved by then",
+    "block backward": "a block's backward with its weights and gradients gathered, beside the saved activations",
 }
 """What each of :attr:`accounting.model.parallel.memory.RankMemory.phases` holds, as the reasons name it."""
 
@@ -194,12 +195,12 @@ def _why_not(config, settings: LayoutSettings, device: PlanDevice, memory: Layou
         reasons = [f"the model states of pipeline stage {rank.stage}'s ranks alone need {_gib(states)} under "
                    f"{layout.describe()}, more than {where}"]
     else:
-        phase, name = max((bytes_, name) for name, bytes_ in rank.phases.items())
-        held = PHASES.get(name, name)
+        name = rank.peak_phase
+        phase, held = rank.phases[name], PHASES.get(name, name)
         left = max(usable - (rank.peak - phase), 0)
         reasons = [f"one sequence per micro-batch needs {_gib(rank.peak)} on pipeline stage {rank.stage}'s ranks "
                    f"under {layout.describe()}: its largest phase, {held} ({_gib(phase)}), does not fit in the "
-                   f"{_gib(left)} left of {where} beside the weights, optimizer state, gathered unit and buffers"]
+                   f"{_gib(left)} left of {where} beside the weights, optimizer state and buffers"]
     remedies = []
     if settings.recompute != "full":
         remedies.append(("--recompute full", replace(settings, recompute="full")))

@@ -244,7 +244,7 @@ RANK_PARTS = (
     ("parameters", "this rank's share of the weights"),
     ("gradients", ""),
     ("optimizer", "master weights and optimizer state"),
-    ("gathered", "ZeRO-3/FSDP: the full weights and gradients of the unit in flight"),
+    ("gathered", "ZeRO-3/FSDP: the unsharded weights and gradients alive at the peak"),
     ("activations", "saved for backward, of every micro-batch in flight"),
     ("transient", "the loss's gradients (last stage), alive beside them"),
     ("update", "the optimizer step's temporaries, beside the gradients"),
@@ -330,7 +330,7 @@ def render_layout_plan(plan, source: str) -> str:
         table(["part", *(f"stage {rank.stage}" for rank in plan.memory.ranks), ""], _rank_rows(plan), indent="  "),
         f"  usable {_gib(plan.usable_bytes)} GiB: {1 - s.headroom:.0%} of {d.memory_bytes / 1e9:g} GB "
         f"({d.memory_source}); --headroom {s.headroom:g}",
-        f"Most loaded: stage {most.stage}, {_gib(most.peak)} GiB.",
+        f"Most loaded: stage {most.stage}, {_gib(most.peak)} GiB, at its peak phase ({most.peak_phase}).",
     ]
     if plan.fits:
         lines.append(f"Fits: yes, {_gib(plan.usable_bytes - most.peak)} GiB to spare on the most loaded rank; the "
@@ -363,7 +363,8 @@ def _rank_document(plan, rank) -> dict:
     return {"stage": rank.stage, "blocks": len(stage_blocks(plan.config.layers, plan.layout)[rank.stage]),
             "in_flight": float(micro_batches_in_flight(plan.layout, rank.stage, plan.micro_batches)),
             **{part: getattr(rank, part) for part, _ in RANK_PARTS}, "buffers": dict(rank.buffers),
-            "exchange": dict(rank.exchange), "phases": dict(rank.phases), "peak": rank.peak}
+            "exchange": dict(rank.exchange), "gathered_phases": dict(rank.gathered_phases),
+            "phases": dict(rank.phases), "peak_phase": rank.peak_phase, "peak": rank.peak}
 
 
 def layout_plan_document(plan, source: str) -> dict:
