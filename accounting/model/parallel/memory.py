@@ -12,7 +12,11 @@ counts them for one device, for this rank's share:
   in a block's backward the root, that block, the next one prefetched and the block's gradients made so
   far; in the recomputed backward the root, the bottom block and its gradients made so far; nothing in the
   update. Each unit is the rank's tensor-parallel share of it, its dense part where the dense states are
-  sharded and its routed experts where theirs are; ``gathered`` is the peak phase's;
+  sharded and its routed experts where theirs are; ``gathered`` is the peak phase's. Under pipeline
+  parallelism (P > 1), what torch's pipelining makes FSDP2 do (:func:`pipelined_fsdp_phases`): the stage's
+  units all kept unsharded from the first backward to the update, with their gradients accumulated unsharded
+  in the reduce dtype (fp32 under ``bf16-mixed``) and no sharded gradient before the update
+  (``stage_unsharded=False``: gathered per block as without a pipeline);
 - ``update``: the optimizer's temporaries (for-loop Adam: two fp32 tensors of the largest tensor the rank
   holds) and, with a master copy, the fp32 copies of its gradients;
 - ``backward`` (with recomputation): the gradients made by the peak of the stage's bottom block's
@@ -45,6 +49,45 @@ from accounting.model.activations import activation_formats, largest_parameter, 
 from accounting.model.parallel.activations import stage_activations
 from accounting.model.parallel.states import check_config_and_layout, stage_parameters, stage_states
 from accounting.model.training_memory import fsdp_gathered_phases, optimizer_state_slots, step_phases
+
+
+def pipelined_fsdp_phases(stage: int, block: int, block_attention: int, bottom: int, bottom_pending: int,
+                          weight_bytes: int, gradient_bytes: int, accumulated_bytes: int, *, recomputed: bool,
+                          exchange: bool = False) -> dict:
+    """Bytes FSDP2 holds unsharded in each phase of a pipeline stage's step under torch's pipelining, from the
+    ``stage``'s elements (the rank's share of all its FSDP units: every block, MTP module and the root).
+
+    Before every micro-batch's backward, torch's stage calls ``set_is_last_backward(False)``,
+    ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)`` on its FSDP module
+    (``torch/distributed/pipelining/stage.py``, ``backward_maybe_with_nosync``, lines 843-848 in torch 2.13),
+    recursively (``set_*``'s ``recurse=True``, ``torch/distributed/fsdp/_fully_shard/_fully_shard.py``), and
+    reduce-scatters and reshards only after the last one (``perform_reduce_grad``, lines 1164-1195). So from
+    the first backward to the update every unit stays unsharded (``stage`` × ``weight_bytes``; torchtitan does
+    not reshard after forward either when PP is on: its ``get_fsdp_reshard_after_forward_policy``'s
+    ``"default"`` is ``not pp_enabled``), and each unit's gradients are kept unsharded: FSDP2's
+    ``post_backward`` without a reduction converts a unit's new gradients to the reduce dtype
+    (``FSDPParam.to_accumulated_grad_if_needed``) and adds later micro-batches' into them
+    (``accumulate_unsharded_grad_if_needed``, ``_fsdp_param.py`` lines 802-821; ``_fsdp_param_group.py``
+    ``post_backward``, lines 603-612): ``stage`` × ``accumulated_bytes`` (fp32 with torchtitan's
+    ``reduce_dtype=float32``). No sharded gradient exists before the last micro-batch's reduce-scatter.
+
+    Phases: ``"forward end"`` (the start of a backward): those two; ``"block backward"``: with them the gradients
+    the largest block made so far in the parameters' dtype (all but ``block_attention``), not yet added into the
+    reduce dtype's (none when ``accumulated_bytes == gradient_bytes``: they accumulate in place);
+    ``"recomputed backward"`` (``recomputed``): the same for the bottom block (all but ``bottom_pending``);
+    ``"expert exchange"`` (``exchange``): the two; ``"update"``: nothing (resharded by then).
+
+    >>> pipelined_fsdp_phases(1000, 100, 40, 100, 0, 2, 2, 4, recomputed=True)
+    {'forward end': 6000, 'block backward': 6120, 'recomputed backward': 6200}
+    """
+    kept = stage * (weight_bytes + accumulated_bytes)
+    made = gradient_bytes if accumulated_bytes != gradient_bytes else 0
+    phases = {"forward end": kept, "block backward": kept + (block - block_attention) * made}
+    if recomputed:
+        phases["recomputed backward"] = kept + (bottom - bottom_pending) * made
+    if exchange:
+        phases["expert exchange"] = kept
+    return phases
 
 
 @dataclass(frozen=True)
@@ -87,7 +130,8 @@ class RankMemory:
         phases = step_phases(self.activations + self.transient + held, self.gradients + self.update, self.backward,
                              self.activations + held, self.gathered_phases)
         if self.exchange:
-            phases["expert exchange"] = self.exchange_saved + sum(self.exchange.values()) + held
+            phases["expert exchange"] = (self.exchange_saved + sum(self.exchange.values()) + held
+                                         + self.gathered_phases.get("expert exchange", 0))
         return phases
 
     @property
@@ -123,7 +167,8 @@ class LayoutMemory:
 def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, precision="bf16-mixed",
                   optimizer: str = "adamw", attention: str = "sdpa", recompute: str = "none",
                   selective: str = "attention-core", device=None, keep_outputs: bool = True,
-                  embedding_gradients: str = "replicated", **optimizer_settings) -> LayoutMemory:
+                  embedding_gradients: str = "replicated", stage_unsharded: bool = True,
+                  **optimizer_settings) -> LayoutMemory:
     """The memory of each pipeline stage's rank for ``micro_batch`` sequences a micro-batch on each data-parallel
     rank, ``micro_batches`` a step (see the module docstring).
 
@@ -134,7 +179,9 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     stage keeps every micro-batch's logits, as torch's ``schedule.step()`` does unless told
     ``return_outputs=False``), ``embedding_gradients`` as for
     :func:`accounting.model.parallel.states.stage_states` (torch's whole embedding gradient under T > 1, or
-    Megatron-LM's V / T rows). An all-1 layout is
+    Megatron-LM's V / T rows). ``stage_unsharded`` (ZeRO-3/FSDP/HSDP with P > 1): FSDP2 as torch's pipelining
+    drives it, each stage kept unsharded with unsharded gradients (see :func:`pipelined_fsdp_phases`); False:
+    gathered a block at a time as without a pipeline. An all-1 layout is
     ``transformer_training_memory`` exactly, part for part, whatever its ``sharding`` and ``devices``.
 
     >>> from accounting.model.config import TransformerConfig
@@ -161,6 +208,9 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     widened = policy.bytes_of("master_weights") - gradient_bytes if policy.master_weights else 0
     # Temporaries per element of the largest tensor, as update_bytes counts them for the whole model's.
     temporaries = update_bytes(config, policy.bytes_of("optimizer_state"), name) // largest_parameter(config)
+    # FSDP2 accumulates unsharded gradients in its reduce dtype: fp32 beside fp32 master weights (torchtitan's
+    # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)), else the gradients' own.
+    accumulated_bytes = policy.bytes_of("master_weights") if policy.master_weights else gradient_bytes
     sharded = layout.sharding_stage == "zero3"
     accumulating = micro_batches > 1
     ranks = []
@@ -168,23 +218,34 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
         gathered = {}
         dense_gathered = layout.sharding_degree > 1
         experts_gathered = layout.expert_sharding_degree > 1
+        kept = False
         if sharded and (dense_gathered or experts_gathered):
             units = [dense * dense_gathered + experts * experts_gathered for dense, experts in held.units]
             *blocks, root = units  # each block and MTP module, then the stage's root
-            pending = 0 if autocast else held.pending_gradients
-            gathered = fsdp_gathered_phases(root, max(blocks), held.block_attention * dense_gathered, blocks[0],
-                                            min(pending, blocks[0]), policy.bytes_of("weights"), gradient_bytes,
-                                            recomputed=recompute == "full")
+            pending = min(0 if autocast else held.pending_gradients, blocks[0])
+            block_attention = held.block_attention * dense_gathered
+            kept = stage_unsharded and layout.pipeline > 1
+            if kept:
+                gathered = pipelined_fsdp_phases(sum(units), max(blocks), block_attention, blocks[0], pending,
+                                                 policy.bytes_of("weights"), gradient_bytes, accumulated_bytes,
+                                                 recomputed=recompute == "full", exchange=bool(saved.exchange))
+            else:
+                gathered = fsdp_gathered_phases(root, max(blocks), block_attention, blocks[0], pending,
+                                                policy.bytes_of("weights"), gradient_bytes,
+                                                recomputed=recompute == "full")
         update = round(state.gradients * widened / gradient_bytes) + temporaries * held.largest_tensor
         backward = 0
         if recompute != "none":
-            if accumulating:
+            if kept:  # the stage's gradients are the unsharded ones counted in `gathered`
+                made = 0
+            elif accumulating:
                 made = state.gradients
             else:
                 early = held.total - held.late_gradients - (0 if autocast else held.pending_gradients)
                 made = round(state.gradients / held.total * early)
             backward = made + saved.backward
         ranks.append(RankMemory(held.stage, state.parameters, state.gradients, state.optimizer, gathered,
-                                saved.saved, saved.transient, update, backward, dict(saved.buffers), accumulating,
+                                saved.saved, saved.transient, update, backward, dict(saved.buffers),
+                                accumulating and not kept,
                                 dict(saved.exchange), saved.exchange_saved))
     return LayoutMemory(layout, tuple(ranks))

@@ -1,0 +1,106 @@
+"""FSDP2 under torch's pipelining: what a stage holds unsharded across its micro-batches.
+
+Truth: torch's own ``fully_shard`` on a fake process group of 2 ranks (one process), driven through the hooks
+``torch.distributed.pipelining``'s stage calls before every micro-batch's backward
+(``set_is_last_backward(False)``, ``set_reshard_after_backward(False)``, ``set_requires_gradient_sync(False)``),
+two micro-batches of a pipeline stage of a small Hugging Face Llama; then the bytes of every unsharded parameter
+still allocated and of every unsharded accumulated gradient, read from FSDP2's own parameter state, against what
+:func:`accounting.model.parallel.memory.layout_memory` holds gathered at the start of a backward.
+"""
+
+import pytest
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from accounting.model.parallel.layout import ParallelLayout
+from accounting.model.parallel.memory import layout_memory
+from tests.support.hf_models import build_hf_model, random_token_ids
+from tests.test_parallel_states import fake_world, pipeline_stage
+
+LAYERS, MICRO_BATCH, DATA = 4, 2, 2
+POLICIES = {  # torchtitan's mixed precision (bf16 compute, fp32 reductions) and none
+    "bf16-mixed": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+    "fp32": MixedPrecisionPolicy(),
+}
+
+
+def sharded_stage(stage: int, precision: str, reshard_after_forward: bool):
+    """Stage ``stage`` of 2 (its blocks; the embedding on the first, the final norm and head on the last) under
+    ``fully_shard`` per block and on the stage's root, as torchtitan wraps a pipeline stage; and its forward."""
+    keep = range(stage * LAYERS // 2, (stage + 1) * LAYERS // 2)
+    model = pipeline_stage("llama", list(keep), stage == 0, stage == 1, layers=LAYERS)
+    root = model
+    if stage == 0:
+        root = model.model  # the stage ends at its last block's hidden states
+        root.norm = torch.nn.Identity()
+    mesh = init_device_mesh("cpu", (DATA,))
+    settings = {"mesh": mesh, "mp_policy": POLICIES[precision], "reshard_after_forward": reshard_after_forward}
+    for layer in root.modules():
+        if type(layer).__name__ == "LlamaDecoderLayer":
+            fully_shard(layer, **settings)
+    fully_shard(root, **settings)
+    root.to_empty(device="cpu")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in root.parameters():
+            local = parameter.to_local()
+            local.copy_(torch.randn(local.shape, generator=generator) * 0.02)
+    return root
+
+
+def run_micro_batches(root, stage: int, config, count: int) -> None:
+    """``count`` forwards and backwards, each backward under the hooks the pipeline stage sets for it."""
+    for index in range(count):
+        if stage == 0:
+            output = root(input_ids=random_token_ids(config, MICRO_BATCH, seed=index)).last_hidden_state
+        else:
+            hidden = torch.randn(MICRO_BATCH, config.sequence_length, config.width)
+            output = root(inputs_embeds=hidden).logits
+        root.set_is_last_backward(False)
+        root.set_reshard_after_backward(False)
+        root.set_requires_gradient_sync(False)
+        output.backward(torch.ones_like(output))
+
+
+def unsharded_bytes(root) -> tuple[int, int, int]:
+    """(unsharded parameters still allocated, unsharded accumulated gradients, sharded gradients) in bytes."""
+    weights = gradients = sharded = 0
+    for module in root.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        for group in module._get_fsdp_state()._fsdp_param_groups:
+            for parameter in group.fsdp_params:
+                weights += parameter._unsharded_param.untyped_storage().nbytes()
+                accumulated = parameter.unsharded_accumulated_grad
+                if accumulated is None:  # without a reduce dtype the gradient stays on the unsharded parameter
+                    accumulated = parameter._unsharded_param.grad
+                gradients += 0 if accumulated is None else accumulated.untyped_storage().nbytes()
+                grad = parameter.sharded_param.grad
+                sharded += 0 if grad is None else grad.to_local().untyped_storage().nbytes()
+    return weights, gradients, sharded
+
+
+@pytest.mark.parametrize("precision", sorted(POLICIES))
+@pytest.mark.parametrize("reshard_after_forward", [False, True])  # torchtitan's rule with PP is False
+@pytest.mark.parametrize("stage", [0, 1])
+def test_a_pipeline_stage_keeps_its_weights_and_gradients_unsharded(stage, precision, reshard_after_forward):
+    _, config = build_hf_model("llama", device="meta", layers=LAYERS)
+    layout = ParallelLayout(devices=2 * DATA, pipeline=2, sharding="fsdp")
+    rank = layout_memory(config, MICRO_BATCH, layout, micro_batches=2, precision=precision).ranks[stage]
+    with fake_world(0, DATA):
+        root = sharded_stage(stage, precision, reshard_after_forward)
+        run_micro_batches(root, stage, config, 2)
+        weights, gradients, sharded = unsharded_bytes(root)
+    assert sharded == 0  # reduce-scattered only at the last micro-batch: no sharded gradient in the backwards
+    assert rank.gathered_phases["forward end"] == weights + gradients
+    assert rank.phases["forward end"] == rank.activations + rank.transient + weights + gradients
+
+
+def test_the_per_block_gathering_remains_an_option():
+    _, config = build_hf_model("llama", device="meta", layers=LAYERS)
+    layout = ParallelLayout(devices=2 * DATA, pipeline=2, sharding="fsdp")
+    kept = layout_memory(config, MICRO_BATCH, layout, micro_batches=2).ranks[0]
+    per_block = layout_memory(config, MICRO_BATCH, layout, micro_batches=2, stage_unsharded=False).ranks[0]
+    assert per_block.gathered_phases["forward end"] < kept.gathered_phases["forward end"]
+    assert per_block.accumulating and not kept.accumulating
