@@ -24,7 +24,8 @@ from accounting.errors import AccountingError
 from accounting.model.activations import activation_formats, late_gradient_parameters, \
     pending_block_gradient_parameters
 from accounting.model.parallel.activations import (
-    chunk_blocks, korthikanti_layer_activations, micro_batches_in_flight, stage_activations, stage_blocks,
+    chunk_blocks, chunk_micro_batches_in_flight, korthikanti_layer_activations, micro_batches_in_flight,
+    stage_activations, stage_blocks,
 )
 from accounting.model.parallel.layout import ParallelLayout
 from accounting.model.parallel.memory import layout_memory
@@ -324,6 +325,54 @@ def test_interleaved_in_flight_is_torchs_schedule(pipeline, chunks, rounds):
         order = _torch_interleaved_order(pipeline, chunks, micro_batches, rank)
         assert order.count("F") == order.count("B") == micro_batches * chunks
         assert micro_batches_in_flight(layout, rank, micro_batches) == _most_alive(order, chunks)
+
+
+def _torch_chunks_alive_at_most(pipeline, chunks, micro_batches, rank):
+    """Each of ``rank``'s chunks' forwards not yet backpropagated, at the first moment the most are, in torch's
+    ``ScheduleInterleaved1F1B`` actions."""
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
+
+    schedule = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)
+    schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = pipeline, chunks, micro_batches
+    schedule.number_of_rounds = max(1, micro_batches // pipeline)
+    schedule.microbatches_per_round = micro_batches // schedule.number_of_rounds
+    alive, most, at_most = [0] * chunks, -1, None
+    for action in schedule._calculate_single_rank_operations(rank):
+        if action is None:
+            continue
+        alive[action.stage_index // pipeline] += 1 if action.computation_type == _ComputationType.FORWARD else -1
+        if sum(alive) > most:
+            most, at_most = sum(alive), tuple(alive)
+    return at_most
+
+
+@pytest.mark.parametrize("pipeline,chunks", [(2, 2), (2, 3), (3, 2), (4, 2), (4, 3), (8, 2)])
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_interleaved_in_flight_by_chunk_is_torchs_schedule(pipeline, chunks, rounds):
+    micro_batches = rounds * pipeline
+    layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule="interleaved-1f1b", virtual_stages=chunks)
+    for rank in range(pipeline):
+        alive = _torch_chunks_alive_at_most(pipeline, chunks, micro_batches, rank)
+        assert chunk_micro_batches_in_flight(layout, rank, micro_batches) == alive, f"rank {rank}"
+        assert sum(alive) == chunks * micro_batches_in_flight(layout, rank, micro_batches)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_an_interleaved_rank_holds_what_a_stage_of_each_chunk_holds_per_micro_batch_alive(recompute):
+    """Each chunk alive on a rank holds, per micro-batch, what a 1F1B stage of that chunk's one block holds for
+    one: the embedding's part in the first chunk only, the loss's in the last only (torch runs the last chunk's
+    forward and backward back to back), a stage's output in every other; so many of each as torch's schedule
+    has alive."""
+    config = TransformerConfig.from_hf(hf_config("llama", layers=8).to_dict())
+    pipeline, chunks, micro_batches = 4, 2, 8
+    one_block = stage_activations(config, 2, ParallelLayout(devices=8, pipeline=8), micro_batches=micro_batches,
+                                  recompute=recompute)
+    layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule="interleaved-1f1b", virtual_stages=chunks)
+    stages = stage_activations(config, 2, layout, micro_batches=micro_batches, recompute=recompute)
+    for rank, stage in enumerate(stages):
+        alive = _torch_chunks_alive_at_most(pipeline, chunks, micro_batches, rank)
+        chunk_stages = [one_block[rank + chunk * pipeline] for chunk in range(chunks)]
+        assert stage.saved == sum(count * chunk.per_micro_batch for count, chunk in zip(alive, chunk_stages))
 
 
 @pytest.mark.parametrize("pipeline", [1, 2, 3, 5])

@@ -182,6 +182,31 @@ def micro_batches_in_flight(layout: ParallelLayout, stage: int, micro_batches: i
     return Fraction(min(warmup + 1, total), chunks)
 
 
+def chunk_micro_batches_in_flight(layout: ParallelLayout, stage: int, micro_batches: int) -> tuple[int, ...]:
+    """Micro-batches of each of stage ``stage``'s chunks (its virtual stages, first to last) alive at the start
+    of its first backward: one entry, :func:`micro_batches_in_flight`, without interleaving.
+
+    Interleaved 1F1B runs a rank's forwards in rounds of ``m // max(1, m // P)`` micro-batches a chunk, chunk
+    after chunk (torch's ``ScheduleInterleaved1F1B.forward_stage_index``), so its first V × in-flight forwards
+    fall on the chunks in that order; its first backward is the last chunk's. The embedding's saved parts live in
+    the first chunk of stage 0, the loss's in the last chunk of stage P − 1, which runs each micro-batch's
+    forward and backward back to back (one alive).
+
+    >>> layout = ParallelLayout(devices=4, pipeline=4, schedule="interleaved-1f1b", virtual_stages=2)
+    >>> [chunk_micro_batches_in_flight(layout, stage, 8) for stage in range(4)]
+    [(7, 4), (5, 4), (4, 3), (4, 1)]
+    """
+    in_flight = micro_batches_in_flight(layout, stage, micro_batches)
+    chunks = layout.virtual_stages
+    if layout.schedule != "interleaved-1f1b":
+        return (int(in_flight),)
+    per_round = micro_batches // max(1, micro_batches // layout.pipeline)
+    counts = [0] * chunks
+    for forward in range(int(in_flight * chunks)):
+        counts[(forward // per_round) % chunks] += 1
+    return tuple(counts)
+
+
 def korthikanti_layer_activations(s: int, b: int, h: int, a: int, t: int = 1, *, sequence_parallel: bool = False,
                                   recompute: str = "none") -> int:
     """Bytes one transformer layer keeps for backward per device, by Korthikanti et al. 2022 ("Reducing
@@ -377,9 +402,15 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
     buffers = _buffers(config, shapes, layout, batch, formats, linear_inputs)
     exchange = {name: buffers.pop(name) for name in ("expert dispatch", "expert combine") if name in buffers}
     stages = []
-    for stage, indices in enumerate(stage_blocks(config.layers, layout)):
-        stage_keys = [keys[index] for index in indices] + ([mtp_key] * config.mtp_modules if stage == last else [])
-        kept = sum(blocks[key].kept for key in stage_keys)
+    all_chunks = chunk_blocks(config.layers, layout.stages)
+    final = layout.stages - 1
+
+    def one_micro_batch(chunk: int) -> tuple[int, int]:
+        """(bytes one micro-batch saves in global chunk ``chunk``, of them what it saves after its last MoE
+        layer): its blocks, what each of its forwards keeps once (positions, masks), the embedding's part in
+        chunk 0, the stage's output in every chunk but the last, the final norm, head and loss in the last."""
+        indices = list(all_chunks[chunk])
+        chunk_keys = [keys[index] for index in indices] + ([mtp_key] * config.mtp_modules if chunk == final else [])
         held = outside["tp"].positions
         local = any(index < config.sliding_layers for index in indices)
         if windowed and local and local_kind in SDPA_ATTENTIONS:
@@ -390,19 +421,27 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
             held += formats.weights * batch * tp.sequence_length ** 2 * len(eager)
             if windowed and local and local_kind in SDPA_ATTENTIONS:
                 held += window_mask
-        if stage == 0:
+        if chunk == 0:
             held += outside["seq"].dropout
-        if stage != last:
+        if chunk != final:
             held += stream  # the stage's output, kept by torch's schedule to run its backward from
         after_experts = 0  # what one micro-batch saves after its last MoE layer (MTP modules end in one)
-        if stage == last:
+        if chunk == final:
             tail = (outside["seq"].norm + outside["tp" if linear_inputs == "gathered" else "seq"].head_input
                     + outside["vocabulary"].logits + outside["vocabulary"].unembedding_copy)
             held += tail + outside["tp"].mtp
             after_experts = 0 if config.mtp_modules else tail
-        per_micro_batch = kept + held
+        return sum(blocks[key].kept for key in chunk_keys) + held, after_experts
+
+    for stage, indices in enumerate(stage_blocks(config.layers, layout)):
+        stage_keys = [keys[index] for index in indices] + ([mtp_key] * config.mtp_modules if stage == last else [])
+        held_chunks = range(stage, layout.stages, layout.pipeline)
+        per_chunk = [one_micro_batch(chunk) for chunk in held_chunks]
+        per_micro_batch = sum(bytes_ for bytes_, _ in per_chunk)
+        after_experts = sum(after for _, after in per_chunk)
         in_flight = micro_batches_in_flight(layout, stage, micro_batches)
-        saved = round(in_flight * per_micro_batch)
+        alive = chunk_micro_batches_in_flight(layout, stage, micro_batches)
+        saved = sum(count * bytes_ for count, (bytes_, _) in zip(alive, per_chunk))
         transient = 0
         if stage == last:
             logits = tp.sequence_length * batch * shapes.vocabulary.vocabulary
@@ -415,11 +454,13 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
         if recompute != "none":
             bottom = blocks[stage_keys[0]]
             share = ActivationBytes(1, "full", bottom.whole, 0, bottom.checkpoint, 0)
-            others = round((in_flight - 1) * per_micro_batch)
+            others = saved - per_chunk[-1][0]  # the first backward is of the rank's last chunk
             backward = others + block_backward_bytes(tp, batch, formats, share, gelu)
         stage_buffers = dict(buffers)
         if layout.pipeline > 1:  # torch's stage receives each micro-batch's activations and gradients in its own buffer
-            stage_buffers["pipeline receive"] = stream * micro_batches * ((stage > 0) + (stage < last))
+            # one set per chunk, each stage object its own: activations but in chunk 0, gradients but in the last
+            stage_buffers["pipeline receive"] = stream * micro_batches * sum((chunk > 0) + (chunk < final)
+                                                                             for chunk in held_chunks)
             if stage > 0:  # the gradient of the stage's input, on its way back
                 stage_buffers["pipeline send"] = stream
             if stage == last and keep_outputs:  # every micro-batch's logits, returned by the schedule's step()
