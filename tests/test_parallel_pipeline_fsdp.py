@@ -14,7 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from accounting.model.parallel.layout import ParallelLayout
-from accounting.model.parallel.memory import layout_memory
+from accounting.model.parallel.memory import accumulating_chunks, layout_memory
 from tests.support.hf_models import build_hf_model, random_token_ids
 from tests.test_parallel_states import fake_world, pipeline_stage
 
@@ -104,3 +104,40 @@ def test_the_per_block_gathering_remains_an_option():
     per_block = layout_memory(config, MICRO_BATCH, layout, micro_batches=2, stage_unsharded=False).ranks[0]
     assert per_block.gathered_phases["forward end"] < kept.gathered_phases["forward end"]
     assert per_block.accumulating and not kept.accumulating
+
+
+def _torch_chunks_with_gradients_at_most_alive(pipeline, chunks, micro_batches, rank):
+    """The rank's chunks that have run a backward and not yet their reduction (``REDUCE_GRAD``) at any moment
+    its forwards alive are the most, in torch's own ``ScheduleInterleaved1F1B`` actions lowered with
+    ``_add_reduce_grad``."""
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _add_reduce_grad, _ComputationType
+
+    schedule = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)
+    schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = pipeline, chunks, micro_batches
+    schedule.number_of_rounds = max(1, micro_batches // pipeline)
+    schedule.microbatches_per_round = micro_batches // schedule.number_of_rounds
+    actions = _add_reduce_grad(schedule._calculate_single_rank_operations(rank), micro_batches)
+    alive, moments, gradients = 0, [], set()
+    for action in actions:
+        chunk = action.stage_index // pipeline
+        if action.computation_type == _ComputationType.FORWARD:
+            alive += 1
+        elif action.computation_type == _ComputationType.FULL_BACKWARD:
+            moments.append((alive, frozenset(gradients)))  # at the start of this backward
+            alive -= 1
+            gradients.add(chunk)
+        elif action.computation_type == _ComputationType.REDUCE_GRAD:
+            gradients.discard(chunk)
+    most = max(count for count, _ in moments)
+    return set().union(*(held for count, held in moments if count == most))
+
+
+@pytest.mark.parametrize("pipeline, chunks, rounds", [(2, 2, 1), (4, 2, 1), (4, 2, 2), (4, 3, 1), (8, 2, 1),
+                                                      (4, 2, 3)])
+def test_an_interleaved_rank_accumulates_the_chunks_torch_has_not_reduced(pipeline, chunks, rounds):
+    layout = ParallelLayout(devices=pipeline, pipeline=pipeline, schedule="interleaved-1f1b", virtual_stages=chunks)
+    for rank in range(pipeline):
+        torch_chunks = _torch_chunks_with_gradients_at_most_alive(pipeline, chunks, rounds * pipeline, rank)
+        # a rank whose most alive precede its first gradients (no forward after its first backward) is bounded
+        assert torch_chunks <= set(accumulating_chunks(layout, rounds * pipeline)), f"rank {rank}"
+    assert torch_chunks == set(accumulating_chunks(layout, rounds * pipeline))  # the last rank, the loss's

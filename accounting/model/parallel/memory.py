@@ -46,16 +46,17 @@ from dataclasses import dataclass, field
 
 from accounting._checks import check_positive_size
 from accounting.model.activations import activation_formats, largest_parameter, precision_policy, update_bytes
-from accounting.model.parallel.activations import stage_activations
+from accounting.model.parallel.activations import chunk_blocks, stage_activations
 from accounting.model.parallel.states import check_config_and_layout, stage_parameters, stage_states
 from accounting.model.training_memory import fsdp_gathered_phases, optimizer_state_slots, step_phases
 
 
-def pipelined_fsdp_phases(stage: int, block: int, block_attention: int, bottom: int, bottom_pending: int,
-                          weight_bytes: int, gradient_bytes: int, accumulated_bytes: int, *, recomputed: bool,
-                          exchange: bool = False) -> dict:
+def pipelined_fsdp_phases(stage: int, accumulating: int, block: int, block_attention: int, bottom: int,
+                          bottom_pending: int, weight_bytes: int, gradient_bytes: int, accumulated_bytes: int, *,
+                          recomputed: bool, exchange: bool = False) -> dict:
     """Bytes FSDP2 holds unsharded in each phase of a pipeline stage's step under torch's pipelining, from the
-    ``stage``'s elements (the rank's share of all its FSDP units: every block, MTP module and the root).
+    ``stage``'s elements (the rank's share of all its FSDP units: every block, MTP module and the root) and the
+    elements whose unsharded gradients are alive beside its micro-batches in flight (``accumulating``).
 
     Before every micro-batch's backward, torch's stage calls ``set_is_last_backward(False)``,
     ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)`` on its FSDP module
@@ -70,6 +71,10 @@ def pipelined_fsdp_phases(stage: int, block: int, block_attention: int, bottom: 
     (``accumulate_unsharded_grad_if_needed``, ``_fsdp_param.py`` lines 802-821; ``_fsdp_param_group.py``
     ``post_backward``, lines 603-612): ``stage`` × ``accumulated_bytes`` (fp32 with torchtitan's
     ``reduce_dtype=float32``). No sharded gradient exists before the last micro-batch's reduce-scatter.
+    Interleaved, each chunk is a stage of its own, reduced and resharded just after its own last backward
+    (``schedules.py``, ``_add_reduce_grad``, lines 1252-1282; ``_add_unshard_reshard``, which also keeps at
+    most 3 chunks unsharded): in one round of micro-batches (m < 2P) a rank runs its last chunk's backwards
+    before the others', so only that chunk's gradients are alive at its most micro-batches in flight.
 
     Phases: ``"forward end"`` (the start of a backward): those two; ``"block backward"``: with them the gradients
     the largest block made so far in the parameters' dtype (all but ``block_attention``), not yet added into the
@@ -77,10 +82,10 @@ def pipelined_fsdp_phases(stage: int, block: int, block_attention: int, bottom: 
     ``"recomputed backward"`` (``recomputed``): the same for the bottom block (all but ``bottom_pending``);
     ``"expert exchange"`` (``exchange``): the two; ``"update"``: nothing (resharded by then).
 
-    >>> pipelined_fsdp_phases(1000, 100, 40, 100, 0, 2, 2, 4, recomputed=True)
+    >>> pipelined_fsdp_phases(1000, 1000, 100, 40, 100, 0, 2, 2, 4, recomputed=True)
     {'forward end': 6000, 'block backward': 6120, 'recomputed backward': 6200}
     """
-    kept = stage * (weight_bytes + accumulated_bytes)
+    kept = stage * weight_bytes + accumulating * accumulated_bytes
     made = gradient_bytes if accumulated_bytes != gradient_bytes else 0
     phases = {"forward end": kept, "block backward": kept + (block - block_attention) * made}
     if recomputed:
@@ -88,6 +93,23 @@ def pipelined_fsdp_phases(stage: int, block: int, block_attention: int, bottom: 
     if exchange:
         phases["expert exchange"] = kept
     return phases
+
+
+def accumulating_chunks(layout, micro_batches: int) -> tuple:
+    """A rank's chunks (0 … V − 1) whose unsharded gradients (see :func:`pipelined_fsdp_phases`) are alive while
+    it holds its most micro-batches in flight: all of them, but interleaved in one round of micro-batches
+    (torch's ``ScheduleInterleaved1F1B``: ``max(1, m // P)`` rounds), where the last chunk runs all its backwards
+    and is reduced before the others' first: that one.
+
+    >>> from accounting.model.parallel.layout import ParallelLayout
+    >>> layout = ParallelLayout(devices=4, pipeline=4, schedule="interleaved-1f1b", virtual_stages=2)
+    >>> accumulating_chunks(layout, 4), accumulating_chunks(layout, 8)
+    ((1,), (0, 1))
+    """
+    chunks = layout.virtual_stages
+    if chunks > 1 and micro_batches // layout.pipeline <= 1:
+        return (chunks - 1,)
+    return tuple(range(chunks))
 
 
 @dataclass(frozen=True)
@@ -212,6 +234,7 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)), else the gradients' own.
     accumulated_bytes = policy.bytes_of("master_weights") if policy.master_weights else gradient_bytes
     sharded = layout.sharding_stage == "zero3"
+    chunks = chunk_blocks(config.layers, layout.stages)
     accumulating = micro_batches > 1
     ranks = []
     for held, state, saved in zip(parameters, states, activations):
@@ -226,9 +249,16 @@ def layout_memory(config, micro_batch: int, layout, *, micro_batches: int = 1, p
             block_attention = held.block_attention * dense_gathered
             kept = stage_unsharded and layout.pipeline > 1
             if kept:
-                gathered = pipelined_fsdp_phases(sum(units), max(blocks), block_attention, blocks[0], pending,
-                                                 policy.bytes_of("weights"), gradient_bytes, accumulated_bytes,
-                                                 recomputed=recompute == "full", exchange=bool(saved.exchange))
+                accumulating_units = units
+                if accumulating_chunks(layout, micro_batches) != tuple(range(layout.virtual_stages)):
+                    last_chunk = len(chunks[held.stage + layout.stages - layout.pipeline])
+                    accumulating_units = units[len(held.layers) - last_chunk:len(held.layers)]
+                    if held.stage == layout.pipeline - 1:  # its MTP modules, final norm and head
+                        accumulating_units = units[len(held.layers) - last_chunk:]
+                gathered = pipelined_fsdp_phases(sum(units), sum(accumulating_units), max(blocks), block_attention,
+                                                 blocks[0], pending, policy.bytes_of("weights"), gradient_bytes,
+                                                 accumulated_bytes, recomputed=recompute == "full",
+                                                 exchange=bool(saved.exchange))
             else:
                 gathered = fsdp_gathered_phases(root, max(blocks), block_attention, blocks[0], pending,
                                                 policy.bytes_of("weights"), gradient_bytes,
