@@ -10,6 +10,7 @@
   count of a GPT-2-style block, with the one difference named.
 """
 
+import contextlib
 import warnings
 from dataclasses import replace
 from fractions import Fraction
@@ -486,8 +487,36 @@ def test_first_1f1b_stage_holds_pipeline_micro_batches_and_the_last_the_loss():
     assert [stage.in_flight for stage in stages] == [4, 3, 2, 1]
     assert all(stage.saved == stage.in_flight * stage.per_micro_batch for stage in stages)
     assert [stage.transient > 0 for stage in stages] == [False, False, False, True]
-    logits = config.sequence_length * 2 * config.vocabulary // 2  # vocabulary-parallel: half the vocabulary
-    assert stages[-1].transient == 2 * 4 * logits
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_the_loss_s_backward_holds_what_torch_s_loss_parallel_holds(mesh, parallel):
+    """The last stage's transient bytes (beside the saved log-probabilities at the start of backward) against
+    torch's own MemTracker over a cross-entropy's backward: plain (two fp32 logit-sized gradients) and under
+    ``loss_parallel`` on vocabulary-sharded logits, whose backward (``_nll_loss_and_log_softmax_backward``)
+    makes the one-hot gradient, ``exp`` of the log-probabilities, their sum and the product: three at once."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    config = TransformerConfig.from_hf(hf_config("llama", layers=2).to_dict())
+    tensor = T if parallel else 1
+    (last,) = stage_activations(config, 2, ParallelLayout(devices=tensor, tensor=tensor), "fp32")
+    tokens = 2 * config.sequence_length
+    logits = torch.randn(tokens, config.vocabulary // tensor, requires_grad=True)
+    target = torch.randint(0, config.vocabulary // tensor, (tokens,), generator=torch.Generator().manual_seed(0))
+    context = loss_parallel() if parallel else contextlib.nullcontext()
+    tracker = MemTracker()
+    tracker.track_external(logits)
+    with warnings.catch_warnings(), tracker, context:
+        warnings.simplefilter("ignore")
+        inputs = DTensor.from_local(logits, mesh, [Shard(-1)]) if parallel else logits
+        loss = torch.nn.functional.cross_entropy(inputs, target)
+        after_forward = tracker.get_tracker_snapshot("current")[torch.device("cpu")]["Total"]
+        loss.backward()
+        peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    one = 4 * logits.numel()  # one fp32 logit-sized tensor; beyond them per-token indices and scalars
+    assert abs(last.transient - (peak - after_forward)) < one / 2
 
 
 # ---- Korthikanti et al. 2022, Table 2, from the package's count of a GPT-2-style block -------------

@@ -445,7 +445,10 @@ def stage_activations(config: TransformerConfig, micro_batch: int, layout: Paral
         transient = 0
         if stage == last:
             logits = tp.sequence_length * batch * shapes.vocabulary.vocabulary
-            transient = 2 * _FP32 * logits  # the loss's two fp32 gradients, vocabulary-parallel
+            # The loss's fp32 gradients: two (the one-hot's and the log-softmax's); vocabulary-parallel, three at
+            # once: torch's loss_parallel backward (_nll_loss_and_log_softmax_backward) holds the one-hot
+            # gradient, exp of the log-probabilities (then their sum) and the product together.
+            transient = (2 + (layout.tensor > 1)) * _FP32 * logits
             if recompute == "full" and formats.autocast:
                 # The forward's cached weight copies live until autocast exits, beside the logits and their fp32 copy.
                 copies = len(indices) * weight_copy_bytes(tp, formats)
