@@ -118,7 +118,8 @@ class RankMemory:
 
     ``optimizer``: master weights and optimizer state together. ``buffers``: communication buffers alive at
     the peak, by name. ``accumulating``: the gradients are kept across micro-batches (more than one a step),
-    so they are alive beside the saved activations too. ``exchange``: the expert all-to-alls' buffers by name,
+    so they are alive beside the saved activations too (not under FSDP in a pipeline, where the sharded
+    gradients appear only at the update and the unsharded ones are counted in ``gathered_phases``). ``exchange``: the expert all-to-alls' buffers by name,
     alive in the ``"expert exchange"`` phase only, beside ``exchange_saved`` bytes of saved activations.
     """
 
