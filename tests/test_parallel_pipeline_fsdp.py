@@ -49,18 +49,18 @@ def sharded_stage(stage: int, precision: str, reshard_after_forward: bool):
     return root
 
 
-def run_micro_batches(root, stage: int, config, count: int) -> None:
-    """``count`` forwards and backwards, each backward under the hooks the pipeline stage sets for it."""
-    for index in range(count):
-        if stage == 0:
-            output = root(input_ids=random_token_ids(config, MICRO_BATCH, seed=index)).last_hidden_state
-        else:
-            hidden = torch.randn(MICRO_BATCH, config.sequence_length, config.width)
-            output = root(inputs_embeds=hidden).logits
-        root.set_is_last_backward(False)
-        root.set_reshard_after_backward(False)
-        root.set_requires_gradient_sync(False)
-        output.backward(torch.ones_like(output))
+def forward(root, stage: int, config, index: int) -> torch.Tensor:
+    if stage == 0:
+        return root(input_ids=random_token_ids(config, MICRO_BATCH, seed=index)).last_hidden_state
+    return root(inputs_embeds=torch.randn(MICRO_BATCH, config.sequence_length, config.width)).logits
+
+
+def backward(root, output: torch.Tensor) -> None:
+    """A micro-batch's backward under the hooks the pipeline stage sets before each one."""
+    root.set_is_last_backward(False)
+    root.set_reshard_after_backward(False)
+    root.set_requires_gradient_sync(False)
+    output.backward(torch.ones_like(output))
 
 
 def unsharded_bytes(root) -> tuple[int, int, int]:
@@ -82,19 +82,37 @@ def unsharded_bytes(root) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("precision", sorted(POLICIES))
-@pytest.mark.parametrize("reshard_after_forward", [False, True])  # torchtitan's rule with PP is False
 @pytest.mark.parametrize("stage", [0, 1])
-def test_a_pipeline_stage_keeps_its_weights_and_gradients_unsharded(stage, precision, reshard_after_forward):
+def test_a_pipeline_stage_keeps_its_weights_and_gradients_unsharded(stage, precision):
+    """At the end of the second micro-batch's forward (the start of its backward), torchtitan's way: FSDP not
+    resharding after forward when PP is on."""
     _, config = build_hf_model("llama", device="meta", layers=LAYERS)
     layout = ParallelLayout(devices=2 * DATA, pipeline=2, sharding="fsdp")
     rank = layout_memory(config, MICRO_BATCH, layout, micro_batches=2, precision=precision).ranks[stage]
     with fake_world(0, DATA):
-        root = sharded_stage(stage, precision, reshard_after_forward)
-        run_micro_batches(root, stage, config, 2)
+        root = sharded_stage(stage, precision, reshard_after_forward=False)
+        backward(root, forward(root, stage, config, 0))
+        output = forward(root, stage, config, 1)
         weights, gradients, sharded = unsharded_bytes(root)
+        backward(root, output)
     assert sharded == 0  # reduce-scattered only at the last micro-batch: no sharded gradient in the backwards
     assert rank.gathered_phases["forward end"] == weights + gradients
     assert rank.phases["forward end"] == rank.activations + rank.transient + weights + gradients
+
+
+@pytest.mark.parametrize("reshard_after_forward", [False, True])
+def test_after_a_backward_the_stage_is_whole_either_way(reshard_after_forward):
+    """FSDP's own default (resharding after forward) still leaves every unit unsharded after a backward under
+    the pipeline's hooks: what a next micro-batch's backward starts from."""
+    _, config = build_hf_model("llama", device="meta", layers=LAYERS)
+    layout = ParallelLayout(devices=2 * DATA, pipeline=2, sharding="fsdp")
+    rank = layout_memory(config, MICRO_BATCH, layout, micro_batches=2).ranks[0]
+    with fake_world(0, DATA):
+        root = sharded_stage(0, "bf16-mixed", reshard_after_forward)
+        for index in range(2):
+            backward(root, forward(root, 0, config, index))
+        weights, gradients, _ = unsharded_bytes(root)
+    assert rank.gathered_phases["forward end"] == weights + gradients
 
 
 def test_the_per_block_gathering_remains_an_option():

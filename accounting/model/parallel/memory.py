@@ -65,11 +65,12 @@ def pipelined_fsdp_phases(stage: int, accumulating: int, block: int, block_atten
     reduce-scatters and reshards only after the last one (``perform_reduce_grad``, lines 1164-1195). So from
     the first backward to the update every unit stays unsharded (``stage`` × ``weight_bytes``; torchtitan does
     not reshard after forward either when PP is on: its ``get_fsdp_reshard_after_forward_policy``'s
-    ``"default"`` is ``not pp_enabled``), and each unit's gradients are kept unsharded: FSDP2's
-    ``post_backward`` without a reduction converts a unit's new gradients to the reduce dtype
-    (``FSDPParam.to_accumulated_grad_if_needed``) and adds later micro-batches' into them
+    ``"default"`` is ``not pp_enabled``; with FSDP's own default, resharding after each forward, a backward
+    starts with the blocks sharded again and gathers them back), and each unit's gradients are kept
+    unsharded: FSDP2's ``post_backward`` without a reduction converts a unit's new gradients to the reduce
+    dtype (``FSDPParam.to_accumulated_grad_if_needed``) and adds later micro-batches' into them
     (``accumulate_unsharded_grad_if_needed``, ``_fsdp_param.py`` lines 802-821; ``_fsdp_param_group.py``
-    ``post_backward``, lines 603-612): ``stage`` × ``accumulated_bytes`` (fp32 with torchtitan's
+    ``post_backward``, lines 603-612): ``accumulating`` × ``accumulated_bytes`` (fp32 with torchtitan's
     ``reduce_dtype=float32``). No sharded gradient exists before the last micro-batch's reduce-scatter.
     Interleaved, each chunk is a stage of its own, reduced and resharded just after its own last backward
     (``schedules.py``, ``_add_reduce_grad``, lines 1252-1282; ``_add_unshard_reshard``, which also keeps at
@@ -119,8 +120,9 @@ class RankMemory:
     ``optimizer``: master weights and optimizer state together. ``buffers``: communication buffers alive at
     the peak, by name. ``accumulating``: the gradients are kept across micro-batches (more than one a step),
     so they are alive beside the saved activations too (not under FSDP in a pipeline, where the sharded
-    gradients appear only at the update and the unsharded ones are counted in ``gathered_phases``). ``exchange``: the expert all-to-alls' buffers by name,
-    alive in the ``"expert exchange"`` phase only, beside ``exchange_saved`` bytes of saved activations.
+    gradients appear only at the update and the unsharded ones are counted in ``gathered_phases``).
+    ``exchange``: the expert all-to-alls' buffers by name, alive in the ``"expert exchange"`` phase only,
+    beside ``exchange_saved`` bytes of saved activations.
     """
 
     stage: int
