@@ -271,8 +271,24 @@ def transformer_activation_bytes(
 # ---- the whole breakdown ------------------------------------------------------------
 
 
+class PhasedPeak:
+    """The peak's phase and what is gathered in it, for a step whose ``phases`` (name -> bytes beyond what
+    persists) and ``gathered_phases`` (name -> unsharded ZeRO-3/FSDP bytes) are known."""
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase of the peak (the first of equals, in :attr:`phases`' order)."""
+        phases = self.phases
+        return max(phases, key=phases.get)
+
+    @property
+    def gathered(self) -> int:
+        """Unsharded parameters and gradients (ZeRO-3/FSDP) alive at the peak."""
+        return self.gathered_phases.get(self.peak_phase, 0)
+
+
 @dataclass(frozen=True)
-class TrainingMemory:
+class TrainingMemory(PhasedPeak):
     """Bytes held during a training step, by part (per device when sharded).
 
     ``peak``: the high-water mark of a steady-state step whose gradients ``zero_grad()`` freed:
@@ -320,17 +336,6 @@ class TrainingMemory:
         """Bytes of each phase of the step beyond the persistent states (see the class docstring)."""
         return step_phases(self.activations + self.transient, self.gradients + self.update, self.backward,
                            self.activations, self.gathered_phases)
-
-    @property
-    def peak_phase(self) -> str:
-        """The phase of the peak (the first of equals, in :attr:`phases`' order)."""
-        phases = self.phases
-        return max(phases, key=phases.get)
-
-    @property
-    def gathered(self) -> int:
-        """Unsharded parameters and gradients (ZeRO-3/FSDP) alive at the peak."""
-        return self.gathered_phases.get(self.peak_phase, 0)
 
     @property
     def peak(self) -> int:

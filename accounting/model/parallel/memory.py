@@ -48,7 +48,7 @@ from accounting._checks import check_positive_size
 from accounting.model.activations import activation_formats, largest_parameter, precision_policy, update_bytes
 from accounting.model.parallel.activations import chunk_blocks, stage_activations
 from accounting.model.parallel.states import check_config_and_layout, stage_parameters, stage_states
-from accounting.model.training_memory import fsdp_gathered_phases, optimizer_state_slots, step_phases
+from accounting.model.training_memory import PhasedPeak, fsdp_gathered_phases, optimizer_state_slots, step_phases
 
 
 def pipelined_fsdp_phases(stage: int, accumulating: int, block: int, block_attention: int, bottom: int,
@@ -114,7 +114,7 @@ def accumulating_chunks(layout, micro_batches: int) -> tuple:
 
 
 @dataclass(frozen=True)
-class RankMemory:
+class RankMemory(PhasedPeak):
     """Bytes one rank of pipeline stage ``stage`` holds in a step, by part (see the module docstring).
 
     ``optimizer``: master weights and optimizer state together. ``buffers``: communication buffers alive at
@@ -158,17 +158,6 @@ class RankMemory:
             phases["expert exchange"] = (self.exchange_saved + sum(self.exchange.values()) + held
                                          + self.gathered_phases.get("expert exchange", 0))
         return phases
-
-    @property
-    def peak_phase(self) -> str:
-        """The phase of the peak (the first of equals, in :attr:`phases`' order)."""
-        phases = self.phases
-        return max(phases, key=phases.get)
-
-    @property
-    def gathered(self) -> int:
-        """Unsharded parameters and gradients (ZeRO-3/FSDP) alive at the peak."""
-        return self.gathered_phases.get(self.peak_phase, 0)
 
     @property
     def peak(self) -> int:
