@@ -43,12 +43,12 @@ def config_file(tmp_path):
 
 
 def library_plan(path, *, devices, tensor=1, pipeline=1, context=1, expert=1, sharding="ddp", schedule="1f1b",
-                 virtual_stages=1, recompute="none", sequence_length=None, **batch):
+                 virtual_stages=1, recompute="none", selective="attention-core", sequence_length=None, **batch):
     config = TransformerConfig.from_hf(path, sequence_length=sequence_length)
     layout = ParallelLayout(devices=devices, tensor=tensor, pipeline=pipeline, context=context, expert=expert,
                             sharding=sharding, schedule=schedule, virtual_stages=virtual_stages)
-    return layout_plan(config, plan_device("H100 SXM", "bfloat16"), LayoutSettings(layout, recompute=recompute),
-                       **batch)
+    settings = LayoutSettings(layout, recompute=recompute, selective=selective)
+    return layout_plan(config, plan_device("H100 SXM", "bfloat16"), settings, **batch)
 
 
 def test_a_multi_axis_layout_as_json_is_the_library_plan(config_file, capsys):
@@ -206,6 +206,33 @@ def test_links_json_replaces_the_datasheets_bandwidths(config_file, tmp_path, ca
     for axis in document["communication"]["by_axis"]:
         bandwidth = 45e9 if axis["within_node"] else 5e9
         assert axis["seconds"] == pytest.approx(axis["bytes"] / bandwidth)
+
+
+def test_links_json_gives_a_device_without_datasheet_links_both_scopes(config_file, tmp_path, capsys):
+    links = tmp_path / "links.json"
+    links.write_text(json.dumps({"intra_node_gbps": 20, "inter_node_gbps": 2}))
+    argv = ["plan", "--config", config_file(SMALL_LLAMA), "--device", "T4", "--peak-tflops", "65",
+            "--devices", "4", "--tensor-parallel", "2", "--global-batch", "8", "--links", str(links), "--json"]
+    status, out, err = run_main(argv, capsys)
+    within = [axis for axis in json.loads(out)["communication"]["by_axis"] if axis["within_node"] and axis["bytes"]]
+    assert err == "" and within
+    assert [axis["seconds"] for axis in within] == pytest.approx([axis["bytes"] / 20e9 for axis in within])
+
+
+def test_search_plans_with_the_selective_policy_asked_for(config_file, capsys):
+    path = config_file(SMALL_LLAMA)
+    argv = ["plan", "--config", path, "--devices", "16", "--global-batch", "32", "--search", "--recompute",
+            "selective", "--selective-policy", "matmul-outputs", "--json"]
+    status, out, err = run_main(argv, capsys)
+    row = json.loads(out)["layouts"][0]
+    assert err == ""
+    plans = {policy: library_plan(path, devices=16, tensor=row["tensor"], pipeline=row["pipeline"],
+                                  context=row["context"], sharding=row["sharding"], schedule=row["schedule"],
+                                  virtual_stages=row["virtual_stages"], global_batch=32, micro_batch=row["micro_batch"],
+                                  recompute="selective", selective=policy)
+             for policy in ("matmul-outputs", "attention-core")}
+    assert plans["matmul-outputs"].memory.most_loaded.peak == row["peak"]
+    assert plans["attention-core"].memory.most_loaded.peak != row["peak"]
 
 
 def test_search_ranks_the_layouts_that_fit_as_the_plan_sizes_them(config_file, capsys):

@@ -18,7 +18,7 @@ from accounting.model_mfu.sizes import MODEL_SIZES, model_size
 from accounting.plan.compute import PlanSettings, make_plan
 from accounting.plan.devices import known_devices, plan_device
 from accounting.plan.layout_plan import LayoutSettings, layout_plan
-from accounting.plan.links import device_links, read_links
+from accounting.plan.links import known_links, read_links
 from accounting.plan.render import (layout_plan_document, plan_document, render_layout_plan, render_plan,
                                     render_search, render_traced, search_document)
 from accounting.plan.search import search_layouts
@@ -247,7 +247,7 @@ def _asks_for_layout(args, layout: ParallelLayout) -> bool:
 
 def _check_search(args, layout: ParallelLayout) -> None:
     """``--search`` chooses the axes, the schedule, the sharding and the micro-batch itself, for a given global
-    batch (and counts selective recomputation by its default policy)."""
+    batch (with the recomputation and its selective policy asked for)."""
     if args.global_batch is None:
         raise AccountingError("--search ranks layouts for one global batch: give --global-batch")
     chosen = [f"{option} {value}" for option, value in (
@@ -256,8 +256,7 @@ def _check_search(args, layout: ParallelLayout) -> None:
         ("--virtual-stages", layout.virtual_stages), ("--micro-batch", args.micro_batch or 1),
         ("--micro-batches", args.micro_batches or 1)) if value != 1]
     chosen += [f"{option} {value}" for option, value, default in (
-        ("--sharding", args.sharding, "ddp"), ("--schedule", args.schedule, "1f1b"),
-        ("--selective-policy", args.selective_policy, "attention-core")) if value != default]
+        ("--sharding", args.sharding, "ddp"), ("--schedule", args.schedule, "1f1b")) if value != default]
     if chosen:
         raise AccountingError(f"--search chooses the layout and the micro-batch itself: drop {', '.join(chosen)}")
 
@@ -267,7 +266,7 @@ def _run_layout(args, parser, stdout, config, source, layout) -> int:
     try:
         device = plan_device(args.device, precision_policy(args.precision).activations, memory_gb=args.memory_gb,
                              peak_tflops=args.peak_tflops)
-        links = None if args.links is None else read_links(args.links, device_links(device.name))
+        links = None if args.links is None else read_links(args.links, known_links(device.name))
         settings = LayoutSettings(layout, precision=args.precision, optimizer=args.optimizer,
                                   attention=args.attention, recompute=args.recompute,
                                   selective=args.selective_policy, headroom=args.headroom, mfu=args.mfu, links=links)
@@ -275,8 +274,8 @@ def _run_layout(args, parser, stdout, config, source, layout) -> int:
             _check_search(args, layout)
             rows = search_layouts(config, device, layout.devices, global_batch=args.global_batch,
                                   precision=args.precision, optimizer=args.optimizer, attention=args.attention,
-                                  recompute=args.recompute, mfu=args.mfu, headroom=args.headroom, links=links,
-                                  node_size=layout.node_size)
+                                  recompute=args.recompute, selective=args.selective_policy, mfu=args.mfu,
+                                  headroom=args.headroom, links=links, node_size=layout.node_size)
             plan = None
         else:
             plan = layout_plan(config, device, settings, global_batch=args.global_batch,
