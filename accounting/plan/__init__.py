@@ -4,7 +4,10 @@ From a Hugging Face ``config.json`` or a named size, a sequence length, a batch,
 and how many of them, a precision, an optimizer and a sharding, it says how much memory each
 device needs by part and whether that fits, the largest micro-batch that fits, the FLOPs of a
 step and of a token, and how long a step, a second's tokens and a token budget take at a
-stated MFU (see :mod:`accounting.plan.compute`).
+stated MFU (see :mod:`accounting.plan.compute`). Over a parallel layout (tensor, pipeline, context and
+expert parallelism beside the data-parallel copies) it sizes each pipeline stage's rank by part, the
+communication of each axis and the pipeline bubble (:mod:`accounting.plan.layout_plan`), and
+:mod:`accounting.plan.search` ranks the layouts that fit.
 
 >>> from accounting import TransformerConfig
 >>> from accounting.plan import PlanSettings, make_plan, plan_device
@@ -16,7 +19,10 @@ stated MFU (see :mod:`accounting.plan.compute`).
 
 from accounting.plan.compute import DeviceMemory, Plan, PlanSettings, device_memory, make_plan
 from accounting.plan.devices import PlanDevice, plan_device
-from accounting.plan.render import plan_document, render_plan
+from accounting.plan.layout_plan import LayoutPlan, LayoutSettings, layout_plan
+from accounting.plan.render import layout_plan_document, plan_document, render_layout_plan, render_plan
+from accounting.plan.search import search_layouts
 
-__all__ = ["DeviceMemory", "Plan", "PlanDevice", "PlanSettings", "device_memory", "make_plan", "plan_device",
-           "plan_document", "render_plan"]
+__all__ = ["DeviceMemory", "LayoutPlan", "LayoutSettings", "Plan", "PlanDevice", "PlanSettings", "device_memory",
+           "layout_plan", "layout_plan_document", "make_plan", "plan_device", "plan_document", "render_layout_plan",
+           "render_plan", "search_layouts"]

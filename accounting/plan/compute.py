@@ -158,8 +158,30 @@ def fewest_devices(config: TransformerConfig, settings: PlanSettings, device: Pl
     return high
 
 
+class RunRates:
+    """What a sized run's batch, FLOPs, step time and reasons give: whether it fits, tokens and FLOPs per step
+    and per token, tokens per second (for a plan with ``config``, ``global_batch``, ``flops_per_step``,
+    ``seconds_per_step`` and ``reasons``)."""
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.config.sequence_length
+
+    @property
+    def flops_per_token(self) -> float:
+        return self.flops_per_step / self.tokens_per_step
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_per_step / self.seconds_per_step
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(RunRates):
     """A training run sized before it is rented: memory per device, the batch it runs at, and its time.
 
     ``largest_micro_batch``: the most sequences per device whose step fits (0: not even one), at
@@ -182,10 +204,6 @@ class Plan:
     batch_given: bool = True
 
     @property
-    def fits(self) -> bool:
-        return not self.reasons
-
-    @property
     def per_device_batch(self) -> int:
         return self.global_batch // self.settings.devices
 
@@ -194,21 +212,9 @@ class Plan:
         return self.per_device_batch // self.micro_batch
 
     @property
-    def tokens_per_step(self) -> int:
-        return self.global_batch * self.config.sequence_length
-
-    @property
-    def flops_per_token(self) -> float:
-        return self.flops_per_step / self.tokens_per_step
-
-    @property
     def seconds_per_step(self) -> float:
         return training_time(self.flops_per_step, self.device.peak_flops_per_second, self.settings.mfu,
                              self.settings.devices).seconds
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens_per_step / self.seconds_per_step
 
     @property
     def days(self) -> float | None:

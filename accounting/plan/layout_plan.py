@@ -41,7 +41,7 @@ from accounting.model.parallel.communication import step_traffic
 from accounting.model.parallel.layout import ParallelLayout, check_layout_for_model
 from accounting.model.parallel.memory import LayoutMemory, layout_memory
 from accounting.model.training_memory import OPTIMIZERS, precision_policy
-from accounting.plan.compute import LARGEST_MICRO_BATCH, attention_device
+from accounting.plan.compute import LARGEST_MICRO_BATCH, RunRates, attention_device
 from accounting.plan.devices import PlanDevice
 from accounting.plan.layout_time import LayoutTime, layout_step_time
 from accounting.plan.links import Links, device_links
@@ -92,7 +92,7 @@ class LayoutSettings:
 
 
 @dataclass(frozen=True)
-class LayoutPlan:
+class LayoutPlan(RunRates):
     """A training run over a parallel layout, sized per rank: memory, communication, time.
 
     ``largest_micro_batch``: the most sequences per micro-batch whose step fits on every rank (0: not even
@@ -124,24 +124,8 @@ class LayoutPlan:
         return self.settings.layout
 
     @property
-    def fits(self) -> bool:
-        return not self.reasons
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.global_batch * self.config.sequence_length
-
-    @property
-    def flops_per_token(self) -> float:
-        return self.flops_per_step / self.tokens_per_step
-
-    @property
     def seconds_per_step(self) -> float:
         return self.time.total
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens_per_step / self.seconds_per_step
 
     @property
     def days(self) -> float | None:
