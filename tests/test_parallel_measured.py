@@ -31,6 +31,10 @@ from tests.support import parallel_steps as steps
 from tests.support.hf_models import build_hf_model, hf_config
 
 TOLERANCE = 0.05
+ASYNC_STATISTICS = 2 * 4 * steps.MICRO_BATCH * steps.LLAMA["positions"]
+"""Bytes whose presence at the peak depends on when gloo finishes a collective: loss parallelism's two
+all-reduced fp32 statistics a token (the logits' maximum and their exponentials' sum). With several threads the
+second may still be held when the peak is read, with one it is gone; no plan of live tensors can know which."""
 LLAMA = TransformerConfig.from_hf(hf_config("llama", **steps.LLAMA).to_dict())
 LLAMA_VOCABULARY = TransformerConfig.from_hf(hf_config("llama", **{**steps.LLAMA,
                                                                    "vocabulary": steps.LARGE_VOCABULARY}).to_dict())
@@ -109,9 +113,10 @@ def test_the_tracer_follows_fsdp2s_gathered_parameters(measured, rank):
 @pytest.mark.parametrize("rank", RANKS)
 def test_the_tracer_counts_the_step_as_torchs_memtracker_does(measured, layout, rank):
     """The package's tracer, taught DTensor's local ops and FSDP2's resizes, and torch's own ``MemTracker``
-    (``FSDPMemTracker`` under FSDP2) count the same step's peak to the byte."""
+    (``FSDPMemTracker`` under FSDP2) count the same step's peak to the byte (under loss parallelism, up to the
+    all-reduced statistics an asynchronous collective may still hold: the tracker counts one more step)."""
     result = _result(measured, rank, layout)
-    assert result["peak"] == result["torch_peak"]
+    assert abs(result["peak"] - result["torch_peak"]) <= (ASYNC_STATISTICS if layout == "tp-sp" else 0)
 
 
 PARTS = ("parameters", "gradients", "optimizer", "activations", "gathered", "buffers", "peak")
@@ -164,6 +169,7 @@ def test_each_ranks_part_is_the_plans(measured, planned, layout, rank, part):
     result = _result(measured, rank, layout)
     ranks = planned[layout].ranks
     rank_memory = ranks[rank] if len(ranks) == steps.WORLD else ranks[0]
+    slack = ASYNC_STATISTICS if (layout, part) in (("tp-sp", "buffers"), ("tp-sp", "peak")) else 1
     assert _measured_part(result, layout, part) == pytest.approx(_planned_part(rank_memory, part), rel=TOLERANCE,
-                                                                 abs=1), (
+                                                                 abs=slack), (
         f"measured at the peak ({result['phase']}): {result['at_peak']}; planned: {rank_memory}")
