@@ -59,12 +59,22 @@ class PlanSettings:
         object.__setattr__(self, "sharding", sharding_stage(self.sharding))
         check_choice(self.attention, ATTENTIONS, "attention")
         check_choice(self.recompute, RECOMPUTES, "recompute")
-        headroom = check_real(self.headroom, "headroom")
-        if not 0 <= headroom < 1:
-            raise AccountingError(f"headroom is the fraction of device memory kept free, in [0, 1), got {headroom!r}")
-        mfu = check_positive(self.mfu, "mfu")
-        if mfu > 1:
-            raise AccountingError(f"mfu is a fraction of the peak and cannot exceed 1, got {self.mfu!r}")
+        check_headroom_and_mfu(self.headroom, self.mfu)
+
+
+def check_headroom_and_mfu(headroom, mfu) -> None:
+    """Raise naming the value unless ``headroom`` is a fraction in [0, 1) and ``mfu`` one in (0, 1].
+
+    >>> check_headroom_and_mfu(0.1, 1.5)
+    Traceback (most recent call last):
+    ...
+    accounting.errors.AccountingError: mfu is a fraction of the peak and cannot exceed 1, got 1.5
+    """
+    fraction = check_real(headroom, "headroom")
+    if not 0 <= fraction < 1:
+        raise AccountingError(f"headroom is the fraction of device memory kept free, in [0, 1), got {fraction!r}")
+    if check_positive(mfu, "mfu") > 1:
+        raise AccountingError(f"mfu is a fraction of the peak and cannot exceed 1, got {mfu!r}")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ leaves, else one per step without a pipeline and P with one (torchtitan's defaul
 import math
 from dataclasses import dataclass, replace
 
-from accounting._checks import check_choice, check_positive, check_positive_size, check_real
+from accounting._checks import check_choice, check_positive, check_positive_size
 from accounting.errors import AccountingError, AccountingTypeError
 from accounting.model.activations import ATTENTIONS, activation_formats, resolve_attention
 from accounting.model.attention_kernels import SdpaKernel
@@ -41,7 +41,7 @@ from accounting.model.parallel.communication import step_traffic
 from accounting.model.parallel.layout import ParallelLayout, check_layout_for_model
 from accounting.model.parallel.memory import LayoutMemory, layout_memory
 from accounting.model.training_memory import OPTIMIZERS, precision_policy
-from accounting.plan.compute import LARGEST_MICRO_BATCH, RunRates, attention_device
+from accounting.plan.compute import LARGEST_MICRO_BATCH, RunRates, attention_device, check_headroom_and_mfu
 from accounting.plan.devices import PlanDevice
 from accounting.plan.layout_time import LayoutTime, layout_step_time
 from accounting.plan.links import Links, device_links
@@ -82,11 +82,7 @@ class LayoutSettings:
         check_choice(self.attention, ATTENTIONS, "attention")
         check_choice(self.recompute, RECOMPUTE_POLICIES, "recompute")
         check_choice(self.selective, SELECTIVE_POLICIES, "selective policy")
-        headroom = check_real(self.headroom, "headroom")
-        if not 0 <= headroom < 1:
-            raise AccountingError(f"headroom is the fraction of device memory kept free, in [0, 1), got {headroom!r}")
-        if check_positive(self.mfu, "mfu") > 1:
-            raise AccountingError(f"mfu is a fraction of the peak and cannot exceed 1, got {self.mfu!r}")
+        check_headroom_and_mfu(self.headroom, self.mfu)
         if self.links is not None and not isinstance(self.links, Links):
             raise AccountingTypeError(f"links must be Links, got {type(self.links).__name__}")
 
