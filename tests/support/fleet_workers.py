@@ -39,12 +39,18 @@ def spawn_world(world_size: int, argv: list, out_dir: Path, *, hooks=None, overr
     processes[0].join(max(deadline - time.monotonic(), 0))
     for process in processes[1:]:
         process.join(max(min(deadline, time.monotonic() + grace_s) - time.monotonic(), 0))
+    return reap_ranks(processes, out_dir)
+
+
+def reap_ranks(processes, out_dir: Path) -> list:
+    """Kill the ranks still alive (then wait for them), and read each rank's ``rank{N}.json`` from ``out_dir``
+    (``None`` for a rank that wrote none)."""
     outcomes = []
     for rank, process in enumerate(processes):
         if process.is_alive():
             process.kill()
             process.join()
-        path = out_dir / f"rank{rank}.json"
+        path = Path(out_dir) / f"rank{rank}.json"
         outcomes.append(json.loads(path.read_text()) if path.exists() else None)
     return outcomes
 

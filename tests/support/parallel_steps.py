@@ -46,6 +46,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
+from tests.support.fleet_workers import reap_ranks
+
 WORLD = 2
 LAYOUTS = ("fsdp2", "fsdp2-vocabulary", "tp-sp", "pp-1f1b", "ep")
 MICRO_BATCHES = 4
@@ -614,11 +616,4 @@ def spawn_parallel_steps(out_dir: Path, layouts=LAYOUTS, timeout_s: float = 120.
     deadline = time.monotonic() + timeout_s
     for process in processes:
         process.join(max(deadline - time.monotonic(), 0))
-    outcomes = []
-    for rank, process in enumerate(processes):
-        if process.is_alive():
-            process.kill()
-            process.join()
-        path = out_dir / f"rank{rank}.json"
-        outcomes.append(json.loads(path.read_text()) if path.exists() else None)
-    return outcomes
+    return reap_ranks(processes, out_dir)
