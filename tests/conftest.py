@@ -1,5 +1,7 @@
 """Fixtures shared by the test files of more than one subject (helpers and fakes are in ``tests/support/``)."""
 
+import json
+
 import pytest
 import torch
 
@@ -15,3 +17,14 @@ def tf32_restored():
     before = tf32_state()
     yield
     set_tf32_state(before)
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    """Write a Hugging Face ``config.json`` (a dict) under the test's directory and return its path, as
+    ``plan --config`` reads it."""
+    def write(document: dict, name: str = "config.json") -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps(document))
+        return str(path)
+    return write

@@ -19,16 +19,6 @@ from tests.support.cli_runs import run_main
 from tests.test_plan import GPT2_SMALL, LLAMA_3_8B
 
 
-@pytest.fixture
-def config_file(tmp_path):
-    """Write a config.json and return its path."""
-    def write(document: dict, name: str = "config.json") -> str:
-        path = tmp_path / name
-        path.write_text(json.dumps(document))
-        return str(path)
-    return write
-
-
 def test_llama_on_eight_h100s_under_zero3_as_json(config_file, capsys):
     path = config_file(LLAMA_3_8B)
     argv = ["plan", "--config", path, "--sequence-length", "2048", "--global-batch", "64", "--device", "H100 SXM",

@@ -33,15 +33,6 @@ SMALL_LLAMA = {**LLAMA_3_8B, "hidden_size": 1024, "intermediate_size": 2816, "nu
                "max_position_embeddings": 2048}
 
 
-@pytest.fixture
-def config_file(tmp_path):
-    def write(document: dict, name: str = "config.json") -> str:
-        path = tmp_path / name
-        path.write_text(json.dumps(document))
-        return str(path)
-    return write
-
-
 def library_plan(path, *, devices, tensor=1, pipeline=1, context=1, expert=1, sharding="ddp", schedule="1f1b",
                  virtual_stages=1, recompute="none", selective="attention-core", sequence_length=None, **batch):
     config = TransformerConfig.from_hf(path, sequence_length=sequence_length)
