@@ -66,7 +66,27 @@ def test_calibration_converges_on_a_machine_that_is_not_linear_in_flops():
     def measure(rows):  # a fixed cost per call plus a slower rate for thin products
         return 1 + 0.05 + 1.3 * rows / 1024
     rows = gate_slowdown.calibrate_rows(1.10, measure=measure)
-    assert abs(measure(rows) - 1.10) < 0.005 and rows != round(0.10 * 1024)
+    assert abs(measure(rows) - 1.10) <= gate_slowdown.CALIBRATION_TOLERANCE and rows != round(0.10 * 1024)
+
+
+def test_calibration_answers_the_closest_rows_it_measured_when_noise_keeps_it_out_of_tolerance():
+    readings = iter([1.20, 1.03, 1.13, 1.14, 1.07, 1.16, 1.06, 1.12])  # never within 1 % of 1.10
+    tried = []
+
+    def measure(rows):
+        tried.append(rows)
+        return next(readings)
+    rows = gate_slowdown.calibrate_rows(1.10, measure=measure)
+    assert len(tried) == gate_slowdown.CALIBRATION_STEPS and rows == tried[-1]
+
+
+def test_calibration_stops_at_the_first_reading_within_tolerance():
+    tried = []
+
+    def measure(rows):
+        tried.append(rows)
+        return 1.105 if len(tried) == 2 else 1.3
+    assert gate_slowdown.calibrate_rows(1.10, measure=measure) == tried[1] and len(tried) == 2
 
 
 def test_unchanged_work_is_the_plain_product(tmp_path, monkeypatch):
