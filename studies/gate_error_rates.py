@@ -255,6 +255,33 @@ def _calibrated_env(factor, threads, say) -> dict:
     return {SLOWDOWN_ENV: repr(factor), SLOWDOWN_ENV + "_ROWS": str(rows)}
 
 
+class Deadline:
+    """``--stop-after``: rounds of jobs (one per scenario), none started that the slowest round so far says would
+    end after ``seconds`` (``None``: no deadline), counted from this object's making.
+
+    >>> [number for number in Deadline(None, print).rounds(3)]
+    [1, 2, 3]
+    """
+
+    def __init__(self, seconds: float | None, say):
+        self.seconds, self.say = seconds, say
+        self.started, self.slowest, self.passed = time.monotonic(), 0.0, False
+
+    def rounds(self, runs: int):
+        """Round numbers 1 … ``runs``, while the next one fits; the caller runs each round's jobs in the loop."""
+        for number in range(1, runs + 1):
+            elapsed = time.monotonic() - self.started
+            if self.passed or (self.seconds is not None and elapsed + self.slowest > self.seconds):
+                if not self.passed:
+                    self.say(f"stopping before round {number}: {elapsed:.0f} s spent, a round takes "
+                             f"{self.slowest:.0f} s, --stop-after {self.seconds:g} s")
+                self.passed = True
+                return
+            began = time.monotonic()
+            yield number
+            self.slowest = max(self.slowest, time.monotonic() - began)
+
+
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int | None = None,
                budget_s: float | None = DEFAULT_BUDGET_S,
                load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
@@ -276,20 +303,16 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
     say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} start pairs, at most {max_pairs or 'any number of'} pairs "
         f"within a budget of {budget_s or 'no'} s per gated job ({_load_text()})")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
-    scenarios, started_all, round_seconds = [], time.monotonic(), 0.0
+    scenarios, deadline = [], Deadline(stop_after, say)
     for threshold in thresholds:
+        if deadline.passed:
+            break
         judged = with_threshold(config, threshold)
         round_scenarios = [Scenario(factor, threshold) for factor in (1.0, *factors)]
         scenarios += round_scenarios
-        for rerun in range(1, runs + 1):
-            # Rounds interleave the scenarios (unchanged, then each factor), so a slow spell of the
-            # host falls on all of them alike, and a study stopped by its deadline stays balanced.
-            elapsed = time.monotonic() - started_all
-            if stop_after is not None and elapsed + round_seconds > stop_after:
-                say(f"stopping before round {rerun}: {elapsed:.0f} s spent, a round takes {round_seconds:.0f} s, "
-                    f"--stop-after {stop_after:g} s")
-                return scenarios
-            round_started = time.monotonic()
+        # Rounds interleave the scenarios (unchanged, then each factor), so a slow spell of the
+        # host falls on all of them alike, and a study stopped by its deadline stays balanced.
+        for rerun in deadline.rounds(runs):
             for scenario in round_scenarios:
                 factor = scenario.factor
                 label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
@@ -308,7 +331,6 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
                 at = f" at threshold {threshold:g}" if threshold is not None else ""
                 say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
                     f"{seconds:.0f} s")
-            round_seconds = max(round_seconds, time.monotonic() - round_started)
     return scenarios
 
 
@@ -326,12 +348,15 @@ def _job_text(result) -> str:
 
 def measure(runs: int, baselines: int, factors, *, max_extra_runs: int | None = DEFAULT_MAX_EXTRA_RUNS,
             load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr, thresholds=(None,),
-            budget_s: float | None = None):
+            budget_s: float | None = None, neighbour: int | None = None, stop_after: float | None = None):
     """Save ``baselines`` runs, then gate ``runs`` reruns unchanged and at each factor; the scenarios.
 
     ``threads``: the benchmarks' CPU threads (the gate's ``--threads``), also used to calibrate.
     ``thresholds``: as :func:`measure_ab`'s. ``budget_s``: re-measure as ``gate check --budget`` does (then
-    ``max_extra_runs`` ``None`` is no cap).
+    ``max_extra_runs`` ``None`` is no cap). ``neighbour``: a seeded noisy neighbour beside the calibration and
+    the gated reruns, not the baselines: a baseline saved beside it is one the load guard refuses, where a real
+    pull request's job meets a neighbour its main branch's saved runs did not. ``stop_after``: as
+    :func:`measure_ab`'s, the reruns interleaved in rounds alike.
     """
     folder = Path(workdir)
     pytest_args = write_module(folder)
@@ -358,26 +383,34 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int | None = 
         smallest = smallest_convictable(log_spread(values), len(values), 1 + max_extra_runs, threshold=threshold)
         say(f"with this spread, {len(values)} baseline and {1 + max_extra_runs} current runs convict a slowdown from "
             "about " + (f"{smallest:.3g}×" if smallest else "— never (too few runs)") + f" at the {threshold:.0%} threshold")
-    environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
-    for threshold, factor in ((threshold, factor) for threshold in thresholds for factor in (1.0, *factors)):
-        scenario = Scenario(factor, threshold)
-        env = environments[factor]
-        judged = with_threshold(config, threshold)
-        for rerun in range(1, runs + 1):
-            label = f"x{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
-            runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"{label}-{rerun}"),
-                            env=env, threads=threads)
-            started = time.monotonic()
-            result, _baseline, current, extra = gate_check(runner, judged, storage=storage, baselines=baselines,
-                                                           max_extra_runs=max_extra_runs, load_guard=load_guard,
-                                                           budget_s=budget_s, started=started)
-            seconds = time.monotonic() - started
-            scenario.add(result, extra, seconds, current)
-            verdict = result.verdicts[0] if result.verdicts else None
-            say(f"factor {factor:g}, rerun {rerun}/{runs}: {verdict.decision.value if verdict and verdict.decision else '?'}"
-                f" ({verdict.reason if verdict else 'no benchmark'}; {1 + extra} process(es), {seconds:.0f} s)")
-        scenarios.append(scenario)
+    with neighbour_running(neighbour):
+        environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
+        deadline = Deadline(stop_after, say)
+        for threshold in thresholds:
+            if deadline.passed:
+                break
+            judged = with_threshold(config, threshold)
+            round_scenarios = [Scenario(factor, threshold) for factor in (1.0, *factors)]
+            scenarios += round_scenarios
+            for rerun in deadline.rounds(runs):  # unchanged, then each factor: a slow spell falls on all alike
+                for scenario in round_scenarios:
+                    factor = scenario.factor
+                    label = f"x{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+                    runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"{label}-{rerun}"),
+                                    env=environments[factor], threads=threads)
+                    started = time.monotonic()
+                    result, _baseline, current, extra = gate_check(
+                        runner, judged, storage=storage, baselines=baselines, max_extra_runs=max_extra_runs,
+                        load_guard=load_guard, budget_s=budget_s, started=started)
+                    seconds = time.monotonic() - started
+                    scenario.add(result, extra, seconds, current)
+                    verdict = result.verdicts[0] if result.verdicts else None
+                    decision = verdict.decision.value if verdict and verdict.decision else "?"
+                    reason = verdict.reason if verdict else "no benchmark"
+                    loaded = f"; {result.loaded}" if getattr(result, "loaded", "") else ""
+                    say(f"factor {factor:g}, rerun {rerun}/{runs}: {decision} ({reason}{loaded}; {1 + extra} "
+                        f"process(es), {seconds:.0f} s)")
     return scenarios
 
 
@@ -401,8 +434,9 @@ def main(argv=None) -> int:
                         help="each gated job's budget (600, 10m), as the gate's --budget. Default: ab's own (10m); "
                              "check: none (the saved-history rule)")
     parser.add_argument("--neighbour", type=int, default=None, metavar="SEED",
-                        help="run a noisy neighbour through the study: one core spun on and off at random, half of "
-                             "the time, spells of 2 s on average, seeded (studies.gate_neighbour). Default: none")
+                        help="run a noisy neighbour through the study (check: after saving the baselines): one core "
+                             "spun on and off at random, half of the time, spells of 2 s on average, seeded "
+                             "(studies.gate_neighbour). Default: none")
     parser.add_argument("--threads", type=_count, default=None, metavar="N",
                         help="CPU threads of the benchmarks, as the gate's --threads. Default: torch's own")
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep every run in DIR")
@@ -415,8 +449,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-pairs", type=_count, default=None, metavar="M",
                         help="with --ab: an upper bound on each job's pairs. Default: none (the budget ends a job)")
     parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
-                        help="with --ab: start no round of jobs (one per scenario) that would end after SECONDS, "
-                             "judged by the slowest round so far; the summary counts the jobs run. Default: none")
+                        help="start no round of jobs (one per scenario) that would end after SECONDS, judged by the "
+                             "slowest round so far; the summary counts the jobs run. Default: none")
     parser.add_argument("--no-load-guard", dest="load_guard", action="store_false",
                         help="gate as `accounting gate check --no-load-guard` does (on a machine that is never quiet)")
     parser.add_argument("--fresh-interpreters", dest="fork_server", action="store_false",
@@ -429,20 +463,21 @@ def main(argv=None) -> int:
     load_before = _load_text()
     started = time.monotonic()
     try:
-        with neighbour_running(args.neighbour):
-            if args.ab:
+        if args.ab:
+            with neighbour_running(args.neighbour):
                 scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
                                        threads=args.threads, workdir=workdir, fork_server=args.fork_server,
                                        benchmarks=args.benchmarks, thresholds=args.thresholds,
                                        stop_after=args.stop_after,
                                        budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S)
-            else:
-                extra_runs = args.max_extra_runs
-                if extra_runs is None and args.budget is None:
-                    extra_runs = DEFAULT_MAX_EXTRA_RUNS
-                scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=extra_runs,
-                                    load_guard=args.load_guard, threads=args.threads, workdir=workdir,
-                                    thresholds=args.thresholds, budget_s=args.budget)
+        else:
+            extra_runs = args.max_extra_runs
+            if extra_runs is None and args.budget is None:
+                extra_runs = DEFAULT_MAX_EXTRA_RUNS
+            scenarios = measure(args.runs, args.baselines, args.factors, max_extra_runs=extra_runs,
+                                load_guard=args.load_guard, threads=args.threads, workdir=workdir,
+                                thresholds=args.thresholds, budget_s=args.budget, neighbour=args.neighbour,
+                                stop_after=args.stop_after)
     except AccountingError as error:
         parser.error(str(error))
     finally:
@@ -454,7 +489,8 @@ def main(argv=None) -> int:
             f"{args.baselines} baseline runs, {args.runs} gated reruns per scenario, at most "
             f"{args.max_extra_runs if args.max_extra_runs is not None else (DEFAULT_MAX_EXTRA_RUNS if budget is None else 'any number of')} extra runs each")
     plan += f", a budget of {budget:.0f} s a job" if budget else ""
-    plan += f", a noisy neighbour (seed {args.neighbour})" if args.neighbour is not None else ""
+    plan += (f", a noisy neighbour (seed {args.neighbour})" + ("" if args.ab else " beside the gated reruns, not the "
+                                                               "baselines")) if args.neighbour is not None else ""
     matrix = f"{args.benchmarks} float32 1024³ matmuls" if args.ab and args.benchmarks > 1 else "float32 1024³ matmul"
     print(f"Gate error rates: {plan}; {matrix} on the CPU, {args.threads or 'default'} thread(s); "
           f"load guard {'on' if args.load_guard else 'OFF'}")

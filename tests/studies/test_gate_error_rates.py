@@ -9,6 +9,7 @@ import os
 import statistics
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -190,6 +191,48 @@ def test_ab_jobs_alternate_between_scenarios_and_a_deadline_stops_between_rounds
     assert [len(scenario.seconds) for scenario in scenarios] == [2, 2, 2]
     assert "stopping before round 3" in stream.getvalue()
     assert gate_error_rates.summary_rows(scenarios, 5)[0][2] == "0/2"
+
+
+def test_check_jobs_meet_the_neighbour_only_after_the_baselines_and_alternate_under_a_deadline(tmp_path,
+                                                                                              monkeypatch):
+    """Baselines are saved quiet; the neighbour runs beside the gated reruns, which alternate between scenarios
+    round by round; no round starts that the slowest one says would overrun the deadline."""
+    events, clock = [], [0.0]
+
+    class FakeRunner:
+        def __init__(self, *args, env, **kwargs):
+            self.env = env
+
+        def run(self, label, storage=None, only=None):
+            events.append("save")
+            clock[0] += 10.0
+            return types.SimpleNamespace(path=label, summary="1 passed")
+
+    @contextlib.contextmanager
+    def neighbour(seed):
+        events.append(f"neighbour {seed} on")
+        yield
+        events.append(f"neighbour {seed} off")
+
+    def fake_gate_check(runner, config, **options):
+        events.append(runner.env["factor"])
+        clock[0] += 100.0 * runner.env["factor"]
+        return GateResult((), (), (), ()), None, [], 0
+
+    saved = types.SimpleNamespace(benchmarks={"t::mm": types.SimpleNamespace(summary=lambda metric: 0.02)}, guard=None)
+    monkeypatch.setattr(gate_error_rates, "Runner", FakeRunner)
+    monkeypatch.setattr(gate_error_rates, "load_run", lambda path: saved)
+    monkeypatch.setattr(gate_error_rates, "neighbour_running", neighbour)
+    monkeypatch.setattr(gate_error_rates, "gate_check", fake_gate_check)
+    monkeypatch.setattr(gate_error_rates, "_calibrated_env", lambda factor, threads, say: {"factor": factor})
+    monkeypatch.setattr(gate_error_rates.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    scenarios = gate_error_rates.measure(5, 3, (1.5,), max_extra_runs=None, budget_s=600.0, workdir=str(tmp_path),
+                                         stream=stream, neighbour=7, stop_after=600.0)
+    # a round takes 250 s: the third would end at 750 s
+    assert events == ["save"] * 3 + ["neighbour 7 on", 1.0, 1.5, 1.0, 1.5, "neighbour 7 off"]
+    assert [len(scenario.seconds) for scenario in scenarios] == [2, 2]
+    assert "stopping before round 3" in stream.getvalue()
 
 
 def test_a_deadline_that_is_not_positive_is_refused_by_name(capsys):
