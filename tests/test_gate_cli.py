@@ -336,18 +336,44 @@ def test_the_json_verdict_carries_what_each_benchmark_could_have_detected(tmp_pa
 
 
 class LoadedRunner:
-    """A runner whose every process is measured under a neighbour's load and takes 10 s on a fake clock."""
+    """A runner whose every process (after the first ``quiet`` ones) is measured under a neighbour's load and takes
+    10 s on a fake clock."""
 
-    def __init__(self, medians, now):
-        self.medians, self.now, self.notes, self.calls = medians, now, [], []
+    def __init__(self, medians, now, quiet=0):
+        self.medians, self.now, self.notes, self.calls, self.quiet = medians, now, [], [], quiet
 
     def run(self, name, *, only=None, storage=None):
         self.calls.append(only)
         self.now[0] += 10.0
         names = only if only is not None else list(self.medians)
+        guard = QUIET if len(self.calls) <= self.quiet else LOADED
         path = write(Path(self.now[1]), f"{name}.json", document({bench: self.medians[bench] for bench in names},
-                                                                  guard=LOADED))
+                                                                  guard=guard))
         return Measured(path, 0, 10.0, "1 passed")
+
+
+def test_one_quiet_run_among_loaded_ones_still_says_the_machine_was_loaded(tmp_path, storage):
+    """A neighbour that leaves one quiet run in a budget's worth: the pass names the load, not a quiet machine."""
+    from accounting.bench.matrix import load_benchmarks
+    from accounting.gate.render import headline
+
+    now = [0.0, str(tmp_path / "runs")]
+    slower = statistics.median(BASE) * 1.10   # at the 10 % threshold: one run cannot decide it either way
+    runner = LoadedRunner({MATMUL: slower}, now, quiet=1)
+    result, _, current, extra = cli.gate_check(runner, load_benchmarks(), storage=str(storage), baselines=10,
+                                               budget_s=50.0, clock=lambda: now[0], started=0.0)
+    verdict = next(verdict for verdict in result.verdicts if verdict.name == MATMUL)
+    assert verdict.decision.value == "inconclusive" and len(verdict.current_values) == 1
+    assert extra == 3 and len(verdict.disturbed_values) == 3
+    assert result.loaded == ("the machine was loaded: 3 of the 4 current runs of 1 benchmark(s) still inconclusive "
+                             "were measured on a disturbed machine")
+    assert "the machine was loaded: 3 of the 4" in headline(result)
+    # All four quiet: the same inconclusive pass says nothing of load.
+    now[0] = 0.0
+    quiet = LoadedRunner({MATMUL: slower}, now, quiet=4)
+    result, _, _, _ = cli.gate_check(quiet, load_benchmarks(), storage=str(storage), baselines=10, budget_s=50.0,
+                                     clock=lambda: now[0], started=0.0)
+    assert result.loaded == "" and "loaded" not in headline(result)
 
 
 def test_check_with_a_budget_re_measures_a_loaded_run_and_then_says_the_machine_was_loaded(tmp_path, storage):

@@ -66,7 +66,7 @@ from accounting.gate.cli_history import (
 )
 from accounting.gate.plot import write_history_plot
 from accounting.gate.render import render_markdown, render_text, verdicts_to_json
-from accounting.gate.stats import ALPHA
+from accounting.gate.stats import ALPHA, Decision
 from accounting.gate.storage import (
     DEFAULT_STORAGE,
     RUN_METRICS,
@@ -386,12 +386,21 @@ def _write_outputs(args, result, baseline_runs, current, stdout):
 
 
 def _loaded(result) -> str:
-    """Why the machine was too loaded to judge the benchmarks still inconclusive for it ("" where none are)."""
-    held = [verdict.name for verdict in result.verdicts if verdict.decision is not None
-            and verdict.reason.startswith("re-measure: every current run was measured on a disturbed machine")]
+    """Why the machine was too loaded to judge the benchmarks still inconclusive for it ("" where none are): every
+    current run of a benchmark set aside as disturbed, or more of them set aside than kept (one quiet run in a
+    budget's worth of loaded ones judges little, and the pass must not read as a quiet machine's)."""
+    held = [verdict for verdict in result.verdicts if verdict.decision is not None and (
+        verdict.reason.startswith("re-measure: every current run was measured on a disturbed machine")
+        or (verdict.decision is Decision.INCONCLUSIVE and len(verdict.disturbed_values) > len(verdict.current_values)))]
     if not held:
         return ""
-    return f"the machine was loaded: every current run of {len(held)} benchmark(s) was measured on a disturbed machine"
+    if all(not verdict.current_values for verdict in held):
+        return (f"the machine was loaded: every current run of {len(held)} benchmark(s) was measured on a disturbed "
+                "machine")
+    disturbed = sum(len(verdict.disturbed_values) for verdict in held)
+    runs = disturbed + sum(len(verdict.current_values) + len(verdict.current_outlier_values) for verdict in held)
+    return (f"the machine was loaded: {disturbed} of the {runs} current runs of {len(held)} benchmark(s) still "
+            "inconclusive were measured on a disturbed machine")
 
 
 def gate_check(runner, config, *, storage: str, baselines: int, max_extra_runs: int | None = DEFAULT_MAX_EXTRA_RUNS,
