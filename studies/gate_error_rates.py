@@ -281,6 +281,21 @@ class Deadline:
             yield number
             self.slowest = max(self.slowest, time.monotonic() - began)
 
+    def jobs(self, runs: int, factors, thresholds, config, scenarios: list):
+        """``(config at its threshold, round number, scenario)`` of each job in turn: per threshold, rounds of one
+        job per scenario (unchanged, then each factor), so a slow spell of the host falls on all of them alike and
+        a study stopped by its deadline stays balanced. Each threshold's scenarios join ``scenarios`` as it starts.
+        """
+        for threshold in thresholds:
+            if self.passed:
+                return
+            judged = with_threshold(config, threshold)
+            row = [Scenario(factor, threshold) for factor in (1.0, *factors)]
+            scenarios += row
+            for number in self.rounds(runs):
+                for scenario in row:
+                    yield judged, number, scenario
+
 
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int | None = None,
                budget_s: float | None = DEFAULT_BUDGET_S,
@@ -303,34 +318,25 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
     say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} start pairs, at most {max_pairs or 'any number of'} pairs "
         f"within a budget of {budget_s or 'no'} s per gated job ({_load_text()})")
     environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
-    scenarios, deadline = [], Deadline(stop_after, say)
-    for threshold in thresholds:
-        if deadline.passed:
-            break
-        judged = with_threshold(config, threshold)
-        round_scenarios = [Scenario(factor, threshold) for factor in (1.0, *factors)]
-        scenarios += round_scenarios
-        # Rounds interleave the scenarios (unchanged, then each factor), so a slow spell of the
-        # host falls on all of them alike, and a study stopped by its deadline stays balanced.
-        for rerun in deadline.rounds(runs):
-            for scenario in round_scenarios:
-                factor = scenario.factor
-                label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
-                own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
-                started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
-                runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
-                                  threads=threads, own_runs=own_runs, fork_server=fork_server)
-                           for side in (1.0, factor)]
-                with servers_ready(*runners):
-                    result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
-                                                            max_pairs=max_pairs, load_guard=load_guard,
-                                                            budget_s=budget_s, started=started)
-                seconds = time.monotonic() - started
-                unused = 2 * sum(1 for note in result.notes if note.startswith("pair ") and " not used" in note)
-                scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs], set_aside=unused)
-                at = f" at threshold {threshold:g}" if threshold is not None else ""
-                say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
-                    f"{seconds:.0f} s")
+    scenarios = []
+    for judged, rerun, scenario in Deadline(stop_after, say).jobs(runs, factors, thresholds, config, scenarios):
+        factor, threshold = scenario.factor, scenario.threshold
+        label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+        own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
+        started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
+        runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
+                          threads=threads, own_runs=own_runs, fork_server=fork_server)
+                   for side in (1.0, factor)]
+        with servers_ready(*runners):
+            result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
+                                                    max_pairs=max_pairs, load_guard=load_guard,
+                                                    budget_s=budget_s, started=started)
+        seconds = time.monotonic() - started
+        unused = 2 * sum(1 for note in result.notes if note.startswith("pair ") and " not used" in note)
+        scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs], set_aside=unused)
+        at = f" at threshold {threshold:g}" if threshold is not None else ""
+        say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
+            f"{seconds:.0f} s")
     return scenarios
 
 
@@ -386,31 +392,23 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int | None = 
     scenarios = []
     with neighbour_running(neighbour):
         environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
-        deadline = Deadline(stop_after, say)
-        for threshold in thresholds:
-            if deadline.passed:
-                break
-            judged = with_threshold(config, threshold)
-            round_scenarios = [Scenario(factor, threshold) for factor in (1.0, *factors)]
-            scenarios += round_scenarios
-            for rerun in deadline.rounds(runs):  # unchanged, then each factor: a slow spell falls on all alike
-                for scenario in round_scenarios:
-                    factor = scenario.factor
-                    label = f"x{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
-                    runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"{label}-{rerun}"),
-                                    env=environments[factor], threads=threads)
-                    started = time.monotonic()
-                    result, _baseline, current, extra = gate_check(
-                        runner, judged, storage=storage, baselines=baselines, max_extra_runs=max_extra_runs,
-                        load_guard=load_guard, budget_s=budget_s, started=started)
-                    seconds = time.monotonic() - started
-                    scenario.add(result, extra, seconds, current)
-                    verdict = result.verdicts[0] if result.verdicts else None
-                    decision = verdict.decision.value if verdict and verdict.decision else "?"
-                    reason = verdict.reason if verdict else "no benchmark"
-                    loaded = f"; {result.loaded}" if getattr(result, "loaded", "") else ""
-                    say(f"factor {factor:g}, rerun {rerun}/{runs}: {decision} ({reason}{loaded}; {1 + extra} "
-                        f"process(es), {seconds:.0f} s)")
+        for judged, rerun, scenario in Deadline(stop_after, say).jobs(runs, factors, thresholds, config, scenarios):
+            factor, threshold = scenario.factor, scenario.threshold
+            label = f"x{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+            runner = Runner(pytest_args, cwd=str(folder), workdir=str(folder / f"{label}-{rerun}"),
+                            env=environments[factor], threads=threads)
+            started = time.monotonic()
+            result, _baseline, current, extra = gate_check(
+                runner, judged, storage=storage, baselines=baselines, max_extra_runs=max_extra_runs,
+                load_guard=load_guard, budget_s=budget_s, started=started)
+            seconds = time.monotonic() - started
+            scenario.add(result, extra, seconds, current)
+            verdict = result.verdicts[0] if result.verdicts else None
+            decision = verdict.decision.value if verdict and verdict.decision else "?"
+            reason = verdict.reason if verdict else "no benchmark"
+            loaded = f"; {result.loaded}" if getattr(result, "loaded", "") else ""
+            say(f"factor {factor:g}, rerun {rerun}/{runs}: {decision} ({reason}{loaded}; {1 + extra} "
+                f"process(es), {seconds:.0f} s)")
     return scenarios
 
 
