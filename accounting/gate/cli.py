@@ -389,9 +389,8 @@ def _loaded(result) -> str:
     """Why the machine was too loaded to judge the benchmarks still inconclusive for it ("" where none are): every
     current run of a benchmark set aside as disturbed, or more of them set aside than kept (one quiet run in a
     budget's worth of loaded ones judges little, and the pass must not read as a quiet machine's)."""
-    held = [verdict for verdict in result.verdicts if verdict.decision is not None and (
-        verdict.reason.startswith("re-measure: every current run was measured on a disturbed machine")
-        or (verdict.decision is Decision.INCONCLUSIVE and len(verdict.disturbed_values) > len(verdict.current_values)))]
+    held = [verdict for verdict in result.verdicts if verdict.decision is Decision.INCONCLUSIVE
+            and len(verdict.disturbed_values) > len(verdict.current_values)]
     if not held:
         return ""
     if all(not verdict.current_values for verdict in held):
