@@ -271,10 +271,9 @@ class Deadline:
         """Round numbers 1 … ``runs``, while the next one fits; the caller runs each round's jobs in the loop."""
         for number in range(1, runs + 1):
             elapsed = time.monotonic() - self.started
-            if self.passed or (self.seconds is not None and elapsed + self.slowest > self.seconds):
-                if not self.passed:
-                    self.say(f"stopping before round {number}: {elapsed:.0f} s spent, a round takes "
-                             f"{self.slowest:.0f} s, --stop-after {self.seconds:g} s")
+            if self.seconds is not None and elapsed + self.slowest > self.seconds:
+                self.say(f"stopping before round {number}: {elapsed:.0f} s spent, a round takes "
+                         f"{self.slowest:.0f} s, --stop-after {self.seconds:g} s")
                 self.passed = True
                 return
             began = time.monotonic()
@@ -300,13 +299,15 @@ class Deadline:
 def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, max_pairs: int | None = None,
                budget_s: float | None = DEFAULT_BUDGET_S,
                load_guard: bool = True, threads: int | None = None, workdir: str, stream=sys.stderr,
-               fork_server: bool = True, benchmarks: int = 1, thresholds=(None,), stop_after: float | None = None):
+               fork_server: bool = True, benchmarks: int = 1, thresholds=(None,), stop_after: float | None = None,
+               neighbour: int | None = None):
     """Gate ``runs`` interleaved A/B jobs unchanged and at each factor (A: unchanged; B: slowed); the scenarios.
 
     A and B run the same module in the same folder; only B's environment injects the slowdown,
     as a changed revision would. Each of ``thresholds`` (fractions, the gate's ``--threshold``;
     ``None``: benchmarks.json's) gets its own jobs, every factor at each. With ``stop_after``
-    (seconds), no round of jobs starts that the slowest round so far says would end after it.
+    (seconds), no round of jobs starts that the slowest round so far says would end after it. ``neighbour``: a
+    seeded noisy neighbour beside the whole study, calibration included (no baselines to keep it from).
     """
     folder = Path(workdir)
     pytest_args = write_module(folder, benchmarks)
@@ -317,26 +318,27 @@ def measure_ab(runs: int, factors, *, start_pairs: int = DEFAULT_START_PAIRS, ma
 
     say(f"A/B mode: {benchmarks} benchmark(s), {start_pairs} start pairs, at most {max_pairs or 'any number of'} pairs "
         f"within a budget of {budget_s or 'no'} s per gated job ({_load_text()})")
-    environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
     scenarios = []
-    for judged, rerun, scenario in Deadline(stop_after, say).jobs(runs, factors, thresholds, config, scenarios):
-        factor, threshold = scenario.factor, scenario.threshold
-        label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
-        own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
-        started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
-        runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
-                          threads=threads, own_runs=own_runs, fork_server=fork_server)
-                   for side in (1.0, factor)]
-        with servers_ready(*runners):
-            result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
-                                                    max_pairs=max_pairs, load_guard=load_guard,
-                                                    budget_s=budget_s, started=started)
-        seconds = time.monotonic() - started
-        unused = 2 * sum(1 for note in result.notes if note.startswith("pair ") and " not used" in note)
-        scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs], set_aside=unused)
-        at = f" at threshold {threshold:g}" if threshold is not None else ""
-        say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
-            f"{seconds:.0f} s")
+    with neighbour_running(neighbour):
+        environments = {factor: _calibrated_env(factor, threads, say) for factor in (1.0, *factors)}
+        for judged, rerun, scenario in Deadline(stop_after, say).jobs(runs, factors, thresholds, config, scenarios):
+            factor, threshold = scenario.factor, scenario.threshold
+            label = f"ab{factor:g}" + (f"-t{threshold:g}" if threshold is not None else "")
+            own_runs, workdir_of_job = [], str(folder / f"{label}-{rerun}")
+            started = time.monotonic()  # the job's time includes starting its fork servers, as gate ab's does
+            runners = [Runner(pytest_args, cwd=str(folder), workdir=workdir_of_job, env=environments[side],
+                              threads=threads, own_runs=own_runs, fork_server=fork_server)
+                       for side in (1.0, factor)]
+            with servers_ready(*runners):
+                result, a_runs, b_runs, pairs = gate_ab(*runners, judged, start_pairs=start_pairs,
+                                                        max_pairs=max_pairs, load_guard=load_guard,
+                                                        budget_s=budget_s, started=started)
+            seconds = time.monotonic() - started
+            unused = 2 * sum(1 for note in result.notes if note.startswith("pair ") and " not used" in note)
+            scenario.add(result, 2 * pairs - 1, seconds, [*a_runs, *b_runs], set_aside=unused)
+            at = f" at threshold {threshold:g}" if threshold is not None else ""
+            say(f"A/B factor {factor:g}{at}, job {rerun}/{runs}: {_job_text(result)}; {pairs} pair(s), "
+                f"{seconds:.0f} s")
     return scenarios
 
 
@@ -406,7 +408,7 @@ def measure(runs: int, baselines: int, factors, *, max_extra_runs: int | None = 
             verdict = result.verdicts[0] if result.verdicts else None
             decision = verdict.decision.value if verdict and verdict.decision else "?"
             reason = verdict.reason if verdict else "no benchmark"
-            loaded = f"; {result.loaded}" if getattr(result, "loaded", "") else ""
+            loaded = f"; {result.loaded}" if result.loaded else ""
             say(f"factor {factor:g}, rerun {rerun}/{runs}: {decision} ({reason}{loaded}; {1 + extra} "
                 f"process(es), {seconds:.0f} s)")
     return scenarios
@@ -462,12 +464,11 @@ def main(argv=None) -> int:
     started = time.monotonic()
     try:
         if args.ab:
-            with neighbour_running(args.neighbour):
-                scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
-                                       threads=args.threads, workdir=workdir, fork_server=args.fork_server,
-                                       benchmarks=args.benchmarks, thresholds=args.thresholds,
-                                       stop_after=args.stop_after,
-                                       budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S)
+            scenarios = measure_ab(args.runs, args.factors, max_pairs=args.max_pairs, load_guard=args.load_guard,
+                                   threads=args.threads, workdir=workdir, fork_server=args.fork_server,
+                                   benchmarks=args.benchmarks, thresholds=args.thresholds, stop_after=args.stop_after,
+                                   budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,
+                                   neighbour=args.neighbour)
         else:
             extra_runs = args.max_extra_runs
             if extra_runs is None and args.budget is None:
