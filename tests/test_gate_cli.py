@@ -374,6 +374,14 @@ def test_one_quiet_run_among_loaded_ones_still_says_the_machine_was_loaded(tmp_p
     result, _, _, _ = cli.gate_check(quiet, load_benchmarks(), storage=str(storage), baselines=10, budget_s=50.0,
                                      clock=lambda: now[0], started=0.0)
     assert result.loaded == "" and "loaded" not in headline(result)
+    # As many quiet as loaded: the quiet runs judge as much as the loaded would have, and the pass says nothing.
+    now[0] = 0.0
+    half = LoadedRunner({MATMUL: slower}, now, quiet=2)
+    result, _, _, _ = cli.gate_check(half, load_benchmarks(), storage=str(storage), baselines=10, budget_s=50.0,
+                                     clock=lambda: now[0], started=0.0)
+    verdict = next(verdict for verdict in result.verdicts if verdict.name == MATMUL)
+    assert verdict.decision.value == "inconclusive"
+    assert len(verdict.current_values) == len(verdict.disturbed_values) == 2 and result.loaded == ""
 
 
 def test_check_with_a_budget_re_measures_a_loaded_run_and_then_says_the_machine_was_loaded(tmp_path, storage):
