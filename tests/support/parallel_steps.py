@@ -39,6 +39,7 @@ import json
 import os
 import time
 import traceback
+import weakref
 from pathlib import Path
 
 import torch
@@ -72,6 +73,27 @@ def _local(tensor):
     if isinstance(tensor, DTensor):
         return _local(tensor._local_tensor)
     return tensor.trigger_wait() if isinstance(tensor, AsyncCollectiveTensor) else tensor
+
+
+def _storages_of(*tensors) -> list:
+    """Weak references to these tensors' storages, for :func:`_await_freed`."""
+    return [weakref.ref(tensor.untyped_storage()) for tensor in tensors]
+
+
+def _await_freed(storages: list, timeout_s: float = 10.0) -> None:
+    """Wait until these storages (:func:`_storages_of`), which the step no longer holds, are freed.
+
+    gloo's worker thread holds its own reference to a collective's tensors for a moment after the collective's
+    wait has returned (until it takes its next work), so a buffer the step drops right after an exchange is
+    freed on that thread, at a time the scheduler sets: on a loaded machine after the step's peak, which it
+    then joins, or not. Waiting for the free puts it where the program dropped the buffer, the same point in
+    every run.
+    """
+    deadline = time.monotonic() + timeout_s
+    while any(storage() is not None for storage in storages):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"an exchange's buffers were still alive {timeout_s} s after the step dropped them")
+        time.sleep(1e-4)
 
 
 class _Storage:
@@ -484,7 +506,7 @@ class _ExpertParallel(torch.nn.Module):
     of a token goes, with its routing weight, to the rank owning its expert; there Hugging Face's own experts
     module (its default grouped-matmul implementation, the one a one-device model runs) computes the rows it
     received as its local experts' (k = 1, the weights applied); the weighted rows come back and are summed
-    into their tokens.
+    into their tokens. Each exchange's buffers are freed where the program drops them (:func:`_await_freed`).
     """
 
     def __init__(self, experts, rank: int, world: int):
@@ -511,15 +533,31 @@ class _ExpertParallel(torch.nn.Module):
         dist.all_to_all_single(received, counts)  # routed rows each of this rank's experts gets from each rank
         send = counts.view(self.world, self.local).sum(1).tolist()
         receive = received.view(self.world, self.local).sum(1).tolist()
-        rows = _local(all_to_all_single_autograd(hidden_states[tokens], receive, send, group))
-        weights = _local(all_to_all_single_autograd(top_k_weights.flatten()[order], receive, send, group))
+        rows = self._dispatch(lambda: hidden_states[tokens], receive, send)
+        weights = self._dispatch(lambda: top_k_weights.flatten()[order], receive, send)
         self.rows = sum(receive)
         local_expert = torch.arange(self.local).repeat(self.world).repeat_interleave(received)
         computed = self.experts(rows, local_expert[:, None], weights[:, None].to(rows.dtype))
         combined = _local(all_to_all_single_autograd(computed, send, receive, group))
         # Back in (token, choice) order and summed, as Hugging Face's grouped experts do (index_add would save
         # the rows for its backward).
-        return combined[order.argsort()].view(*top_k_index.shape, -1).sum(1)
+        mixed = combined[order.argsort()].view(*top_k_index.shape, -1).sum(1)
+        exchanged = _storages_of(counts, received, computed, combined)
+        del counts, received, computed, combined  # where returning would drop them
+        _await_freed(exchanged)
+        return mixed
+
+    @staticmethod
+    def _dispatch(make_rows, receive: list[int], send: list[int]) -> torch.Tensor:
+        """The rows ``make_rows()`` builds, sent to their experts' ranks; freed once sent, as a temporary is."""
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+        sent = make_rows()
+        received = _local(all_to_all_single_autograd(sent, receive, send, dist.group.WORLD))
+        exchanged = _storages_of(sent)
+        del sent
+        _await_freed(exchanged)
+        return received
 
 
 def run_ep(rank: int) -> dict:
